@@ -1,0 +1,179 @@
+"""Settings shared by every environment. Everything tunable comes from the environment
+(architecture §9); `.env.example` documents each variable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from likes_project.settings.databases import build_databases
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, str(default)))
+
+
+# A development-only fallback; production settings refuse to start without DJANGO_SECRET_KEY.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "relations",
+    "counting",
+    "reconciliation",
+    "opsconsole",
+]
+
+MIDDLEWARE = [
+    "likes_project.middleware.RequestSizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "likes_project.middleware.JsonErrorMiddleware",
+]
+
+ROOT_URLCONF = "likes_project.urls"
+WSGI_APPLICATION = "likes_project.wsgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES, RELATION_SHARD_ALIASES, COUNT_PARTITION_ALIASES = build_databases(os.environ)
+DATABASE_ROUTERS = ["likes_project.db_routers.AliasFamilyRouter"]
+# Each write service opens its own durable transaction (house style).
+ATOMIC_REQUESTS = False
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".data" / "static"
+
+# --- Redis -------------------------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_STREAMS_URL = os.environ.get("REDIS_STREAMS_URL", REDIS_URL)
+LIKES_REDIS_PREFIX = os.environ.get("LIKES_REDIS_PREFIX", "likes")
+# Redis socket timeout sits below the DB statement timeout (consistency-techniques S3).
+REDIS_SOCKET_TIMEOUT_S = env_float("REDIS_SOCKET_TIMEOUT_S", 0.5)
+STREAM_PARTITIONS = env_int("STREAM_PARTITIONS", 8)
+
+# --- Celery ------------------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_STREAMS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = 50
+CELERY_TASK_TIME_LIMIT = 60
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- API ---------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    # Token first: its `WWW-Authenticate` header makes an anonymous call a 401, not a 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "likes_project.api_exceptions.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Like service API",
+    "DESCRIPTION": "Like / unlike / like-count service for a short-video platform.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Self-contained docs assets: the interactive docs never reach a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Largest accepted request body on the API (bytes); larger answers 413 `payload_too_large`.
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+# --- Like command ------------------------------------------------------------------------------
+# `reject` answers 409 stale_base_version; `last_commit_wins` applies the command anyway (CMD-9).
+LIKE_STALE_BASE_POLICY = os.environ.get("LIKE_STALE_BASE_POLICY", "reject")
+VIDEO_SERVICE_TOKEN = os.environ.get("VIDEO_SERVICE_TOKEN", "")
+VISIBILITY_CACHE_TTL_S = env_float("VISIBILITY_CACHE_TTL_S", 5.0)
+
+# Token buckets (CMD-18 / RISK-1). Rates are tokens per second; burst is the bucket size.
+RATE_LIMIT_USER_RATE = env_float("RATE_LIMIT_USER_RATE", 30.0)
+RATE_LIMIT_USER_BURST = env_int("RATE_LIMIT_USER_BURST", 60)
+RATE_LIMIT_IP_RATE = env_float("RATE_LIMIT_IP_RATE", 300.0)
+RATE_LIMIT_IP_BURST = env_int("RATE_LIMIT_IP_BURST", 600)
+RATE_LIMIT_RELATION_PER_MINUTE = env_int("RATE_LIMIT_RELATION_PER_MINUTE", 20)
+RATE_LIMIT_ENABLED = env_bool("RATE_LIMIT_ENABLED", True)
+
+# Only behind a proxy that overwrites X-Forwarded-For may the per-IP limit trust it.
+TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+
+CURSOR_SIGNING_KEY = os.environ.get("CURSOR_SIGNING_KEY", SECRET_KEY)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

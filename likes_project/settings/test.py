@@ -1,0 +1,19 @@
+"""Test settings: the same real PostgreSQL and Redis, two relation shards and two count partitions."""
+
+import os
+
+os.environ.setdefault("LIKES_REDIS_PREFIX", "likes-test")
+
+from likes_project.settings.base import *  # noqa: E402,F403
+from likes_project.settings.base import DATABASES, RELATION_SHARD_ALIASES, COUNT_PARTITION_ALIASES  # noqa: E402
+
+assert len(RELATION_SHARD_ALIASES) >= 2 and len(COUNT_PARTITION_ALIASES) >= 2, (
+    "tests need at least two relation shards and two count partitions, so routing bugs show"
+)
+for _cfg in DATABASES.values():
+    _cfg["CONN_MAX_AGE"] = 0
+
+LIKES_REDIS_PREFIX = "likes-test"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+VIDEO_SERVICE_TOKEN = "test-video-service-token"
+CELERY_TASK_ALWAYS_EAGER = False

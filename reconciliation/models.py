@@ -1,0 +1,1 @@
+"""Reconciliation runs, reports and repair tasks arrive with the reconciliation issue."""

@@ -1,0 +1,58 @@
+"""Serializers that document the API contract in the OpenAPI schema. Bodies are parsed strictly by
+the views (`likes_project.jsonbody`) so that every bad input maps to one stable error code."""
+
+from rest_framework import serializers
+
+STATES = ["LIKED", "UNLIKED"]
+
+
+class RelationSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=STATES)
+    relationVersion = serializers.IntegerField(min_value=0)
+
+
+class LikeRelationPutRequestSerializer(serializers.Serializer):
+    desiredState = serializers.ChoiceField(choices=STATES)
+    baseVersion = serializers.IntegerField(min_value=0, required=False)
+    deviceId = serializers.CharField(max_length=128, required=False)
+    clientSequence = serializers.IntegerField(required=False)
+
+
+class CommandResponseSerializer(serializers.Serializer):
+    operationId = serializers.CharField()
+    videoId = serializers.CharField()
+    state = serializers.ChoiceField(choices=STATES, help_text="This operation's verdict.")
+    relationVersion = serializers.IntegerField(help_text="This operation's verdict version.")
+    operationResult = RelationSerializer()
+    currentRelation = RelationSerializer()
+    changed = serializers.BooleanField()
+    replayed = serializers.BooleanField()
+    countConsistency = serializers.CharField(default="EVENTUAL")
+
+
+class LikeRelationGetResponseSerializer(serializers.Serializer):
+    videoId = serializers.CharField()
+    state = serializers.ChoiceField(choices=STATES)
+    relationVersion = serializers.IntegerField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class VideoPushRequestSerializer(serializers.Serializer):
+    authorId = serializers.IntegerField(min_value=1, required=False)
+    authorUsername = serializers.CharField(required=False)
+    visibility = serializers.ChoiceField(choices=["public", "friends", "private"], required=False)
+    status = serializers.ChoiceField(choices=["active", "taken_down", "deleted"], required=False)
+    version = serializers.IntegerField(min_value=1)
+
+
+class VideoSnapshotSerializer(serializers.Serializer):
+    videoId = serializers.CharField()
+    authorId = serializers.IntegerField()
+    visibility = serializers.CharField()
+    status = serializers.CharField()
+    version = serializers.IntegerField()
+    applied = serializers.BooleanField(required=False)

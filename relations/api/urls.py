@@ -1,0 +1,12 @@
+from django.urls import path
+
+from relations.api import views
+
+urlpatterns = [
+    path("videos/<str:video_id>/like-relation", views.LikeRelationView.as_view(), name="like-relation"),
+    path("like-operations/<str:operation_id>", views.LikeOperationView.as_view(), name="like-operation"),
+]
+
+internal_urlpatterns = [
+    path("videos/<str:video_id>", views.InternalVideoView.as_view(), name="internal-video"),
+]

@@ -1,0 +1,41 @@
+from likes_project.errors import Conflict, Forbidden, NotFound, RateLimited  # noqa: F401
+
+
+class VideoNotFound(NotFound):
+    code = "video_not_found"
+    default_message = "No such video, or you cannot see it."
+
+
+class VideoTakenDown(Forbidden):
+    code = "video_taken_down"
+    default_message = "The video has been taken down and accepts no new likes."
+
+
+class VideoFriendsOnly(Forbidden):
+    code = "video_friends_only"
+    default_message = "Only the author's friends may like this video."
+
+
+class BlockedByAuthor(Forbidden):
+    code = "blocked_by_author"
+    default_message = "The author of this video does not accept likes from you."
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+    default_message = "This Idempotency-Key was already used for another video or desired state."
+
+
+class StaleBaseVersion(Conflict):
+    code = "stale_base_version"
+    default_message = "baseVersion does not match the current relation version."
+
+
+class OperationNotFound(NotFound):
+    code = "operation_not_found"
+    default_message = "No operation with this id for you."
+
+
+class UserNotFound(NotFound):
+    code = "user_not_found"
+    default_message = "No such user."

@@ -1,0 +1,43 @@
+"""Create any missing database, migrate every alias, and create the frozen contracts. Idempotent."""
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+
+from likes_project.dbcreate import database_create, database_exists
+from relations.services.contracts import relation_shard_contract_ensure
+
+
+class Command(BaseCommand):
+    help = "Create missing databases, migrate every alias (default, relation shards, count partitions)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-create", action="store_true", help="Do not create missing databases.")
+
+    def handle(self, *args, **options):
+        aliases = list(connections)
+        total = len(aliases)
+        for i, alias in enumerate(aliases, start=1):
+            cfg = connections[alias].settings_dict
+            self.stdout.write(f"[{i}/{total}] {alias} ({cfg['NAME']})")
+            try:
+                exists = database_exists(cfg)
+            except Exception as exc:  # noqa: BLE001 - report any connection failure as a clear CLI error
+                raise CommandError(f"cannot reach the database server for {alias}: {exc}") from exc
+            if not exists:
+                if options["no_create"]:
+                    raise CommandError(f"database {cfg['NAME']} for {alias} does not exist")
+                try:
+                    database_create(cfg)
+                except Exception as exc:  # noqa: BLE001
+                    raise CommandError(
+                        f"database {cfg['NAME']} for {alias} is missing and could not be created: {exc}"
+                    ) from exc
+                self.stdout.write(f"  created database {cfg['NAME']}")
+            call_command("migrate", database=alias, interactive=False, verbosity=0)
+            self.stdout.write(f"  migrated {alias}")
+        ensured = relation_shard_contract_ensure()
+        self.stdout.write(
+            f"relation shard contract v{ensured.version} {'created' if ensured.created else 'present'}"
+        )
+        self.stdout.write(self.style.SUCCESS("all aliases migrated"))

@@ -1,0 +1,213 @@
+"""Relation facts and their evidence (relation shards), plus the video visibility snapshot and social
+edges the command rules need (control plane, `default`).
+
+Sharded models carry `db_family = "relation_shard"`; there are no foreign keys across aliases.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from likes_project.db_routers import RELATION_SHARD
+
+
+class RelationState(models.TextChoices):
+    LIKED = "LIKED"
+    UNLIKED = "UNLIKED"
+
+
+class VideoVisibility(models.TextChoices):
+    PUBLIC = "public"
+    FRIENDS = "friends"
+    PRIVATE = "private"
+
+
+class VideoStatus(models.TextChoices):
+    ACTIVE = "active"
+    TAKEN_DOWN = "taken_down"
+    DELETED = "deleted"
+
+
+# --- control plane (default) -------------------------------------------------------------------
+
+
+class RelationShardContract(models.Model):
+    """The frozen contract user_id -> logical slot (architecture §7). Never edited once created."""
+
+    version = models.PositiveIntegerField(primary_key=True)
+    hash_algorithm = models.CharField(max_length=32)
+    hash_seed = models.CharField(max_length=64)
+    key_encoding = models.CharField(max_length=32)
+    logical_slots = models.PositiveIntegerField()
+    is_active = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["is_active"], condition=Q(is_active=True), name="one_active_shard_contract"),
+            models.CheckConstraint(condition=Q(logical_slots__gt=0), name="shard_contract_slots_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"relation shard contract v{self.version} ({self.hash_algorithm}, {self.logical_slots} slots)"
+
+
+class RelationShardSlot(models.Model):
+    """Logical slot -> relation shard alias, for one contract version."""
+
+    contract_version = models.PositiveIntegerField()
+    slot = models.PositiveIntegerField()
+    alias = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["contract_version", "slot"], name="uniq_shard_slot"),
+        ]
+
+
+class VideoSnapshot(models.Model):
+    """The video service's visibility facts, as last pushed (CMD-12, E-22)."""
+
+    video_id = models.CharField(max_length=64, primary_key=True)
+    author_id = models.BigIntegerField(db_index=True)
+    visibility = models.CharField(max_length=16, choices=VideoVisibility.choices, default=VideoVisibility.PUBLIC)
+    status = models.CharField(max_length=16, choices=VideoStatus.choices, default=VideoStatus.ACTIVE)
+    version = models.BigIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(version__gte=0), name="video_version_non_negative")]
+
+    def __str__(self) -> str:
+        return f"{self.video_id} ({self.visibility}, {self.status}, v{self.version})"
+
+
+class Friendship(models.Model):
+    """An undirected friendship, stored once with user_low < user_high."""
+
+    user_low = models.BigIntegerField()
+    user_high = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user_low", "user_high"], name="uniq_friendship"),
+            models.CheckConstraint(condition=Q(user_low__lt=models.F("user_high")), name="friendship_ordered"),
+        ]
+
+
+class Block(models.Model):
+    """`blocker` has blocked `blocked`: the blocked user may not like the blocker's videos."""
+
+    blocker_id = models.BigIntegerField()
+    blocked_id = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["blocker_id", "blocked_id"], name="uniq_block")]
+
+
+# --- relation shards ---------------------------------------------------------------------------
+
+
+class LikeRelation(models.Model):
+    """VIDEO_LIKE_RELATION (E-1): the single current fact for (user, video). Unlike keeps the row as a
+    versioned tombstone."""
+
+    db_family = RELATION_SHARD
+
+    user_id = models.BigIntegerField()
+    video_id = models.CharField(max_length=64)
+    state = models.CharField(max_length=8, choices=RelationState.choices)
+    relation_version = models.BigIntegerField()
+    last_operation_id = models.CharField(max_length=128)
+    state_changed_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user_id", "video_id"], name="uniq_relation_user_video"),
+            models.CheckConstraint(condition=Q(relation_version__gte=1), name="relation_version_positive"),
+            models.CheckConstraint(condition=Q(state__in=["LIKED", "UNLIKED"]), name="relation_state_valid"),
+        ]
+        indexes = [
+            # The liked list (LIST-1): (user_id, state, updated_at DESC, video_id DESC).
+            models.Index("user_id", "state", models.F("updated_at").desc(), models.F("video_id").desc(),
+                         name="relation_user_list_idx"),
+        ]
+
+
+class LikeCommand(models.Model):
+    """LIKE_COMMAND (E-2): the fixed verdict of one operation id, bound to its user, video and desired
+    state. Unique on (user_id, operation_id) so uniqueness holds inside one user shard (I3)."""
+
+    db_family = RELATION_SHARD
+
+    user_id = models.BigIntegerField()
+    operation_id = models.CharField(max_length=128)
+    video_id = models.CharField(max_length=64)
+    desired_state = models.CharField(max_length=8, choices=RelationState.choices)
+    result_state = models.CharField(max_length=8, choices=RelationState.choices)
+    result_version = models.BigIntegerField()
+    changed = models.BooleanField()
+    base_version = models.BigIntegerField(null=True)
+    device_id = models.CharField(max_length=128, blank=True, default="")
+    client_sequence = models.BigIntegerField(null=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user_id", "operation_id"], name="uniq_command_user_operation"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="command_created_idx")]
+
+
+class OutboxStatus(models.TextChoices):
+    NEW = "NEW"
+    PUBLISHING = "PUBLISHING"
+    RETRY = "RETRY"
+    UNCERTAIN = "UNCERTAIN"
+    SENT = "SENT"
+    DEAD = "DEAD"
+
+
+class OutboxEvent(models.Model):
+    """OUTBOX (E-3, consistency-techniques O1). `id` is the shard's `sourceCommitSeq`; `xact_id` is the
+    writing transaction's `pg_current_xact_id()`, which lets the publisher only take rows whose
+    transaction is older than every running one (architecture §4)."""
+
+    db_family = RELATION_SHARD
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(unique=True)
+    aggregate_key = models.CharField(max_length=96)
+    relation_version = models.BigIntegerField()
+    event_type = models.CharField(max_length=48)
+    schema_version = models.PositiveSmallIntegerField()
+    payload = models.JSONField()
+    xact_id = models.BigIntegerField()
+    status = models.CharField(max_length=12, choices=OutboxStatus.choices, default=OutboxStatus.NEW)
+    retry_count = models.PositiveIntegerField(default=0)
+    next_retry_at = models.DateTimeField()
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
+    claim_expires_at = models.DateTimeField(null=True)
+    last_error = models.CharField(max_length=1024, blank=True, default="")
+    stream_key = models.CharField(max_length=64, blank=True, default="")
+    stream_entry_id = models.CharField(max_length=32, blank=True, default="")
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["aggregate_key", "relation_version", "event_type"], name="uniq_outbox_aggregate_version"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["next_retry_at"], name="outbox_pending_idx",
+                         condition=Q(status__in=["NEW", "RETRY", "UNCERTAIN"])),
+            models.Index(fields=["created_at"], name="outbox_created_idx"),
+            models.Index(fields=["status", "id"], name="outbox_status_idx"),
+        ]

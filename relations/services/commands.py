@@ -1,0 +1,291 @@
+"""The like command (spec §4.2, CMD-1 … CMD-18): one durable transaction on the user's relation
+shard holding the command record, the relation CAS and the outbox event."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, connections, transaction
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from likes_project import metrics
+from likes_project.errors import RateLimited
+from relations import routing, selectors
+from relations.errors import (
+    BlockedByAuthor,
+    IdempotencyKeyReused,
+    OperationNotFound,
+    StaleBaseVersion,
+    VideoFriendsOnly,
+    VideoNotFound,
+    VideoTakenDown,
+)
+from relations.models import (
+    LikeCommand,
+    LikeRelation,
+    OutboxEvent,
+    RelationState,
+    VideoStatus,
+    VideoVisibility,
+)
+from relations.selectors import RelationView
+from relations.services import limits
+
+EVENT_TYPE = "LikeRelationChanged"
+EVENT_SCHEMA_VERSION = 1
+STALE_POLICY_REJECT = "reject"
+STALE_POLICY_LAST_COMMIT_WINS = "last_commit_wins"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    operation_id: str
+    video_id: str
+    result: RelationView  # this operation's verdict
+    current: RelationView  # the relation now
+    changed: bool
+    replayed: bool
+
+    def as_response(self) -> dict:
+        return {
+            "operationId": self.operation_id,
+            "videoId": self.video_id,
+            "state": self.result.state,
+            "relationVersion": self.result.relation_version,
+            "operationResult": self.result.as_dict(),
+            "currentRelation": self.current.as_dict(),
+            "changed": self.changed,
+            "replayed": self.replayed,
+            "countConsistency": "EVENTUAL",
+        }
+
+
+class _DuplicateOperation(Exception):
+    """Another transaction committed this operation id first; ours must roll back and replay it."""
+
+
+def like_authorize(*, user_id: int, video_id: str) -> None:
+    """Rules for a new like (INV-7, SEC-2). A video the caller cannot see is a 404 whatever the
+    reason, so existence of private or deleted videos does not leak."""
+    video = selectors.video_snapshot_get(video_id=video_id)
+    if video is None or video.status == VideoStatus.DELETED:
+        raise VideoNotFound()
+    is_author = video.author_id == user_id
+    if video.visibility == VideoVisibility.PRIVATE and not is_author:
+        raise VideoNotFound()
+    if video.status == VideoStatus.TAKEN_DOWN:
+        raise VideoTakenDown()
+    if is_author:
+        return
+    edges = selectors.edges_get(author_id=video.author_id, user_id=user_id)
+    if edges.blocked:
+        raise BlockedByAuthor()
+    if video.visibility == VideoVisibility.FRIENDS and not edges.friends:
+        raise VideoFriendsOnly()
+
+
+def _replay(cmd: LikeCommand, *, video_id: str, desired_state: str | None) -> CommandResult:
+    if cmd.video_id != video_id or (desired_state is not None and cmd.desired_state != desired_state):
+        metrics.inc("likes_commands_total", outcome="key_reused")
+        raise IdempotencyKeyReused(
+            operationId=cmd.operation_id, boundVideoId=cmd.video_id, boundDesiredState=cmd.desired_state
+        )
+    current = selectors.relation_get(user_id=cmd.user_id, video_id=cmd.video_id)
+    return CommandResult(
+        operation_id=cmd.operation_id,
+        video_id=cmd.video_id,
+        result=RelationView(cmd.result_state, cmd.result_version),
+        current=current,
+        changed=cmd.changed,
+        replayed=True,
+    )
+
+
+def _event_payload(*, event_id: uuid.UUID, alias: str, user_id: int, video_id: str, operation_id: str,
+                   previous: RelationView, new_state: str, new_version: int, changed_at) -> dict:
+    """OUT-2's absolute-state payload. `sourceCommitSeq` is the outbox row id and is added by the
+    publisher's envelope (the id is assigned by the insert)."""
+    return {
+        "eventId": str(event_id),
+        "eventType": EVENT_TYPE,
+        "schemaVersion": EVENT_SCHEMA_VERSION,
+        "aggregateKey": f"{user_id}:{video_id}",
+        "relationVersion": new_version,
+        "absoluteState": new_state,
+        "previousState": previous.state,  # audit only (OUT-3): consumers never apply a delta
+        "previousVersion": previous.relation_version,
+        "userId": user_id,
+        "videoId": video_id,
+        "sourceShard": alias,
+        "operationId": operation_id,
+        "stateChangedAt": changed_at.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def outbox_event_write(*, alias: str, payload: dict, now) -> None:
+    """Insert the outbox row in the caller's transaction, stamping the transaction id for the
+    publisher's commit-order watermark (architecture §4)."""
+    OutboxEvent.objects.using(alias).create(
+        event_id=payload["eventId"],
+        aggregate_key=payload["aggregateKey"],
+        relation_version=payload["relationVersion"],
+        event_type=EVENT_TYPE,
+        schema_version=EVENT_SCHEMA_VERSION,
+        payload=payload,
+        xact_id=RawSQL("pg_current_xact_id()::text::bigint", []),
+        next_retry_at=now,
+        created_at=now,
+    )
+
+
+_INSERT_COMMAND_SQL = """
+INSERT INTO {table} (user_id, operation_id, video_id, desired_state, result_state, result_version,
+                     changed, base_version, device_id, client_sequence, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (user_id, operation_id) DO NOTHING
+RETURNING id
+"""
+
+
+def _command_insert(*, alias: str, user_id: int, operation_id: str, video_id: str, desired_state: str,
+                    result: RelationView, changed: bool, base_version, device_id: str, client_sequence,
+                    now) -> bool:
+    """Record the verdict. False when a concurrent transaction already committed this operation id
+    (the insert waited on the unique index until that transaction ended: consistency-techniques I4)."""
+    sql = _INSERT_COMMAND_SQL.format(table=LikeCommand._meta.db_table)
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, [user_id, operation_id, video_id, desired_state, result.state,
+                             result.relation_version, changed, base_version, device_id, client_sequence, now])
+        return cursor.fetchone() is not None
+
+
+def _lock_relation(alias: str, user_id: int, video_id: str) -> LikeRelation | None:
+    return (
+        LikeRelation.objects.using(alias)
+        .select_for_update()
+        .filter(user_id=user_id, video_id=video_id)
+        .first()
+    )
+
+
+def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+           base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
+    """CMD-5 steps 2-6 inside one durable transaction on `alias`."""
+    with transaction.atomic(using=alias, durable=True):
+        for _attempt in range(2):
+            rel = _lock_relation(alias, user_id, video_id)
+            current = RelationView(rel.state, rel.relation_version) if rel else selectors.UNLIKED_V0
+            if (
+                base_version is not None
+                and base_version != current.relation_version
+                and desired_state != current.state
+                and settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
+            ):
+                metrics.inc("likes_commands_total", outcome="stale_base")
+                raise StaleBaseVersion(
+                    f"baseVersion {base_version} is not the current version {current.relation_version}.",
+                    currentRelation=current.as_dict(),
+                )
+            now = timezone.now()
+            if desired_state == current.state:
+                result, changed = current, False
+                break
+            new_version = current.relation_version + 1
+            if rel is None:
+                try:
+                    with transaction.atomic(using=alias):  # savepoint: the first insert may race
+                        LikeRelation.objects.using(alias).create(
+                            user_id=user_id, video_id=video_id, state=desired_state,
+                            relation_version=new_version, last_operation_id=operation_id,
+                            state_changed_at=now, created_at=now, updated_at=now,
+                        )
+                except IntegrityError:
+                    metrics.inc("likes_unique_conflicts_total")
+                    continue  # another transaction inserted the row first: lock it and decide again
+                changed_at = now
+            else:
+                # State-change times never go backwards on one relation, whatever the web node's clock.
+                changed_at = max(now, rel.state_changed_at)
+                updated = (
+                    LikeRelation.objects.using(alias)
+                    .filter(pk=rel.pk, relation_version=current.relation_version)
+                    .update(state=desired_state, relation_version=new_version,
+                            last_operation_id=operation_id, state_changed_at=changed_at, updated_at=now)
+                )
+                if updated != 1:  # impossible while we hold the row lock; never write on a broken CAS
+                    raise RuntimeError("relation CAS failed under row lock")
+            event_id = uuid.uuid4()
+            outbox_event_write(alias=alias, now=now, payload=_event_payload(
+                event_id=event_id, alias=alias, user_id=user_id, video_id=video_id,
+                operation_id=operation_id, previous=current, new_state=desired_state,
+                new_version=new_version, changed_at=changed_at,
+            ))
+            result, changed = RelationView(desired_state, new_version), True
+            break
+        else:
+            raise RuntimeError("relation row vanished between unique conflict and re-read")
+        if not _command_insert(alias=alias, user_id=user_id, operation_id=operation_id, video_id=video_id,
+                               desired_state=desired_state, result=result, changed=changed,
+                               base_version=base_version, device_id=device_id,
+                               client_sequence=client_sequence, now=now):
+            raise _DuplicateOperation()
+    return CommandResult(operation_id, video_id, result, result, changed, replayed=False)
+
+
+def relation_set_state(*, user_id: int, video_id: str, desired_state: str, operation_id: str,
+                       base_version: int | None = None, device_id: str = "",
+                       client_sequence: int | None = None) -> CommandResult:
+    """Set the (user, video) relation to an absolute state (CMD-1, CMD-5).
+
+    Transaction: one durable transaction on the user's relation shard: relation row lock/CAS,
+    outbox event (only on a real change), command record. Nothing else happens inside it.
+    Idempotency: (user_id, operation_id) is unique; a retry returns the stored verdict and the
+    current relation (CMD-6) and changes nothing. The same key for another video or desired state
+    is refused (SEC-3).
+    """
+    alias = routing.alias_for_user(user_id)
+    existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
+    if existing is not None:
+        metrics.inc("likes_commands_total", outcome="replayed")
+        return _replay(existing, video_id=video_id, desired_state=desired_state)
+
+    if desired_state == RelationState.LIKED:
+        # UNLIKED needs no authorisation: withdrawing a like is always allowed (and a no-op when
+        # there is nothing to withdraw).
+        like_authorize(user_id=user_id, video_id=video_id)
+
+    verdict = limits.relation_transition_allowed(user_id=user_id, video_id=video_id)
+    if not verdict.allowed:
+        current = selectors.relation_get(user_id=user_id, video_id=video_id)
+        if current.state != desired_state:
+            raise RateLimited(
+                "Too many state changes on this relation; retry later.",
+                headers={"Retry-After": str(verdict.retry_after_s)},
+                scope=verdict.scope, retryAfterSeconds=verdict.retry_after_s,
+                currentRelation=current.as_dict(),
+            )
+
+    try:
+        outcome = _apply(alias=alias, user_id=user_id, video_id=video_id, desired_state=desired_state,
+                         operation_id=operation_id, base_version=base_version, device_id=device_id,
+                         client_sequence=client_sequence)
+    except _DuplicateOperation:
+        metrics.inc("likes_commands_total", outcome="concurrent_duplicate")
+        cmd = selectors.command_get(user_id=user_id, operation_id=operation_id)
+        return _replay(cmd, video_id=video_id, desired_state=desired_state)
+
+    metrics.inc("likes_commands_total", outcome="changed" if outcome.changed else "unchanged")
+    if outcome.changed:
+        limits.relation_transition_record(user_id=user_id, video_id=video_id)
+    return outcome
+
+
+def operation_get(*, user_id: int, operation_id: str) -> CommandResult:
+    """The stored verdict of one of the caller's operations, plus the relation now (S5)."""
+    cmd = selectors.command_get(user_id=user_id, operation_id=operation_id)
+    if cmd is None:
+        raise OperationNotFound()
+    return _replay(cmd, video_id=cmd.video_id, desired_state=None)
