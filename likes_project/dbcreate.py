@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import psycopg
 from psycopg import sql
 
@@ -24,7 +26,6 @@ def database_exists(cfg: dict) -> bool:
 
 def database_create(cfg: dict) -> None:
     with psycopg.connect(**_conninfo(cfg, "postgres"), autocommit=True) as conn:
-        try:
+        # DuplicateDatabase: another process created it concurrently, which is what we wanted.
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(cfg["NAME"])))
-        except psycopg.errors.DuplicateDatabase:
-            pass  # created concurrently by another process

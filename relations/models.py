@@ -45,7 +45,9 @@ class RelationShardContract(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["is_active"], condition=Q(is_active=True), name="one_active_shard_contract"),
+            models.UniqueConstraint(
+                fields=["is_active"], condition=Q(is_active=True), name="one_active_shard_contract"
+            ),
             models.CheckConstraint(condition=Q(logical_slots__gt=0), name="shard_contract_slots_positive"),
         ]
 
@@ -64,6 +66,9 @@ class RelationShardSlot(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["contract_version", "slot"], name="uniq_shard_slot"),
         ]
+
+    def __str__(self) -> str:
+        return f"v{self.contract_version} slot {self.slot} -> {self.alias}"
 
 
 class VideoSnapshot(models.Model):
@@ -96,6 +101,9 @@ class Friendship(models.Model):
             models.CheckConstraint(condition=Q(user_low__lt=models.F("user_high")), name="friendship_ordered"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.user_low} <-> {self.user_high}"
+
 
 class Block(models.Model):
     """`blocker` has blocked `blocked`: the blocked user may not like the blocker's videos."""
@@ -106,6 +114,9 @@ class Block(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["blocker_id", "blocked_id"], name="uniq_block")]
+
+    def __str__(self) -> str:
+        return f"{self.blocker_id} blocks {self.blocked_id}"
 
 
 # --- relation shards ---------------------------------------------------------------------------
@@ -138,6 +149,9 @@ class LikeRelation(models.Model):
                          name="relation_user_list_idx"),
         ]
 
+    def __str__(self) -> str:
+        return f"user {self.user_id} / {self.video_id}: {self.state} v{self.relation_version}"
+
 
 class LikeCommand(models.Model):
     """LIKE_COMMAND (E-2): the fixed verdict of one operation id, bound to its user, video and desired
@@ -162,6 +176,9 @@ class LikeCommand(models.Model):
             models.UniqueConstraint(fields=["user_id", "operation_id"], name="uniq_command_user_operation"),
         ]
         indexes = [models.Index(fields=["created_at"], name="command_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.operation_id} (user {self.user_id}, {self.video_id}) -> {self.result_state}"
 
 
 class OutboxStatus(models.TextChoices):
@@ -211,3 +228,6 @@ class OutboxEvent(models.Model):
             models.Index(fields=["created_at"], name="outbox_created_idx"),
             models.Index(fields=["status", "id"], name="outbox_status_idx"),
         ]
+
+    def __str__(self) -> str:
+        return f"outbox #{self.id} {self.aggregate_key} v{self.relation_version} {self.status}"

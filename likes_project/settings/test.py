@@ -4,8 +4,8 @@ import os
 
 os.environ.setdefault("LIKES_REDIS_PREFIX", "likes-test")
 
-from likes_project.settings.base import *  # noqa: E402,F403
-from likes_project.settings.base import DATABASES, RELATION_SHARD_ALIASES, COUNT_PARTITION_ALIASES  # noqa: E402
+from likes_project.settings.base import *  # noqa: F403
+from likes_project.settings.base import COUNT_PARTITION_ALIASES, DATABASES, RELATION_SHARD_ALIASES
 
 assert len(RELATION_SHARD_ALIASES) >= 2 and len(COUNT_PARTITION_ALIASES) >= 2, (
     "tests need at least two relation shards and two count partitions, so routing bugs show"

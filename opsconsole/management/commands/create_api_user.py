@@ -21,7 +21,7 @@ class Command(DomainCommand):
         field = get_user_model()._meta.get_field("username")
         try:
             field.run_validators(username)
-        except Exception as exc:  # noqa: BLE001 - Django's ValidationError, shown as a clean error
+        except Exception as exc:
             raise InvalidInput(f"invalid username {username!r}", code="invalid_username") from exc
         if not username or len(username) > 150:
             raise InvalidInput(f"invalid username {username!r}", code="invalid_username")

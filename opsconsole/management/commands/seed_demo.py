@@ -7,8 +7,8 @@ from rest_framework.authtoken.models import Token
 
 from opsconsole.cli import DomainCommand
 from opsconsole.services import Actor, audit_record
-from relations.services.videos import block_set, friendship_set, video_snapshot_upsert
 from relations.selectors import video_snapshot_get
+from relations.services.videos import block_set, friendship_set, video_snapshot_upsert
 
 DEMO_USERS = ["alice", "bob", "carol", "dave"]
 DEMO_VIDEOS = [

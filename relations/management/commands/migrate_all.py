@@ -22,14 +22,14 @@ class Command(BaseCommand):
             self.stdout.write(f"[{i}/{total}] {alias} ({cfg['NAME']})")
             try:
                 exists = database_exists(cfg)
-            except Exception as exc:  # noqa: BLE001 - report any connection failure as a clear CLI error
+            except Exception as exc:
                 raise CommandError(f"cannot reach the database server for {alias}: {exc}") from exc
             if not exists:
                 if options["no_create"]:
                     raise CommandError(f"database {cfg['NAME']} for {alias} does not exist")
                 try:
                     database_create(cfg)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     raise CommandError(
                         f"database {cfg['NAME']} for {alias} is missing and could not be created: {exc}"
                     ) from exc

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Shared setup for scripts/run.sh and scripts/test.sh: virtualenv, requirements, PostgreSQL, Redis.
+# Uses DATABASE_URL / REDIS_URL when set, else servers at 127.0.0.1, else starts private ones under
+# .data/ (installing the Debian packages first when missing and running as root).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DATA="$ROOT/.data"
+VENV="$ROOT/.venv"
+PRIVATE_PG_PORT="${PRIVATE_PG_PORT:-55432}"
+PRIVATE_REDIS_PORT="${PRIVATE_REDIS_PORT:-56379}"
+mkdir -p "$DATA"
+
+log() { echo "[setup] $*" >&2; }
+die() { echo "[setup] ERROR: $*" >&2; exit 1; }
+
+apt_install() {
+  if [ "$(id -u)" != "0" ]; then
+    die "missing $*; install it (sudo apt-get install -y $*) or set the matching URL variable"
+  fi
+  command -v apt-get >/dev/null || die "missing $* and no apt-get to install it"
+  log "installing Debian packages: $*"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+pick_python() {
+  for c in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    [ -n "$c" ] && command -v "$c" >/dev/null || continue
+    if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then echo "$c"; return; fi
+  done
+  die "Python 3.11 or newer is required"
+}
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    local py; py="$(pick_python)"
+    log "creating virtualenv .venv with $py"
+    if ! "$py" -m venv "$VENV" 2>/dev/null; then
+      rm -rf "$VENV"
+      apt_install python3-venv
+      "$py" -m venv "$VENV"
+    fi
+  fi
+  local want have stamp="$VENV/.requirements.sha256"
+  want="$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)"
+  have="$(cat "$stamp" 2>/dev/null || true)"
+  if [ "$want" != "$have" ]; then
+    log "installing requirements.txt"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
+    echo "$want" > "$stamp"
+  fi
+}
+
+probe() { "$VENV/bin/python" "$ROOT/scripts/probe.py" "$@" 2>/dev/null; }
+
+start_private_postgres() {
+  local bindir
+  bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+  if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+    apt_install postgresql
+    bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+  fi
+  local pgdata="$DATA/pg" as=()
+  if [ "$(id -u)" = "0" ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home "$pgdata" postgres
+    as=(runuser -u postgres --)
+  fi
+  if [ ! -f "$pgdata/PG_VERSION" ]; then
+    log "initialising a private PostgreSQL in .data/pg"
+    mkdir -p "$pgdata"
+    [ "$(id -u)" = "0" ] && chown postgres "$pgdata"
+    "${as[@]}" "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 >/dev/null
+  fi
+  if ! "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
+    log "starting the private PostgreSQL on 127.0.0.1:$PRIVATE_PG_PORT"
+    "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
+      -o "-p $PRIVATE_PG_PORT -c listen_addresses=127.0.0.1 -k $pgdata -c max_connections=200" start >/dev/null
+  fi
+}
+
+ensure_postgres() {
+  if [ -n "${DATABASE_URL:-}" ]; then
+    probe pg "$DATABASE_URL" || die "DATABASE_URL is set but its server does not answer"
+    return
+  fi
+  local url="postgres://postgres@127.0.0.1:5432/likes"
+  if probe pg "$url"; then
+    log "using PostgreSQL at 127.0.0.1:5432"
+  else
+    start_private_postgres
+    url="postgres://postgres@127.0.0.1:$PRIVATE_PG_PORT/likes"
+    probe pg "$url" || die "the private PostgreSQL did not come up (see .data/pg/server.log)"
+  fi
+  export DATABASE_URL="$url"
+}
+
+ensure_redis() {
+  if [ -n "${REDIS_URL:-}" ]; then
+    probe redis "$REDIS_URL" || die "REDIS_URL is set but its server does not answer"
+    return
+  fi
+  local url="redis://127.0.0.1:6379/0"
+  if probe redis "$url"; then
+    log "using Redis at 127.0.0.1:6379"
+  else
+    command -v redis-server >/dev/null || apt_install redis-server
+    mkdir -p "$DATA/redis"
+    if ! probe redis "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0"; then
+      log "starting a private Redis on 127.0.0.1:$PRIVATE_REDIS_PORT"
+      redis-server --port "$PRIVATE_REDIS_PORT" --bind 127.0.0.1 --daemonize yes --dir "$DATA/redis" \
+        --pidfile "$DATA/redis/redis.pid" --logfile "$DATA/redis/redis.log" --save "" --appendonly no
+      for _ in $(seq 1 50); do probe redis "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0" && break; sleep 0.1; done
+    fi
+    url="redis://127.0.0.1:$PRIVATE_REDIS_PORT/0"
+    probe redis "$url" || die "the private Redis did not come up (see .data/redis/redis.log)"
+  fi
+  export REDIS_URL="$url"
+}
+
+setup_all() {
+  cd "$ROOT"
+  ensure_venv
+  ensure_postgres
+  ensure_redis
+}

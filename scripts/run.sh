@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole service, with its own setup: API (gunicorn on $PORT), Celery worker, Celery beat, demo data.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+setup_all
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-likes_project.settings.dev}"
+export PORT="${PORT:-8000}"
+if [ -z "${VIDEO_SERVICE_TOKEN:-}" ]; then
+  [ -f "$DATA/video-service-token" ] || "$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(24))' > "$DATA/video-service-token"
+  VIDEO_SERVICE_TOKEN="$(cat "$DATA/video-service-token")"
+  export VIDEO_SERVICE_TOKEN
+fi
+[ -f "$DATA/admin-password" ] || "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(12))' > "$DATA/admin-password"
+PY="$VENV/bin/python"
+
+"$PY" manage.py migrate_all
+"$PY" manage.py collectstatic --noinput -v 0
+"$PY" manage.py seed_demo --admin-password "$(cat "$DATA/admin-password")"
+echo
+echo "Admin console: http://127.0.0.1:$PORT/admin/  (user admin, password in .data/admin-password: $(cat "$DATA/admin-password"))"
+echo "Video service token (internal API): $VIDEO_SERVICE_TOKEN"
+echo "API docs: http://127.0.0.1:$PORT/v1/docs"
+echo
+
+pids=()
+cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup INT TERM EXIT
+"$VENV/bin/celery" -A likes_project worker --loglevel INFO --concurrency "${CELERY_CONCURRENCY:-2}" &
+pids+=($!)
+"$VENV/bin/celery" -A likes_project beat --loglevel INFO &
+pids+=($!)
+"$VENV/bin/gunicorn" likes_project.wsgi:application --bind "0.0.0.0:$PORT" \
+  --workers "${WEB_CONCURRENCY:-4}" --timeout 30 --access-logfile - &
+pids+=($!)
+echo "[run] web on :$PORT, worker and beat started (Ctrl-C stops all)"
+wait -n "${pids[@]}"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite, with its own setup: ./scripts/test.sh [pytest args]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+setup_all
+# Tests keep to their own Redis database and key prefix.
+export REDIS_URL="${TEST_REDIS_URL:-${REDIS_URL%/*}/15}"
+export DJANGO_SETTINGS_MODULE=likes_project.settings.test
+echo "[test] ruff check"
+"$VENV/bin/ruff" check .
+echo "[test] pytest"
+exec "$VENV/bin/python" -m pytest "$@"
