@@ -9,4 +9,5 @@ export DJANGO_SETTINGS_MODULE=likes_project.settings.test
 echo "[test] ruff check"
 "$VENV/bin/ruff" check .
 echo "[test] pytest"
-exec "$VENV/bin/python" -m pytest "$@"
+# Test databases and the test Redis prefix are shared per server: one run at a time.
+exec flock "$DATA/test.lock" "$VENV/bin/python" -m pytest "$@"
