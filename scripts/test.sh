@@ -9,5 +9,6 @@ export DJANGO_SETTINGS_MODULE=likes_project.settings.test
 echo "[test] ruff check"
 "$VENV/bin/ruff" check .
 echo "[test] pytest"
-# Test databases and the test Redis prefix are shared per server: one run at a time.
-exec flock "$DATA/test.lock" "$VENV/bin/python" -m pytest "$@"
+# Test databases and the test Redis prefix are shared per server (across checkouts): one run at a time.
+LOCK="${TMPDIR:-/tmp}/likes-test-$(printf '%s' "$DATABASE_URL" | sha1sum | cut -c1-12).lock"
+exec flock "$LOCK" "$VENV/bin/python" -m pytest "$@"

@@ -142,6 +142,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # Self-contained docs assets: the interactive docs never reach a CDN.
+    "ENUM_NAME_OVERRIDES": {"RelationStateEnum": ["LIKED", "UNLIKED"]},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

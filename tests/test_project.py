@@ -1,0 +1,67 @@
+"""Project-wide guards: migrations match the models, the OpenAPI schema is valid, and no side
+effect is lexically inside a transaction (consistency-techniques T5)."""
+
+from __future__ import annotations
+
+import ast
+import io
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ["likes_project", "relations", "counting", "reconciliation", "opsconsole"]
+# Calls that must never run inside `transaction.atomic()`: task enqueues and Redis traffic.
+FORBIDDEN_IN_ATOMIC = {"delay", "apply_async", "send_task", "cache_redis", "stream_redis",
+                       "visibility_cache_put", "edge_cache_put", "edge_cache_invalidate", "token_bucket",
+                       "relation_transition_record"}
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_migrations_are_complete():
+    out = io.StringIO()
+    call_command("makemigrations", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()
+
+
+def test_openapi_schema_validates_without_warnings():
+    call_command("spectacular", "--validate", "--fail-on-warn", stdout=io.StringIO())
+
+
+def _is_atomic(item: ast.withitem) -> bool:
+    call = item.context_expr
+    return isinstance(call, ast.Call) and getattr(call.func, "attr", getattr(call.func, "id", "")) == "atomic"
+
+
+def _called_names(node: ast.AST):
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            name = getattr(sub.func, "attr", None) or getattr(sub.func, "id", None)
+            if name:
+                yield name, sub.lineno
+
+
+def _violations(source: str, path: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.With) and any(_is_atomic(i) for i in node.items):
+            for stmt in node.body:
+                for name, line in _called_names(stmt):
+                    if name in FORBIDDEN_IN_ATOMIC:
+                        found.append(f"{path}:{line} {name}() inside transaction.atomic()")
+    return found
+
+
+def test_no_side_effects_inside_atomic_blocks():
+    found = []
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            if "migrations" not in path.parts:
+                found += _violations(path.read_text(), str(path.relative_to(ROOT)))
+    assert found == []
+
+
+def test_the_side_effect_guard_catches_a_violation():
+    bad = "from django.db import transaction\nwith transaction.atomic(using='x'):\n    task.delay(1)\n"
+    assert _violations(bad, "bad.py") == ["bad.py:3 delay() inside transaction.atomic()"]
