@@ -17,7 +17,8 @@ def total(model, **filters) -> int:
 
 
 def relation_row(user_id: int, video_id: str) -> LikeRelation | None:
-    return LikeRelation.objects.using(routing.alias_for_user(user_id)).filter(user_id=user_id, video_id=video_id).first()
+    alias = routing.alias_for_user(user_id)
+    return LikeRelation.objects.using(alias).filter(user_id=user_id, video_id=video_id).first()
 
 
 def outbox_rows(user_id: int, video_id: str) -> list[OutboxEvent]:
