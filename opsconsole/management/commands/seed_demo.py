@@ -43,9 +43,13 @@ class Command(DomainCommand):
             users[name] = (user, token.key)
             self.stdout.write(f"[{i}/{len(DEMO_USERS)}] user {name}")
         if options["admin_password"]:
-            User = get_user_model()
-            if not User.objects.filter(username="admin").exists():
-                User.objects.create_superuser("admin", "admin@example.invalid", options["admin_password"])
+            # Development only: (re)sets the demo superuser's password to the one given.
+            admin_user, _ = get_user_model().objects.get_or_create(
+                username="admin", defaults={"email": "admin@example.invalid"}
+            )
+            admin_user.is_staff = admin_user.is_superuser = True
+            admin_user.set_password(options["admin_password"])
+            admin_user.save()
             self.stdout.write("superuser admin ready")
         for video_id, author, visibility, status in DEMO_VIDEOS:
             existing = video_snapshot_get(video_id=video_id)
