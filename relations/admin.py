@@ -1,0 +1,199 @@
+"""Admin for the control-plane models of the relations app.
+
+Writes go through `relations.services.videos` (audit record, version bump, cache write-through or
+invalidation happen there); the admin's own LogEntry is kept as well. The sharded models (relations,
+commands, outbox) are not registered: they are read through the lookup page of the opsconsole admin.
+The shard contract is shown read-only.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+
+from likes_project.errors import Conflict, DomainError
+from opsconsole.admin import ReadOnlyAdmin, ServiceWriteAdmin
+from opsconsole.services import admin_actor
+from relations.models import Block, Friendship, RelationShardContract, RelationShardSlot, VideoSnapshot
+from relations.services.videos import block_set, friendship_set, video_snapshot_upsert
+
+
+def _require_accounts(form: forms.Form, *field_names: str) -> None:
+    """Social edges are between existing accounts: a mistyped id is a form error, not a dangling edge."""
+    User = get_user_model()
+    for name in field_names:
+        user_id = form.cleaned_data.get(name)
+        if user_id is not None and not User.objects.filter(pk=user_id).exists():
+            form.add_error(name, f"No user with id {user_id}.")
+
+
+def _adopt_stored_row(obj, stored) -> None:
+    """Make the admin's unsaved instance stand for the row the service stored, so the LogEntry and
+    the redirect after saving point at it."""
+    for field in stored._meta.concrete_fields:
+        setattr(obj, field.attname, getattr(stored, field.attname))
+    obj._state.adding = False
+    obj._state.db = stored._state.db
+
+
+# --- video snapshots ---------------------------------------------------------------------------
+
+
+class VideoSnapshotForm(forms.ModelForm):
+    """`version` is not a field: every save from the admin writes the next version. Shape checks
+    (video id, author id, choices) are the service's own, reported back as form errors."""
+
+    class Meta:
+        model = VideoSnapshot
+        fields = ("video_id", "author_id", "visibility", "status")
+
+
+@admin.register(VideoSnapshot)
+class VideoSnapshotAdmin(ServiceWriteAdmin):
+    form = VideoSnapshotForm
+    list_display = ("video_id", "author_id", "visibility", "status", "version", "updated_at")
+    list_filter = ("visibility", "status")
+    search_fields = ("video_id", "=author_id")
+    ordering = ("-updated_at",)
+
+    def get_fields(self, request, obj=None):
+        return ("video_id", "author_id", "visibility", "status", "version", "updated_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        # The primary key is fixed once the snapshot exists; the version only ever moves by a save.
+        return ("version", "updated_at") if obj is None else ("video_id", "version", "updated_at")
+
+    def has_delete_permission(self, request, obj=None):
+        # A video is taken down or deleted by setting its status; the snapshot row itself stays.
+        return False
+
+    def save_via_service(self, request, obj, form, change):
+        result = video_snapshot_upsert(
+            video_id=obj.video_id, author_id=obj.author_id, visibility=obj.visibility, status=obj.status,
+            version=None, actor=admin_actor(request.user),
+        )
+        if not result.applied:
+            # Only a concurrent push of the same or a newer version gets here.
+            raise Conflict(f"The snapshot changed meanwhile (now v{result.video.version}); reload and retry.")
+        _adopt_stored_row(obj, VideoSnapshot.objects.get(pk=obj.video_id))
+
+
+# --- social edges ------------------------------------------------------------------------------
+
+
+class FriendshipAddForm(forms.ModelForm):
+    user_a = forms.IntegerField(label="User id", min_value=1)
+    user_b = forms.IntegerField(label="Other user id", min_value=1,
+                                help_text="In any order: a friendship is stored once, lower id first.")
+
+    class Meta:
+        model = Friendship
+        fields = ()
+
+    def clean(self):
+        cleaned = super().clean()
+        _require_accounts(self, "user_a", "user_b")
+        a, b = cleaned.get("user_a"), cleaned.get("user_b")
+        if a is not None and b is not None and not self.errors:
+            low, high = sorted((a, b))
+            if Friendship.objects.filter(user_low=low, user_high=high).exists():
+                raise forms.ValidationError("These users are already friends.", code="exists")
+        return cleaned
+
+
+class SocialEdgeAdmin(ServiceWriteAdmin):
+    """List, add and delete; an edge is never edited in place."""
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def set_edge(self, request, obj, *, present: bool) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def delete_model(self, request, obj):
+        try:
+            self.set_edge(request, obj, present=False)
+        except DomainError as exc:
+            self.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
+
+    def delete_queryset(self, request, queryset):
+        # One service call (and audit record) per edge, each in its own transaction.
+        for obj in list(queryset):
+            self.delete_model(request, obj)
+
+
+@admin.register(Friendship)
+class FriendshipAdmin(SocialEdgeAdmin):
+    form = FriendshipAddForm
+    list_display = ("user_low", "user_high", "created_at")
+    search_fields = ("=user_low", "=user_high")
+    ordering = ("-created_at",)
+
+    def get_fields(self, request, obj=None):
+        return ("user_a", "user_b") if obj is None else ("user_low", "user_high", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else ("user_low", "user_high", "created_at")
+
+    def save_via_service(self, request, obj, form, change):
+        a, b = form.cleaned_data["user_a"], form.cleaned_data["user_b"]
+        friendship_set(user_a=a, user_b=b, present=True, actor=admin_actor(request.user))
+        low, high = sorted((a, b))
+        _adopt_stored_row(obj, Friendship.objects.get(user_low=low, user_high=high))
+
+    def set_edge(self, request, obj, *, present):
+        friendship_set(user_a=obj.user_low, user_b=obj.user_high, present=present, actor=admin_actor(request.user))
+
+
+class BlockAddForm(forms.ModelForm):
+    class Meta:
+        model = Block
+        fields = ("blocker_id", "blocked_id")
+        labels = {"blocker_id": "Blocker user id", "blocked_id": "Blocked user id"}
+        help_texts = {"blocked_id": "This user may no longer like the blocker's videos."}
+
+    def clean(self):
+        cleaned = super().clean()
+        _require_accounts(self, "blocker_id", "blocked_id")
+        return cleaned
+
+
+@admin.register(Block)
+class BlockAdmin(SocialEdgeAdmin):
+    form = BlockAddForm
+    list_display = ("blocker_id", "blocked_id", "created_at")
+    search_fields = ("=blocker_id", "=blocked_id")
+    ordering = ("-created_at",)
+
+    def get_fields(self, request, obj=None):
+        return ("blocker_id", "blocked_id") if obj is None else ("blocker_id", "blocked_id", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else ("blocker_id", "blocked_id", "created_at")
+
+    def save_via_service(self, request, obj, form, change):
+        blocker, blocked = form.cleaned_data["blocker_id"], form.cleaned_data["blocked_id"]
+        block_set(blocker_id=blocker, blocked_id=blocked, present=True, actor=admin_actor(request.user))
+        _adopt_stored_row(obj, Block.objects.get(blocker_id=blocker, blocked_id=blocked))
+
+    def set_edge(self, request, obj, *, present):
+        block_set(blocker_id=obj.blocker_id, blocked_id=obj.blocked_id, present=present,
+                  actor=admin_actor(request.user))
+
+
+# --- shard contract (read-only) ----------------------------------------------------------------
+
+
+@admin.register(RelationShardContract)
+class RelationShardContractAdmin(ReadOnlyAdmin):
+    list_display = ("version", "is_active", "hash_algorithm", "hash_seed", "key_encoding", "logical_slots",
+                    "created_at")
+
+
+@admin.register(RelationShardSlot)
+class RelationShardSlotAdmin(ReadOnlyAdmin):
+    list_display = ("contract_version", "slot", "alias")
+    list_filter = ("contract_version", "alias")
+    ordering = ("contract_version", "slot")
+    list_per_page = 256
