@@ -19,6 +19,15 @@ def inc(name: str, amount: float = 1.0, **labels: str) -> None:
         _counters[key] += amount
 
 
+def observe(name: str, amount: float, **labels: str) -> None:
+    """A summary: `<name>_sum`, `<name>_count` and `<name>_max` (enough for a mean and a bound)."""
+    with _lock:
+        _counters[(name + "_sum", tuple(sorted(labels.items())))] += amount
+        _counters[(name + "_count", tuple(sorted(labels.items())))] += 1
+        key = (name + "_max", tuple(sorted(labels.items())))
+        _counters[key] = max(_counters.get(key, amount), amount)
+
+
 def value(name: str, **labels: str) -> float:
     with _lock:
         return _counters.get((name, tuple(sorted(labels.items()))), 0.0)

@@ -72,7 +72,17 @@ class JsonErrorMiddleware:
             and not response.get("Content-Type", "").startswith("application/json")
         ):
             status = response.status_code
-            return error_response(status, message=_STATUS_MESSAGES.get(status, "Request failed."))
+            # A DRF error negotiated to the browsable API (`Accept: text/html`) still carries its
+            # envelope in `.data`: keep its code and the headers a client acts on.
+            data = getattr(response, "data", None)
+            if isinstance(data, dict) and isinstance(data.get("code"), str):
+                replacement = JsonResponse(data, status=status)
+            else:
+                replacement = error_response(status, message=_STATUS_MESSAGES.get(status, "Request failed."))
+            for header in _KEPT_HEADERS:
+                if header in response:
+                    replacement[header] = response[header]
+            return replacement
         return response
 
     def process_exception(self, request, exception):
@@ -87,6 +97,7 @@ class JsonErrorMiddleware:
         return error_response(500, "internal_error", "Internal error.")
 
 
+_KEPT_HEADERS = ("WWW-Authenticate", "Retry-After", "Allow")
 _STATUS_MESSAGES = {
     400: "Bad request.",
     404: "Not found.",

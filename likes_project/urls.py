@@ -12,6 +12,7 @@ urlpatterns = [
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("v1/", include("relations.api.urls")),
+    path("v1/", include("counting.api.urls")),
     path("internal/v1/", include(internal_urlpatterns)),
     path("admin/", admin.site.urls),
 ]

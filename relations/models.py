@@ -213,6 +213,10 @@ class OutboxEvent(models.Model):
     last_error = models.CharField(max_length=1024, blank=True, default="")
     stream_key = models.CharField(max_length=64, blank=True, default="")
     stream_entry_id = models.CharField(max_length=32, blank=True, default="")
+    # The entry id split into numbers, so "published but not yet consumed" is an index range scan.
+    stream_partition = models.PositiveIntegerField(null=True)
+    stream_entry_ms = models.BigIntegerField(null=True)
+    stream_entry_seq = models.BigIntegerField(null=True)
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True)
 
@@ -227,7 +231,32 @@ class OutboxEvent(models.Model):
                          condition=Q(status__in=["NEW", "RETRY", "UNCERTAIN"])),
             models.Index(fields=["created_at"], name="outbox_created_idx"),
             models.Index(fields=["status", "id"], name="outbox_status_idx"),
+            models.Index(fields=["stream_partition", "stream_entry_ms"], name="outbox_stream_pos_idx",
+                         condition=Q(status="SENT")),
         ]
 
     def __str__(self) -> str:
         return f"outbox #{self.id} {self.aggregate_key} v{self.relation_version} {self.status}"
+
+
+class OutboxArchive(models.Model):
+    """Published outbox rows past the retention window (OUT-7, O8): kept for audit and replay, out of
+    the publisher's hot table. Moved in chunks by a beat job."""
+
+    db_family = RELATION_SHARD
+
+    id = models.BigIntegerField(primary_key=True)
+    event_id = models.UUIDField(unique=True)
+    aggregate_key = models.CharField(max_length=96)
+    relation_version = models.BigIntegerField()
+    event_type = models.CharField(max_length=48)
+    schema_version = models.PositiveSmallIntegerField()
+    payload = models.JSONField()
+    stream_key = models.CharField(max_length=64)
+    stream_entry_id = models.CharField(max_length=32)
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField()
+    archived_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"archived outbox #{self.id} {self.aggregate_key} v{self.relation_version}"

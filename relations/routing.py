@@ -6,16 +6,16 @@ created, so it is cached in-process for the life of the process.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
 
-# Algorithms a contract row may name. A new algorithm is a new name; an existing name never changes
-# what it computes (golden vectors in tests pin them).
-HASH_SHA256_BE64 = "sha256-be64"
+from likes_project.hashing import HASH_SHA256_BE64, stable_hash
+
+__all__ = ["HASH_SHA256_BE64", "stable_hash"]
+
 ENCODING_DECIMAL_ASCII = "decimal-ascii-v1"
 
 
@@ -37,13 +37,6 @@ def encode_user_id(encoding: str, user_id: int) -> bytes:
     if encoding == ENCODING_DECIMAL_ASCII:
         return str(int(user_id)).encode("ascii")
     raise ValueError(f"unknown user-id encoding {encoding!r}")
-
-
-def stable_hash(algorithm: str, seed: str, key: bytes) -> int:
-    if algorithm == HASH_SHA256_BE64:
-        digest = hashlib.sha256(seed.encode("utf-8") + b"\x1f" + key).digest()
-        return int.from_bytes(digest[:8], "big")
-    raise ValueError(f"unknown hash algorithm {algorithm!r}")
 
 
 def slot_for_user(contract: ShardContract, user_id: int) -> int:

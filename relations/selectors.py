@@ -116,3 +116,19 @@ def edges_get(*, author_id: int, user_id: int) -> Edges:
     except RedisError:
         metrics.inc("likes_cache_errors_total", cache="edges")
     return edges
+
+
+def video_visible_to(*, user_id: int, video_id: str) -> bool:
+    """Whether the user may see the video at all (and so its count): it exists, is active, its
+    visibility admits the user, and its author has not blocked the user."""
+    video = video_snapshot_get(video_id=video_id)
+    if video is None or video.status != "active":
+        return False
+    if video.author_id == user_id:
+        return True
+    if video.visibility == "private":
+        return False
+    edges = edges_get(author_id=video.author_id, user_id=user_id)
+    if edges.blocked:
+        return False
+    return video.visibility != "friends" or edges.friends

@@ -25,7 +25,8 @@ echo
 pids=()
 cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup INT TERM EXIT
-"$VENV/bin/celery" -A likes_project worker --loglevel INFO --concurrency "${CELERY_CONCURRENCY:-2}" &
+"$VENV/bin/celery" -A likes_project worker --loglevel INFO -Q publish,count,snapshot,maintenance,celery \
+  --concurrency "${CELERY_CONCURRENCY:-4}" &
 pids+=($!)
 "$VENV/bin/celery" -A likes_project beat --loglevel INFO &
 pids+=($!)

@@ -7,19 +7,39 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from likes_project.redis_client import cache_redis
+from counting import routing as count_routing
+from counting.services.bootstrap import count_projection_bootstrap
+from likes_project.eventlog import streams
+from likes_project.eventlog.services import stream_contract_ensure
+from likes_project.redis_client import cache_redis, stream_redis
 from relations import routing
 from relations.services.contracts import relation_shard_contract_ensure
 from tests import factories
 
 
+def ensure_contracts() -> None:
+    """The frozen contracts every database test needs: relation shards, stream partitions and the
+    count projection's bucket space, generation, sealed manifest, routes and fences."""
+    relation_shard_contract_ensure()
+    streams.reset_cache()
+    stream_contract_ensure()
+    count_routing.reset_cache()
+    count_projection_bootstrap()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        ensure_contracts()
+
+
 def _flush_test_redis() -> None:
-    client = cache_redis()
     prefix = settings.LIKES_REDIS_PREFIX
     assert prefix.startswith("likes-test"), "tests only ever delete their own keys"
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    for client in {id(c): c for c in (cache_redis(), stream_redis())}.values():
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
 
 
 @pytest.fixture(autouse=True)
@@ -37,9 +57,11 @@ def shard_contract(request):
         yield
         return
     request.getfixturevalue("_django_db_helper")
-    relation_shard_contract_ensure()
+    ensure_contracts()
     yield
     routing.reset_cache()
+    count_routing.reset_cache()
+    streams.reset_cache()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ APPS = ["likes_project", "relations", "counting", "reconciliation", "opsconsole"
 # Calls that must never run inside `transaction.atomic()`: task enqueues and Redis traffic.
 FORBIDDEN_IN_ATOMIC = {"delay", "apply_async", "send_task", "cache_redis", "stream_redis",
                        "visibility_cache_put", "edge_cache_put", "edge_cache_invalidate", "token_bucket",
-                       "relation_transition_record"}
+                       "relation_transition_record", "nudge", "views_write", "publish_pipeline"}
 
 
 @pytest.mark.django_db(databases="__all__")

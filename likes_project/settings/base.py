@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "likes_project.eventlog",
     "relations",
     "counting",
     "reconciliation",
@@ -118,6 +119,24 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# One queue per job family (consistency-techniques B2), so a backlog in one never starves another.
+CELERY_TASK_ROUTES = {
+    "relations.publish_*": {"queue": "publish"},
+    "relations.republish_lost": {"queue": "maintenance"},
+    "relations.archive_outbox": {"queue": "maintenance"},
+    "counting.project_*": {"queue": "count"},
+    "counting.display_snapshot": {"queue": "snapshot"},
+}
+# After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
+LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
+# Beat sweepers (schedules live in code; the DatabaseScheduler syncs them into its tables).
+CELERY_BEAT_SCHEDULE = {
+    "publish-outbox": {"task": "relations.publish_all", "schedule": 1.0},
+    "project-counts": {"task": "counting.project_all", "schedule": 1.0},
+    "display-snapshot": {"task": "counting.display_snapshot", "schedule": 1.0},
+    "republish-lost-events": {"task": "relations.republish_lost", "schedule": 30.0},
+    "archive-outbox": {"task": "relations.archive_outbox", "schedule": 300.0},
+}
 
 # --- API ---------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -168,6 +187,20 @@ RATE_LIMIT_ENABLED = env_bool("RATE_LIMIT_ENABLED", True)
 
 # Only behind a proxy that overwrites X-Forwarded-For may the per-IP limit trust it.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+
+# --- count projection -----------------------------------------------------------------------------
+COUNT_VIRTUAL_BUCKETS = env_int("COUNT_VIRTUAL_BUCKETS", 1024)  # V of bucket space v1, used once at bootstrap
+COUNT_PROJECTOR_BATCH = env_int("COUNT_PROJECTOR_BATCH", 500)
+COUNT_SNAPSHOT_BATCH = env_int("COUNT_SNAPSHOT_BATCH", 2000)
+# A video whose buckets changed at least this often since its last snapshot is hot: it is refreshed
+# at most every COUNT_HOT_REFRESH_S (spec §8.6); others on every snapshot run.
+COUNT_HOT_DIRTY_THRESHOLD = env_int("COUNT_HOT_DIRTY_THRESHOLD", 50)
+COUNT_HOT_REFRESH_S = env_float("COUNT_HOT_REFRESH_S", 1.0)
+OUTBOX_PUBLISH_BATCH = env_int("OUTBOX_PUBLISH_BATCH", 500)
+OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 10)
+OUTBOX_CLAIM_TTL_S = env_int("OUTBOX_CLAIM_TTL_S", 60)
+OUTBOX_RETENTION_HOURS = env_int("OUTBOX_RETENTION_HOURS", 72)
+OUTBOX_REPUBLISH_AFTER_S = env_int("OUTBOX_REPUBLISH_AFTER_S", 60)
 
 CURSOR_SIGNING_KEY = os.environ.get("CURSOR_SIGNING_KEY", SECRET_KEY)
 

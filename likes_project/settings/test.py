@@ -17,3 +17,5 @@ LIKES_REDIS_PREFIX = "likes-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 VIDEO_SERVICE_TOKEN = "test-video-service-token"
 CELERY_TASK_ALWAYS_EAGER = False
+# Tests drive the publisher and projectors explicitly (the real task functions), never via a broker.
+LIKES_NUDGE_ENABLED = False

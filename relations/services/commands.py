@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from likes_project import metrics
 from likes_project.errors import RateLimited
+from likes_project.nudge import nudge
 from relations import routing, selectors
 from relations.errors import (
     BlockedByAuthor,
@@ -280,6 +281,7 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
     metrics.inc("likes_commands_total", outcome="changed" if outcome.changed else "unchanged")
     if outcome.changed:
         limits.relation_transition_record(user_id=user_id, video_id=video_id)
+        nudge("relations.publish_outbox", alias)  # after commit; latency only, beat sweeps anyway
     return outcome
 
 

@@ -4,7 +4,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from counting.services.bootstrap import count_projection_bootstrap
 from likes_project.dbcreate import database_create, database_exists
+from likes_project.eventlog.services import stream_contract_ensure
 from relations.services.contracts import relation_shard_contract_ensure
 
 
@@ -39,5 +41,12 @@ class Command(BaseCommand):
         ensured = relation_shard_contract_ensure()
         self.stdout.write(
             f"relation shard contract v{ensured.version} {'created' if ensured.created else 'present'}"
+        )
+        stream = stream_contract_ensure()
+        self.stdout.write(f"stream contract v{stream.version}: {stream.partitions} partitions")
+        boot = count_projection_bootstrap()
+        self.stdout.write(
+            f"count projection generation {boot.generation} (bucket space v{boot.bucket_space_version}, "
+            f"manifest {boot.manifest_id}) {'created' if boot.created else 'present'}"
         )
         self.stdout.write(self.style.SUCCESS("all aliases migrated"))

@@ -1,0 +1,309 @@
+"""The count projector (PROJ-1 … PROJ-13, BKT-1 … BKT-5, ROUTE-5) on the shared consumer framework.
+
+For a batch of events read from one stream partition:
+  virtual bucket from the generation's bucket space -> route from the active manifest -> one group
+  per physical count partition -> per group ONE local transaction that checks the consumer fence and
+  the route fence, skips receipted positions, applies the versioned absolute-state rule, adds the net
+  deltas to the sparse vbuckets, writes the receipts and the dirty marks.
+The framework advances the checkpoint only over entries whose group committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from counting import routing
+from counting.models import (
+    CountConsumerFence,
+    CountEventReceipt,
+    CountRouteFence,
+    DirtyVideo,
+    LikeCountProjection,
+    VideoLikeCountVbucket,
+)
+from likes_project import metrics
+from likes_project.eventlog.consumer import ApplyResult, NonRetryable, Retryable
+from likes_project.eventlog.streams import StreamEntry
+
+logger = logging.getLogger(__name__)
+
+TOPIC = "likes:events"
+LIKED, UNLIKED = "LIKED", "UNLIKED"
+
+
+class RouteEpochMismatch(Retryable):
+    """ROUTE_EPOCH_MISMATCH: the partition's fence refuses this bucket at this epoch (ROUTE-5)."""
+
+
+class FenceLost(Retryable):
+    """A newer lease holder has written to this partition: this (paused, old) holder must stop."""
+
+
+class NegativeBucket(NonRetryable):
+    """Applying the event would take a bucket below zero: an invariant violation (PROJ-12)."""
+
+
+class BucketFrozen(NonRetryable):
+    """The bucket stopped propagating after a negative attempt; it waits for a repair."""
+
+
+@dataclass(frozen=True)
+class Event:
+    entry: StreamEntry
+    user_id: int
+    video_id: str
+    version: int
+    state: str
+    event_id: str
+    changed_at: str
+    vb: int
+    route: routing.Route
+
+
+@dataclass
+class GroupOutcome:
+    done: set[str] = field(default_factory=set)
+    failed: dict[str, Exception] = field(default_factory=dict)
+    applied: int = 0
+    duplicates: int = 0
+    stale: int = 0
+
+
+def validate_event(event: dict) -> None:
+    """Segment 1 of the consumer (C3): shape checks with no side effects."""
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise NonRetryable(f"invalid event: {what}")
+
+    need(isinstance(event, dict), "not an object")
+    need(event.get("eventType") == "LikeRelationChanged", "unknown eventType")
+    need(event.get("absoluteState") in (LIKED, UNLIKED), "absoluteState")
+    for key in ("relationVersion", "userId"):
+        value = event.get(key)
+        need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, key)
+    video_id = event.get("videoId")
+    need(isinstance(video_id, str) and 0 < len(video_id) <= 64, "videoId")
+    need(isinstance(event.get("eventId"), str), "eventId")
+    need(event.get("aggregateKey") == f"{event.get('userId')}:{video_id}", "aggregateKey")
+    need(isinstance(event.get("stateChangedAt"), str) and parse_datetime(event["stateChangedAt"]) is not None,
+         "stateChangedAt")
+
+
+def _t(model) -> str:
+    return model._meta.db_table
+
+
+def _check_consumer_fence(cursor, consumer: str, partition: int, token: int) -> None:
+    cursor.execute(
+        f"INSERT INTO {_t(CountConsumerFence)} AS f (consumer, partition, fencing_token) VALUES (%s, %s, %s) "
+        "ON CONFLICT (consumer, partition) DO UPDATE SET fencing_token = GREATEST(f.fencing_token, "
+        "EXCLUDED.fencing_token) RETURNING fencing_token",
+        [consumer, partition, token],
+    )
+    seen = cursor.fetchone()[0]
+    if seen > token:
+        raise FenceLost(f"token {token} is older than {seen} on this partition")
+
+
+def _check_route_fence(cursor, gen: routing.GenerationRoutes, events: list[Event]) -> None:
+    wanted = {e.vb: e.route.epoch for e in events}
+    cursor.execute(
+        f"SELECT virtual_bucket, route_epoch, state FROM {_t(CountRouteFence)} "
+        "WHERE bucket_space_version = %s AND virtual_bucket = ANY(%s) FOR SHARE",
+        [gen.space.version, sorted(wanted)],
+    )
+    found = {vb: (epoch, state) for vb, epoch, state in cursor.fetchall()}
+    for vb, epoch in wanted.items():
+        if found.get(vb) != (epoch, "ACTIVE"):
+            metrics.inc("likes_route_epoch_mismatch_total")
+            raise RouteEpochMismatch(f"ROUTE_EPOCH_MISMATCH bucket {vb}: fence {found.get(vb)}, wanted e{epoch}")
+
+
+def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event], *, consumer: str,
+                 partition: int, token: int) -> GroupOutcome:
+    """One local transaction on count partition `alias` (PROJ-3, PROJ-7 step 3)."""
+    out = GroupOutcome()
+    g = gen.generation
+    now = timezone.now()
+    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+        _check_consumer_fence(cursor, consumer, partition, token)
+        _check_route_fence(cursor, gen, events)
+        cursor.execute(
+            f"SELECT source_offset FROM {_t(CountEventReceipt)} WHERE generation = %s AND source_topic = %s "
+            "AND source_partition = %s AND source_offset = ANY(%s)",
+            [g, TOPIC, partition, [e.entry.entry_id for e in events]],
+        )
+        receipted = {row[0] for row in cursor.fetchall()}
+        fresh = [e for e in events if e.entry.entry_id not in receipted]
+        for e in events:
+            if e.entry.entry_id in receipted:  # PROJ-4: a replay after a crash past the commit
+                out.done.add(e.entry.entry_id)
+                out.duplicates += 1
+        if not fresh:
+            return out
+        keys = sorted({(e.user_id, e.video_id) for e in fresh})
+        cursor.execute(
+            f"SELECT user_id, video_id, projected_state, projected_version FROM {_t(LikeCountProjection)} "
+            "WHERE generation = %s AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
+            "ORDER BY user_id, video_id FOR UPDATE",
+            [g, [k[0] for k in keys], [k[1] for k in keys]],
+        )
+        before = {(u, v): (s, ver) for u, v, s, ver in cursor.fetchall()}
+        buckets = sorted({(e.video_id, e.vb) for e in fresh})
+        cursor.execute(
+            f"SELECT video_id, virtual_bucket, active_count, frozen FROM {_t(VideoLikeCountVbucket)} "
+            "WHERE generation = %s AND (video_id, virtual_bucket) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::int[])) ORDER BY video_id, virtual_bucket FOR UPDATE",
+            [g, [b[0] for b in buckets], [b[1] for b in buckets]],
+        )
+        stored = {(v, vb): (count, frozen) for v, vb, count, frozen in cursor.fetchall()}
+
+        # Versioned absolute-state rule (PROJ-1, PROJ-2), in stream order, in memory.
+        state = dict(before)
+        delta: dict[tuple[str, int], int] = defaultdict(int)
+        verdicts: dict[str, str] = {}
+        for e in fresh:
+            cur_state, cur_version = state.get((e.user_id, e.video_id), (UNLIKED, 0))
+            if e.version <= cur_version:
+                verdicts[e.entry.entry_id] = "duplicate" if e.version == cur_version else "stale"
+                continue
+            if e.state != cur_state:
+                delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
+            state[(e.user_id, e.video_id)] = (e.state, e.version)
+            verdicts[e.entry.entry_id] = "applied"
+
+        # Anomaly isolation (PROJ-12): a frozen bucket, or one that would go negative, stops here.
+        bad: dict[tuple[str, int], Exception] = {}
+        for key in buckets:
+            count, frozen = stored.get(key, (0, False))
+            if frozen:
+                bad[key] = BucketFrozen(f"bucket {key} is frozen after an earlier negative attempt")
+            elif count + delta.get(key, 0) < 0:
+                bad[key] = NegativeBucket(f"bucket {key} would go to {count + delta[key]}")
+        if bad:
+            for key, err in bad.items():
+                if isinstance(err, NegativeBucket):
+                    metrics.inc("likes_negative_bucket_rejections_total")
+                    logger.error("ALERT negative bucket %s on %s: bucket frozen, events dead-lettered", key, alias)
+                    cursor.execute(
+                        f"INSERT INTO {_t(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+                        "bucket_space_version, active_count, bucket_version, frozen, updated_at) "
+                        "VALUES (%s, %s, %s, %s, 0, 0, true, %s) ON CONFLICT (generation, video_id, virtual_bucket) "
+                        "DO UPDATE SET frozen = true, updated_at = EXCLUDED.updated_at",
+                        [g, key[0], key[1], gen.space.version, now],
+                    )
+            kept = []
+            for e in fresh:
+                if (e.video_id, e.vb) in bad:
+                    out.failed[e.entry.entry_id] = bad[(e.video_id, e.vb)]
+                else:
+                    kept.append(e)
+            # Recompute without the isolated buckets' events (a relation never changes bucket).
+            return _finish(cursor, out, gen, kept, before, verdicts, partition, now, alias)
+        return _finish(cursor, out, gen, fresh, before, verdicts, partition, now, alias)
+
+
+def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: list[Event], before: dict,
+            verdicts: dict[str, str], partition: int, now, alias: str) -> GroupOutcome:
+    g = gen.generation
+    state = dict(before)
+    delta: dict[tuple[str, int], int] = defaultdict(int)
+    changed_rel: dict[tuple[int, str], tuple[str, int, int]] = {}
+    lags = []
+    for e in fresh:
+        if verdicts[e.entry.entry_id] != "applied":
+            continue
+        cur_state, _ = state.get((e.user_id, e.video_id), (UNLIKED, 0))
+        if e.state != cur_state:
+            delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
+        state[(e.user_id, e.video_id)] = (e.state, e.version)
+        changed_rel[(e.user_id, e.video_id)] = (e.state, e.version, e.vb)
+        changed_at = parse_datetime(e.changed_at)
+        if changed_at is not None:
+            lags.append((now - changed_at).total_seconds())
+    if changed_rel:
+        cursor.executemany(
+            f"INSERT INTO {_t(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
+            "projected_version, bucket_space_version, virtual_bucket, updated_at) VALUES (%s, %s, %s, %s, %s, %s, "
+            "%s, %s) ON CONFLICT (generation, user_id, video_id) DO UPDATE SET projected_state = "
+            "EXCLUDED.projected_state, projected_version = EXCLUDED.projected_version, "
+            "updated_at = EXCLUDED.updated_at "
+            "WHERE p.projected_version < EXCLUDED.projected_version",
+            [(g, u, v, s, ver, gen.space.version, vb, now) for (u, v), (s, ver, vb) in sorted(changed_rel.items())],
+        )
+    nonzero = sorted((k, d) for k, d in delta.items() if d != 0)
+    if nonzero:
+        cursor.executemany(
+            f"INSERT INTO {_t(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+            "bucket_space_version, active_count, bucket_version, frozen, updated_at) VALUES (%s, %s, %s, %s, %s, 1, "
+            "false, %s) ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = "
+            "b.active_count + EXCLUDED.active_count, bucket_version = b.bucket_version + 1, "
+            "updated_at = EXCLUDED.updated_at",
+            [(g, v, vb, gen.space.version, d, now) for (v, vb), d in nonzero],
+        )
+        cursor.executemany(
+            f"INSERT INTO {_t(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, first_dirty_at, "
+            "last_dirty_at) VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (generation, video_id, source_partition) "
+            "DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at",
+            [(g, v, partition, now, now) for v in sorted({v for (v, _), _ in nonzero})],
+        )
+    cursor.executemany(
+        f"INSERT INTO {_t(CountEventReceipt)} (generation, source_topic, source_partition, source_offset, "
+        "event_id, outcome, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (generation, source_topic, source_partition, source_offset) DO NOTHING",
+        [(g, TOPIC, partition, e.entry.entry_id, e.event_id, verdicts[e.entry.entry_id], now) for e in fresh],
+    )
+    for e in fresh:
+        out.done.add(e.entry.entry_id)
+        verdict = verdicts[e.entry.entry_id]
+        if verdict == "applied":
+            out.applied += 1
+        elif verdict == "duplicate":
+            out.duplicates += 1
+        else:
+            out.stale += 1
+    for lag in lags:
+        metrics.observe("likes_projection_lag_seconds", lag)
+    return out
+
+
+class CountProjector:
+    """The count projection consumer (`counting.project_partition` runs it per stream partition)."""
+
+    name = "count"
+
+    def validate(self, entry: StreamEntry) -> None:
+        validate_event(entry.event)
+
+    def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int) -> ApplyResult:
+        result = ApplyResult()
+        gen = routing.active()
+        groups: dict[str, list[Event]] = defaultdict(list)
+        for entry in entries:
+            ev = entry.event
+            vb = routing.virtual_bucket(gen.space, ev["videoId"], ev["userId"])
+            route = gen.routes[vb]
+            groups[route.partition].append(Event(entry, ev["userId"], ev["videoId"], ev["relationVersion"],
+                                                 ev["absoluteState"], ev["eventId"], ev["stateChangedAt"], vb,
+                                                 route))
+        for alias, events in sorted(groups.items()):
+            try:
+                out = _apply_group(alias, gen, events, consumer=consumer, partition=partition, token=token)
+            except RouteEpochMismatch as exc:
+                routing.reset_cache()  # refresh the route; the entries are retried, never acked (PROJ-4)
+                out = GroupOutcome(failed={e.entry.entry_id: exc for e in events})
+            except (Retryable, DatabaseError) as exc:
+                logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
+                out = GroupOutcome(failed={e.entry.entry_id: Retryable(str(exc)) for e in events})
+            result.done |= out.done
+            result.failed.update(out.failed)
+            result.applied += out.applied
+            result.duplicates += out.duplicates
+            result.stale += out.stale
+        return result

@@ -1,0 +1,122 @@
+"""Display snapshots (SNAP-1 … SNAP-3, spec §8.4, §8.6): aggregate dirty videos' buckets per the
+active manifest into the durable VideoDisplayCount and the Redis view."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from counting import cache, routing
+from counting.models import CountRefreshSwitch, DirtyVideo, VideoDisplayCount, VideoLikeCountVbucket
+from likes_project import metrics
+from likes_project.eventlog.models import ConsumerCheckpoint
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SnapshotReport:
+    videos: int = 0
+    skipped_hot: int = 0
+    skipped_paused: int = 0
+    snapshot_id: int = 0
+
+
+def _next_snapshot_id() -> int:
+    # A time-ordered id is enough: snapshots are per video and only compared for recency.
+    return int(timezone.now().timestamp() * 1_000_000)
+
+
+def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
+    """Refresh the display snapshot of up to `limit` dirty videos.
+
+    Reads each video's buckets from the partition the active manifest routes them to (one
+    authoritative replica per bucket, ROUTE-6), sums them (no COUNT(*) anywhere), writes the durable
+    snapshot, then the Redis view, then clears the dirty marks that were not re-dirtied meanwhile.
+    Hot videos (dirty at least COUNT_HOT_DIRTY_THRESHOLD times) are refreshed at most every
+    COUNT_HOT_REFRESH_S; a paused video keeps its marks until resumed.
+    Transaction: one on `default` for the snapshots; one per count partition for clearing marks.
+    Idempotency: a rerun recomputes the same sums.
+    """
+    limit = limit or settings.COUNT_SNAPSHOT_BATCH
+    gen = routing.active()
+    report = SnapshotReport(snapshot_id=_next_snapshot_id())
+    marks: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    seq_total: dict[str, int] = defaultdict(int)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        rows = (DirtyVideo.objects.using(alias).filter(generation=gen.generation)
+                .order_by("first_dirty_at").values_list("video_id", "source_partition", "dirty_seq")[:limit])
+        for video_id, source_partition, seq in rows:
+            marks[video_id][alias].append((source_partition, seq))
+            seq_total[video_id] += seq
+    if not marks:
+        return report
+    now = timezone.now()
+    paused = set(CountRefreshSwitch.objects.filter(video_id__in=list(marks), paused=True)
+                 .values_list("video_id", flat=True))
+    last = dict(VideoDisplayCount.objects.filter(video_id__in=list(marks)).values_list("video_id", "generated_at"))
+    chosen = []
+    for video_id in itertools.islice(marks, limit):
+        if video_id in paused:
+            report.skipped_paused += 1
+            continue
+        hot = seq_total[video_id] >= settings.COUNT_HOT_DIRTY_THRESHOLD
+        if hot and video_id in last and (now - last[video_id]).total_seconds() < settings.COUNT_HOT_REFRESH_S:
+            report.skipped_hot += 1
+            continue
+        chosen.append(video_id)
+    if not chosen:
+        return report
+
+    raw: dict[str, int] = defaultdict(int)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"SELECT video_id, SUM(active_count) FROM {VideoLikeCountVbucket._meta.db_table} "
+                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) GROUP BY video_id",
+                [gen.generation, chosen, gen.buckets_on(alias)],
+            )
+            for video_id, total in cursor.fetchall():
+                raw[video_id] += int(total)
+    watermark = {str(p): last_done for p, last_done in ConsumerCheckpoint.objects.filter(consumer="count")
+                 .values_list("partition", "last_done_id")}
+    with transaction.atomic(using="default", durable=True):
+        existing = {r.video_id: r for r in VideoDisplayCount.objects.select_for_update().filter(video_id__in=chosen)}
+        for video_id in sorted(chosen):
+            row = existing.get(video_id)
+            risk = row.risk_hidden_count if row else 0
+            policy = row.policy_hidden_count if row else 0
+            VideoDisplayCount.objects.update_or_create(
+                video_id=video_id,
+                defaults={"generation": gen.generation, "manifest_id": gen.manifest_id,
+                          "raw_active_count": raw[video_id], "risk_hidden_count": risk,
+                          "policy_hidden_count": policy,
+                          "display_count": max(0, raw[video_id] - risk - policy),
+                          "snapshot_id": report.snapshot_id, "generated_at": now, "watermark": watermark},
+            )
+    try:
+        rows = VideoDisplayCount.objects.filter(video_id__in=chosen).values_list("video_id", "display_count")
+        cache.views_write(gen.generation, [(v, d, report.snapshot_id, now.isoformat().replace("+00:00", "Z"))
+                                           for v, d in rows])
+    except RedisError as exc:
+        metrics.inc("likes_cache_errors_total", cache="count_view")
+        logger.warning("count view write failed: %s (the durable snapshot is served)", exc.__class__.__name__)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        params = [(gen.generation, v, sp, seq) for v in chosen for sp, seq in marks[v].get(alias, [])]
+        if params:
+            with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+                cursor.executemany(
+                    f"DELETE FROM {DirtyVideo._meta.db_table} WHERE generation = %s AND video_id = %s "
+                    "AND source_partition = %s AND dirty_seq = %s",
+                    params,
+                )
+    report.videos = len(chosen)
+    metrics.inc("likes_display_snapshots_total", len(chosen))
+    return report

@@ -1,0 +1,40 @@
+"""Thin Celery wrappers around the count projection services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from counting.services.projection import CountProjector
+from counting.services.snapshots import display_snapshot_refresh
+from likes_project.eventlog import streams
+from likes_project.eventlog.consumer import consume_partition
+from likes_project.nudge import nudge
+
+MAX_BATCHES = 10
+
+
+@shared_task(name="counting.project_partition", acks_late=True, ignore_result=True)
+def project_partition_task(partition: int) -> dict:
+    """One bounded pass of the count projector over one stream partition (lease-owned; a duplicate
+    run returns `busy`). Re-triggers itself while there is more to read, and nudges the snapshot."""
+    report = consume_partition(CountProjector(), partition=int(partition),
+                               batch_size=settings.COUNT_PROJECTOR_BATCH, max_batches=MAX_BATCHES)
+    if report.dispatched >= settings.COUNT_PROJECTOR_BATCH * MAX_BATCHES:
+        nudge("counting.project_partition", int(partition), debounce_s=0.0)
+    if report.applied:
+        nudge("counting.display_snapshot", debounce_s=0.2)
+    return {"status": report.status, "applied": report.applied, "dead": report.dead_lettered}
+
+
+@shared_task(name="counting.project_all", ignore_result=True)
+def project_all_task() -> None:
+    """Beat sweeper over every stream partition."""
+    for partition in streams.all_partitions():
+        project_partition_task.delay(partition)
+
+
+@shared_task(name="counting.display_snapshot", acks_late=True, ignore_result=True)
+def display_snapshot_task() -> dict:
+    report = display_snapshot_refresh()
+    return {"videos": report.videos, "skipped_hot": report.skipped_hot}

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class EventlogConfig(AppConfig):
+    """Shared event-log machinery: the stream partitioning contract, leases with fencing tokens,
+    consumer checkpoints, pause switches and the dead-letter table. Every projector uses it."""
+
+    name = "likes_project.eventlog"
+    label = "eventlog"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,253 @@
+"""The one consumer framework every projector runs on (issue 3 §2; consistency-techniques §3, §12).
+
+For one (consumer, partition):
+  lease with a fencing token -> pause switch -> read entries after the checkpoint (ordered, bounded)
+  -> validate (no side effects) -> projector.apply(...) -> classify failures -> advance the durable
+  checkpoint over the contiguous completed prefix only, fenced by the lease token.
+
+A projector returns, for the entries it was given, which ones are done. Anything not done is retried
+on the next run from the same checkpoint; a retryable failure that keeps blocking the head of the
+partition is quarantined after `max_attempts`, and a non-retryable one at once, so the partition
+keeps moving (R3, C4).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from likes_project import metrics
+from likes_project.eventlog import leases, streams
+from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
+from likes_project.eventlog.streams import StreamEntry, entry_id_key
+
+logger = logging.getLogger(__name__)
+
+
+class NonRetryable(Exception):
+    """The event can never be applied as it is (bad payload, broken invariant): dead-letter now."""
+
+
+class Retryable(Exception):
+    """A transient failure (lock timeout, store unavailable): back off and retry."""
+
+
+@dataclass
+class ApplyResult:
+    """What a projector did with a batch: ids done (applied, duplicate or stale all count as done),
+    ids it dead-lettered itself, and errors for ids that failed."""
+
+    done: set[str] = field(default_factory=set)
+    failed: dict[str, Exception] = field(default_factory=dict)
+    applied: int = 0
+    duplicates: int = 0
+    stale: int = 0
+
+
+class Projector(Protocol):
+    name: str
+
+    def validate(self, entry: StreamEntry) -> None:
+        """Raise NonRetryable when the event cannot be applied; must have no side effects."""
+
+    def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int) -> ApplyResult:
+        """Apply the entries (in order) idempotently; never raise for one bad entry."""
+
+
+def contiguous_prefix_end(dispatched: list[str], done: set[str]) -> str | None:
+    """The last id of the longest prefix of `dispatched` (in dispatch order) that is all done, or
+    None when the first one is not done. The checkpoint never passes a hole (PROJ-8)."""
+    last = None
+    for entry_id in dispatched:
+        if entry_id not in done:
+            break
+        last = entry_id
+    return last
+
+
+@dataclass(frozen=True)
+class ConsumeReport:
+    consumer: str
+    partition: int
+    status: str  # ok | paused | busy | lease_lost
+    dispatched: int = 0
+    advanced_to: str | None = None
+    applied: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    dead_lettered: int = 0
+    held_back: int = 0
+
+
+def consumer_is_paused(consumer: str) -> bool:
+    return ConsumerSwitch.objects.filter(consumer=consumer, paused=True).exists()
+
+
+def dead_letter_record(*, consumer: str, entry: StreamEntry, error: Exception, attempts: int) -> None:
+    """Record a dead letter. Never raises into the consumer (C5): a failure here is logged and the
+    entry is simply not marked done, so it is retried instead of lost."""
+    now = timezone.now()
+    event = entry.event if isinstance(entry.event, dict) else {}
+    user_id = event.get("userId")
+    details = {
+        "event_id": str(event.get("eventId", ""))[:64],
+        "video_id": str(event.get("videoId", ""))[:64],
+        "user_id": user_id if isinstance(user_id, int) and not isinstance(user_id, bool) else None,
+        "payload": event, "error_class": error.__class__.__name__,
+        "error": "".join(traceback.format_exception_only(error))[:4000],
+        "attempts": attempts, "last_failed_at": now,
+    }
+    try:
+        DeadLetter.objects.update_or_create(
+            consumer=consumer, stream_key=entry.stream_key, entry_id=entry.entry_id,
+            defaults=details, create_defaults={**details, "first_failed_at": now},
+        )
+    except Exception:
+        logger.exception("could not write dead letter for %s %s", consumer, entry.entry_id)
+        raise Retryable("dead letter write failed") from None
+    metrics.inc("likes_dead_letters_total", consumer=consumer, error=error.__class__.__name__)
+    logger.error("dead-lettered %s %s/%s: %s", consumer, entry.stream_key, entry.entry_id, error)
+
+
+def _checkpoint(consumer: str, partition: int) -> ConsumerCheckpoint:
+    cp, _ = ConsumerCheckpoint.objects.get_or_create(consumer=consumer, partition=partition)
+    return cp
+
+
+def checkpoint_advance(*, consumer: str, partition: int, grant: leases.LeaseGrant, to_id: str,
+                       applied: int, blocked_entry_id: str = "", blocked_attempts: int = 0) -> bool:
+    """Move the checkpoint forward to `to_id`, only while `grant` is the current lease (the fencing
+    token is checked in the same statement) and never backwards."""
+    from likes_project.eventlog.models import Lease
+
+    with transaction.atomic(using="default", durable=True):
+        current = Lease.objects.select_for_update().filter(
+            resource=grant.resource, holder=grant.holder, fencing_token=grant.token
+        ).exists()
+        if not current:
+            return False
+        cp = ConsumerCheckpoint.objects.select_for_update().get(consumer=consumer, partition=partition)
+        if entry_id_key(to_id) < entry_id_key(cp.last_done_id):
+            raise RuntimeError(f"checkpoint of {consumer}[{partition}] would move backwards")
+        ConsumerCheckpoint.objects.filter(pk=cp.pk).update(
+            last_done_id=to_id, fencing_token=grant.token, blocked_entry_id=blocked_entry_id,
+            blocked_attempts=blocked_attempts, applied_total=F("applied_total") + applied,
+            updated_at=timezone.now(),
+        )
+    return True
+
+
+def _set_blocked(consumer: str, partition: int, grant: leases.LeaseGrant, entry_id: str, attempts: int) -> None:
+    ConsumerCheckpoint.objects.filter(consumer=consumer, partition=partition, fencing_token__lte=grant.token).update(
+        blocked_entry_id=entry_id, blocked_attempts=attempts, fencing_token=grant.token
+    )
+
+
+def holder_id() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def consume_partition(projector: Projector, *, partition: int, batch_size: int = 200, max_batches: int = 10,
+                      max_attempts: int = 5, lease_ttl_s: float = 30.0, holder: str | None = None,
+                      grant: leases.LeaseGrant | None = None) -> ConsumeReport:
+    """Run one bounded pass of `projector` over one partition. A second concurrent copy is harmless:
+    it does not get the lease and returns `busy`."""
+    consumer = projector.name
+    if consumer_is_paused(consumer):
+        return ConsumeReport(consumer, partition, "paused")
+    resource = f"consumer:{consumer}:{partition}"
+    grant = grant or leases.lease_acquire(resource=resource, holder=holder or holder_id(), ttl_s=lease_ttl_s)
+    if grant is None:
+        return ConsumeReport(consumer, partition, "busy")
+    try:
+        return _consume(projector, grant, partition=partition, batch_size=batch_size, max_batches=max_batches,
+                        max_attempts=max_attempts, lease_ttl_s=lease_ttl_s)
+    finally:
+        # The next pass (a new holder) may start at once; its token will be higher.
+        leases.lease_release(grant)
+
+
+def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, batch_size: int,
+             max_batches: int, max_attempts: int, lease_ttl_s: float) -> ConsumeReport:
+    consumer = projector.name
+    totals = {"dispatched": 0, "applied": 0, "duplicates": 0, "stale": 0, "dead": 0, "held": 0}
+    advanced_to = None
+    for _ in range(max_batches):
+        if consumer_is_paused(consumer):
+            return ConsumeReport(consumer, partition, "paused", totals["dispatched"], advanced_to,
+                                 totals["applied"], totals["duplicates"], totals["stale"], totals["dead"])
+        cp = _checkpoint(consumer, partition)
+        entries = streams.read_after(partition, cp.last_done_id, batch_size)
+        if not entries:
+            break
+        totals["dispatched"] += len(entries)
+        dispatched = [e.entry_id for e in entries]
+        done: set[str] = set()
+        valid: list[StreamEntry] = []
+        for entry in entries:
+            try:
+                projector.validate(entry)
+                valid.append(entry)
+            except NonRetryable as exc:
+                dead_letter_record(consumer=consumer, entry=entry, error=exc, attempts=1)
+                done.add(entry.entry_id)
+                totals["dead"] += 1
+        result = projector.apply(valid, consumer=consumer, partition=partition, token=grant.token) if valid \
+            else ApplyResult()
+        done |= result.done
+        totals["applied"] += result.applied
+        totals["duplicates"] += result.duplicates
+        totals["stale"] += result.stale
+        by_id = {e.entry_id: e for e in entries}
+        for entry_id, error in result.failed.items():
+            if isinstance(error, NonRetryable):
+                dead_letter_record(consumer=consumer, entry=by_id[entry_id], error=error, attempts=1)
+                done.add(entry_id)
+                totals["dead"] += 1
+
+        head = contiguous_prefix_end(dispatched, done)
+        blocked_id, attempts = "", 0
+        first_pending = next((i for i in dispatched if i not in done), None)
+        if first_pending is not None:
+            error = result.failed.get(first_pending, Retryable("not completed"))
+            attempts = cp.blocked_attempts + 1 if cp.blocked_entry_id == first_pending else 1
+            if attempts >= max_attempts:
+                # R3: a head that keeps failing is quarantined so the partition keeps moving.
+                dead_letter_record(consumer=consumer, entry=by_id[first_pending], error=error, attempts=attempts)
+                done.add(first_pending)
+                totals["dead"] += 1
+                head = contiguous_prefix_end(dispatched, done)
+                blocked_id, attempts = "", 0
+            else:
+                blocked_id = first_pending
+                metrics.inc("likes_consumer_retries_total", consumer=consumer)
+        if head is not None:
+            if not checkpoint_advance(consumer=consumer, partition=partition, grant=grant, to_id=head,
+                                      applied=result.applied, blocked_entry_id=blocked_id,
+                                      blocked_attempts=attempts):
+                return ConsumeReport(consumer, partition, "lease_lost", totals["dispatched"], advanced_to,
+                                     totals["applied"], totals["duplicates"], totals["stale"], totals["dead"])
+            advanced_to = head
+        elif blocked_id:
+            _set_blocked(consumer, partition, grant, blocked_id, attempts)
+        if first_pending is not None and blocked_id:
+            totals["held"] = sum(1 for i in dispatched if i not in done)
+            break  # back off: the rest of this partition waits for the next run
+        try:
+            leases.lease_renew(grant, ttl_s=lease_ttl_s)
+        except leases.LeaseLost:
+            return ConsumeReport(consumer, partition, "lease_lost", totals["dispatched"], advanced_to,
+                                 totals["applied"], totals["duplicates"], totals["stale"], totals["dead"])
+    metrics.inc("likes_events_applied_total", totals["applied"], consumer=consumer)
+    metrics.inc("likes_events_duplicate_total", totals["duplicates"], consumer=consumer)
+    metrics.inc("likes_events_stale_total", totals["stale"], consumer=consumer)
+    return ConsumeReport(consumer, partition, "ok", totals["dispatched"], advanced_to, totals["applied"],
+                         totals["duplicates"], totals["stale"], totals["dead"], totals["held"])

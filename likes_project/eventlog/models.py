@@ -1,0 +1,115 @@
+"""Control-plane rows (`default`) of the event log and its consumers."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class StreamContract(models.Model):
+    """Frozen partitioning of the event log: aggregateKey -> partition (architecture §7)."""
+
+    version = models.PositiveIntegerField(primary_key=True)
+    topic = models.CharField(max_length=64)
+    hash_algorithm = models.CharField(max_length=32)
+    hash_seed = models.CharField(max_length=64)
+    key_encoding = models.CharField(max_length=32)
+    partitions = models.PositiveIntegerField()
+    is_active = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_active"], condition=Q(is_active=True), name="one_active_stream_contract"
+            ),
+            models.CheckConstraint(condition=Q(partitions__gt=0), name="stream_partitions_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic} v{self.version}: {self.partitions} partitions ({self.hash_algorithm})"
+
+
+class Lease(models.Model):
+    """A singleton job's lease (consistency-techniques S2). `fencing_token` grows on every change of
+    holder; writes made on behalf of a lease carry the token and are refused once it is stale."""
+
+    resource = models.CharField(max_length=128, primary_key=True)
+    holder = models.CharField(max_length=128)
+    fencing_token = models.BigIntegerField(default=0)
+    expires_at = models.DateTimeField()
+    acquired_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.resource} held by {self.holder} (token {self.fencing_token})"
+
+
+class ConsumerCheckpoint(models.Model):
+    """Durable position of one consumer in one stream partition. Every entry with an id up to and
+    including `last_done_id` is done (applied or quarantined); `next_offset` is the first entry after
+    it. Advanced only over the contiguous completed prefix (PROJ-8), only by the lease holder."""
+
+    consumer = models.CharField(max_length=64)
+    partition = models.PositiveIntegerField()
+    last_done_id = models.CharField(max_length=32, default="0-0")
+    fencing_token = models.BigIntegerField(default=0)
+    blocked_entry_id = models.CharField(max_length=32, blank=True, default="")
+    blocked_attempts = models.PositiveIntegerField(default=0)
+    applied_total = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["consumer", "partition"], name="uniq_consumer_partition")]
+
+    def __str__(self) -> str:
+        return f"{self.consumer}[{self.partition}] done through {self.last_done_id}"
+
+
+class ConsumerSwitch(models.Model):
+    """Runtime switch: pause dispatch for a consumer (snapshot barrier, incident response)."""
+
+    consumer = models.CharField(max_length=64, primary_key=True)
+    paused = models.BooleanField(default=False)
+    reason = models.CharField(max_length=256, blank=True, default="")
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.consumer}: {'paused' if self.paused else 'running'}"
+
+
+class DeadLetterStatus(models.TextChoices):
+    NEW = "NEW"
+    REQUEUED = "REQUEUED"
+    DISCARDED = "DISCARDED"
+    RESOLVED = "RESOLVED"
+
+
+class DeadLetter(models.Model):
+    """An event a consumer could not apply (C5). Writing one never raises into the consumer."""
+
+    consumer = models.CharField(max_length=64)
+    stream_key = models.CharField(max_length=64)
+    entry_id = models.CharField(max_length=32)
+    event_id = models.CharField(max_length=64, blank=True, default="")
+    video_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    user_id = models.BigIntegerField(null=True, db_index=True)
+    payload = models.JSONField(default=dict)
+    error_class = models.CharField(max_length=128)
+    error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=1)
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    status = models.CharField(max_length=12, choices=DeadLetterStatus.choices, default=DeadLetterStatus.NEW)
+    resolver = models.CharField(max_length=150, blank=True, default="")
+    reason = models.CharField(max_length=512, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["consumer", "stream_key", "entry_id"], name="uniq_dead_letter_entry"),
+        ]
+        indexes = [models.Index(fields=["status", "first_failed_at"], name="dead_letter_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.consumer} {self.stream_key}/{self.entry_id}: {self.error_class}"

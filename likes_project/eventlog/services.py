@@ -1,0 +1,46 @@
+"""Writes for the event-log control plane."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from likes_project.eventlog import streams
+from likes_project.eventlog.models import ConsumerSwitch, StreamContract
+from likes_project.hashing import HASH_SHA256_BE64
+
+STREAM_V1_SEED = "likes-stream-v1"
+
+
+def stream_contract_ensure() -> StreamContract:
+    """Create the stream partitioning contract v1 (P = STREAM_PARTITIONS) unless one exists.
+
+    Idempotency: an existing contract is returned untouched, whatever STREAM_PARTITIONS says now;
+    changing P is a new contract version plus a drain (R2), never an in-place edit.
+    """
+    existing = StreamContract.objects.filter(is_active=True).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic(using="default", durable=True):
+            row = StreamContract.objects.create(
+                version=1, topic="likes:events", hash_algorithm=HASH_SHA256_BE64, hash_seed=STREAM_V1_SEED,
+                key_encoding=streams.ENCODING_UTF8, partitions=settings.STREAM_PARTITIONS, is_active=True,
+            )
+    except IntegrityError:
+        row = StreamContract.objects.get(is_active=True)
+    streams.reset_cache()
+    return row
+
+
+def consumer_switch_set(*, consumer: str, paused: bool, reason: str, actor) -> ConsumerSwitch:
+    """Pause or resume dispatch for a consumer. Transaction: switch row + audit on `default`."""
+    from opsconsole.services import audit_record
+
+    with transaction.atomic(using="default", durable=True):
+        switch, _ = ConsumerSwitch.objects.update_or_create(
+            consumer=consumer, defaults={"paused": paused, "reason": reason, "updated_by": actor.name}
+        )
+        audit_record(actor=actor, action="consumer.pause" if paused else "consumer.resume",
+                     target_type="consumer", target_id=consumer, params={"reason": reason})
+    return switch

@@ -1,0 +1,136 @@
+"""The event log on Redis Streams (architecture §4). The only module that builds stream keys.
+
+Topic `likes:events`, partition p in [0, P): stream key `<prefix>:events:{p}`. An event's partition
+is the stable hash of its aggregateKey under the stored StreamContract, so one relation's events
+stay in one partition in publish order (consumers still converge by version, OUT-10).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from likes_project.hashing import stable_hash
+from likes_project.redis_client import stream_redis
+
+ENCODING_UTF8 = "utf8-v1"
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    partition: int
+    stream_key: str
+    entry_id: str
+    event: dict
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return entry_id_key(self.entry_id)
+
+
+@dataclass(frozen=True)
+class PartitionContract:
+    version: int
+    topic: str
+    hash_algorithm: str
+    hash_seed: str
+    partitions: int
+
+
+def entry_id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def stream_key(partition: int) -> str:
+    return f"{settings.LIKES_REDIS_PREFIX}:events:{{{partition}}}"
+
+
+_lock = threading.Lock()
+
+
+@functools.cache
+def _contract_cached() -> PartitionContract:
+    from likes_project.eventlog.models import StreamContract
+
+    row = StreamContract.objects.filter(is_active=True).first()
+    if row is None:
+        raise RuntimeError("no active stream contract; run `python manage.py migrate_all`")
+    return PartitionContract(row.version, row.topic, row.hash_algorithm, row.hash_seed, row.partitions)
+
+
+def active_contract() -> PartitionContract:
+    with _lock:
+        return _contract_cached()
+
+
+def reset_cache() -> None:
+    with _lock:
+        _contract_cached.cache_clear()
+
+
+def partition_for(aggregate_key: str, contract: PartitionContract | None = None) -> int:
+    c = contract or active_contract()
+    return stable_hash(c.hash_algorithm, c.hash_seed, aggregate_key.encode("utf-8")) % c.partitions
+
+
+def all_partitions() -> list[int]:
+    return list(range(active_contract().partitions))
+
+
+def publish_pipeline(events: list[dict]) -> list[tuple[str, str]]:
+    """XADD every event to its partition in one round trip; returns (stream key, entry id) each.
+    Raises redis errors to the caller, which classifies them (O4)."""
+    client = stream_redis()
+    pipe = client.pipeline(transaction=False)
+    keys = []
+    for event in events:
+        key = stream_key(partition_for(event["aggregateKey"]))
+        keys.append(key)
+        pipe.xadd(key, {"event": json.dumps(event, separators=(",", ":"))})
+    ids = pipe.execute()
+    return [(k, i.decode() if isinstance(i, bytes) else str(i)) for k, i in zip(keys, ids, strict=True)]
+
+
+def read_after(partition: int, after_id: str, count: int) -> list[StreamEntry]:
+    """Entries with id > after_id, in id order (the dispatch order of this partition)."""
+    key = stream_key(partition)
+    rows = stream_redis().xrange(key, min=f"({after_id}", max="+", count=count)
+    out = []
+    for entry_id, fields in rows:
+        eid = entry_id.decode()
+        raw = fields.get(b"event", b"")
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            event = {"_undecodable": raw.decode("utf-8", "replace")}
+        out.append(StreamEntry(partition, key, eid, event if isinstance(event, dict) else {"_invalid": event}))
+    return out
+
+
+def entry_exists(partition: int, entry_id: str) -> bool:
+    return bool(stream_redis().xrange(stream_key(partition), min=entry_id, max=entry_id, count=1))
+
+
+def last_generated_id(partition: int) -> str:
+    """The stream's last id, "0-0" when the stream does not exist (lost or never written)."""
+    client = stream_redis()
+    key = stream_key(partition)
+    if not client.exists(key):
+        return "0-0"
+    info = client.xinfo_stream(key)
+    last = info.get("last-generated-id") or info.get(b"last-generated-id") or b"0-0"
+    return last.decode() if isinstance(last, bytes) else str(last)
+
+
+def length(partition: int) -> int:
+    return int(stream_redis().xlen(stream_key(partition)))
+
+
+def trim_below(partition: int, min_id: str) -> int:
+    """Drop entries older than min_id (only below every consumer's checkpoint)."""
+    return int(stream_redis().xtrim(stream_key(partition), minid=min_id, approximate=False))

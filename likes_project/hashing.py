@@ -1,0 +1,25 @@
+"""Stable hash functions named by the frozen contracts (relation shards, stream partitions, bucket
+spaces). A name, once used, never changes what it computes; golden-vector tests pin every one."""
+
+from __future__ import annotations
+
+import hashlib
+
+HASH_SHA256_BE64 = "sha256-be64"
+
+
+def stable_hash(algorithm: str, seed: str, key: bytes) -> int:
+    """Unsigned 64-bit hash of `key` under `seed`."""
+    if algorithm == HASH_SHA256_BE64:
+        digest = hashlib.sha256(seed.encode("utf-8") + b"\x1f" + key).digest()
+        return int.from_bytes(digest[:8], "big")
+    raise ValueError(f"unknown hash algorithm {algorithm!r}")
+
+
+def length_prefixed_utf8(*parts: str) -> bytes:
+    """Unambiguous concatenation: 4-byte big-endian length + UTF-8 bytes, for each part (BKT-2)."""
+    out = bytearray()
+    for part in parts:
+        data = part.encode("utf-8")
+        out += len(data).to_bytes(4, "big") + data
+    return bytes(out)

@@ -1,0 +1,64 @@
+"""Thin Celery wrappers around the outbox services (house style: primitive args, one service call)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from likes_project.eventlog import leases
+from likes_project.eventlog.consumer import holder_id
+from likes_project.nudge import nudge
+from relations import routing
+from relations.services import outbox
+
+PUBLISH_ROUNDS = 20
+
+
+@shared_task(name="relations.publish_outbox", acks_late=True, ignore_result=True)
+def publish_outbox_task(alias: str) -> dict:
+    """Publish one relation shard's due outbox rows under the shard's publisher lease; nudge the
+    count projector for every partition it wrote to. A second copy finds the lease taken."""
+    if alias not in settings.RELATION_SHARD_ALIASES:
+        return {"status": "unknown_alias"}
+    grant = leases.lease_acquire(resource=f"publisher:{alias}", holder=holder_id(), ttl_s=30)
+    if grant is None:
+        return {"status": "busy"}
+    sent, partitions = 0, set()
+    try:
+        for _ in range(PUBLISH_ROUNDS):
+            report = outbox.outbox_publish_batch(alias=alias, holder=grant.holder)
+            sent += report.sent
+            partitions |= report.partitions
+            if report.claimed < settings.OUTBOX_PUBLISH_BATCH:
+                break
+            leases.lease_renew(grant, ttl_s=30)
+    finally:
+        leases.lease_release(grant)
+    for partition in sorted(partitions):
+        nudge("counting.project_partition", partition, debounce_s=0.0)
+    return {"status": "ok", "sent": sent}
+
+
+@shared_task(name="relations.publish_all", ignore_result=True)
+def publish_all_task() -> None:
+    """Beat sweeper: the on-commit nudge is only an optimisation (T2)."""
+    for alias in routing.all_aliases():
+        publish_outbox_task.delay(alias)
+
+
+@shared_task(name="relations.republish_lost", acks_late=True, ignore_result=True)
+def republish_lost_task() -> dict:
+    """Detect events lost from the stream and republish them from the outbox (O5)."""
+    found = {}
+    for alias in routing.all_aliases():
+        report = outbox.outbox_republish_lost(alias=alias)
+        found[alias] = report.republished
+        if report.republished:
+            nudge("relations.publish_outbox", alias, debounce_s=0.0)
+    return found
+
+
+@shared_task(name="relations.archive_outbox", acks_late=True, ignore_result=True)
+def archive_outbox_task() -> dict:
+    """Move published rows past the retention window into the archive, a chunk per shard."""
+    return {alias: outbox.outbox_archive_batch(alias=alias) for alias in routing.all_aliases()}
