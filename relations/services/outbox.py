@@ -4,6 +4,7 @@ consistency-techniques O2–O5, O8). One relation shard at a time; many copies m
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import random
 from dataclasses import dataclass, field
@@ -82,7 +83,8 @@ def outbox_claim(*, alias: str, holder: str, limit: int) -> list[ClaimedRow]:
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
         cursor.execute(_CLAIM_SQL.format(t=OutboxEvent._meta.db_table), params)
         rows = cursor.fetchall()
-    claimed = [ClaimedRow(r[0], str(r[1]), r[2], r[3]) for r in rows]
+    # Django hands jsonb to raw cursors as text.
+    claimed = [ClaimedRow(r[0], str(r[1]), json.loads(r[2]) if isinstance(r[2], str) else r[2], r[3]) for r in rows]
     claimed.sort(key=lambda r: r.id)
     return claimed
 
