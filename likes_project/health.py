@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import connections
 from django.http import HttpResponse, JsonResponse
 
-from likes_project import metrics
+from likes_project import metrics, observability
 from likes_project.redis_client import cache_redis, stream_redis
 
 
@@ -49,4 +49,5 @@ def readyz(request):
 
 
 def metrics_view(request):
-    return HttpResponse(metrics.render(), content_type="text/plain; version=0.0.4")
+    # In-process counters, then the gauges read from the stores at scrape time (never raises).
+    return HttpResponse(metrics.render() + observability.render(), content_type="text/plain; version=0.0.4")

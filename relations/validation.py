@@ -10,6 +10,7 @@ from relations.models import RelationState, VideoStatus, VideoVisibility
 VIDEO_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 OPERATION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 
 
 def video_id(value) -> str:
@@ -19,7 +20,8 @@ def video_id(value) -> str:
 
 
 def operation_id(value, *, field: str = "Idempotency-Key") -> str:
-    if value is None or value == "":
+    # A header that is present but empty is malformed, not missing.
+    if value is None:
         raise InvalidInput(f"The {field} header is required.", code="missing_idempotency_key")
     if not isinstance(value, str) or not OPERATION_ID_RE.fullmatch(value):
         raise InvalidInput(f"{field} must be 1-128 characters of [A-Za-z0-9._:-].", code="invalid_idempotency_key")
@@ -36,15 +38,28 @@ def strict_int(value, *, field: str, code: str, minimum: int | None = None) -> i
     # bool is an int subclass in Python; JSON true/false is not a number here.
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{field} must be an integer.", code=code)
-    if (minimum is not None and value < minimum) or value > INT64_MAX or value < -INT64_MAX:
+    if (minimum is not None and value < minimum) or value > INT64_MAX or value < INT64_MIN:
         bound = f" >= {minimum}" if minimum is not None else ""
         raise InvalidInput(f"{field} must be an integer{bound} that fits in 64 bits.", code=code)
     return value
 
 
+def storable_text(value) -> bool:
+    """PostgreSQL text holds no NUL character, and a lone surrogate (legal in JSON `\\ud800`) has no
+    UTF-8 encoding: either would fail in the driver, a 5xx for what is bad input."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def device_id(value) -> str:
-    if not isinstance(value, str) or len(value) > 128:
-        raise InvalidInput("deviceId must be a string of at most 128 characters.", code="invalid_device_id")
+    if not isinstance(value, str) or len(value) > 128 or not storable_text(value):
+        raise InvalidInput("deviceId must be a string of at most 128 characters, without NUL or unpaired "
+                           "surrogates.", code="invalid_device_id")
     return value
 
 

@@ -205,12 +205,12 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
                 else:
                     kept.append(e)
             # Recompute without the isolated buckets' events (a relation never changes bucket).
-            return _finish(cursor, out, gen, kept, before, verdicts, partition, now, alias)
-        return _finish(cursor, out, gen, fresh, before, verdicts, partition, now, alias)
+            return _finish(cursor, out, gen, kept, before, stored, verdicts, partition, now)
+        return _finish(cursor, out, gen, fresh, before, stored, verdicts, partition, now)
 
 
 def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: list[Event], before: dict,
-            verdicts: dict[str, str], partition: int, now, alias: str) -> GroupOutcome:
+            stored: dict, verdicts: dict[str, str], partition: int, now) -> GroupOutcome:
     g = gen.generation
     state = dict(before)
     delta: dict[tuple[str, int], int] = defaultdict(int)
@@ -238,15 +238,28 @@ def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: lis
             [(g, u, v, s, ver, gen.space.version, vb, now) for (u, v), (s, ver, vb) in sorted(changed_rel.items())],
         )
     nonzero = sorted((k, d) for k, d in delta.items() if d != 0)
-    if nonzero:
+    # Rows we hold locked are updated in place; new rows can only start positive (a negative one was
+    # isolated above) and may race with another group's insert, hence ON CONFLICT. A CHECK constraint
+    # is evaluated on the proposed INSERT row, so a negative delta must never travel as an insert.
+    existing = [(d, now, g, v, vb) for (v, vb), d in nonzero if (v, vb) in stored]
+    new = [(g, v, vb, gen.space.version, d, now) for (v, vb), d in nonzero if (v, vb) not in stored]
+    if existing:
+        cursor.executemany(
+            f"UPDATE {_t(VideoLikeCountVbucket)} SET active_count = active_count + %s, "
+            "bucket_version = bucket_version + 1, updated_at = %s "
+            "WHERE generation = %s AND video_id = %s AND virtual_bucket = %s",
+            existing,
+        )
+    if new:
         cursor.executemany(
             f"INSERT INTO {_t(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
             "bucket_space_version, active_count, bucket_version, frozen, updated_at) VALUES (%s, %s, %s, %s, %s, 1, "
             "false, %s) ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = "
             "b.active_count + EXCLUDED.active_count, bucket_version = b.bucket_version + 1, "
             "updated_at = EXCLUDED.updated_at",
-            [(g, v, vb, gen.space.version, d, now) for (v, vb), d in nonzero],
+            new,
         )
+    if nonzero:
         cursor.executemany(
             f"INSERT INTO {_t(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, first_dirty_at, "
             "last_dirty_at) VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (generation, video_id, source_partition) "

@@ -127,12 +127,15 @@ class InternalVideoView(APIView):
         author_id = body.get("authorId")
         if author_id is None and body.get("authorUsername") is not None:
             username = body["authorUsername"]
-            user = get_user_model().objects.filter(username=username).first() if isinstance(username, str) else None
+            user = (get_user_model().objects.filter(username=username).first()
+                    if validation.storable_text(username) else None)
             if user is None:
                 raise InvalidInput("authorUsername names no user.", code="unknown_author")
             author_id = user.pk
         if author_id is None:
             raise InvalidInput("authorId (or authorUsername) is required.", code="invalid_author")
+        # Bounded here: an id past 64 bits would otherwise fail in the database as a 5xx.
+        validation.strict_int(author_id, field="authorId", code="invalid_author", minimum=1)
         version = body.get("version")
         validation.strict_int(version, field="version", code="invalid_version", minimum=1)
         result: VideoUpsertResult = videos.video_snapshot_upsert(

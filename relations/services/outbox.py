@@ -51,12 +51,30 @@ class PublishReport:
     partitions: set[int] = field(default_factory=set)
 
 
+# The commit-order watermark: the oldest transaction id still running IN THIS DATABASE (outbox rows
+# only come from this database's transactions). `pg_snapshot_xmin(pg_current_snapshot())` would be
+# the textbook form, but it is cluster-wide: a long transaction in any other database on the same
+# server would stall publishing. pg_stat_activity's 32-bit `backend_xid` is widened to xid8 against the
+# snapshot's xmax (same epoch unless that would put it in the future). Needs the app role to see its
+# own sessions' backend_xid (it does; other roles need pg_read_all_stats).
+_SAFE_XID_SQL = """
+    (WITH ref AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x),
+          running AS (SELECT backend_xid::text::bigint AS x32 FROM pg_stat_activity
+                       WHERE datname = current_database() AND backend_xid IS NOT NULL
+                         AND pid <> pg_backend_pid()),
+          widened AS (SELECT CASE WHEN ((ref.x >> 32) << 32) + r.x32 > ref.x
+                                  THEN ((ref.x >> 32) << 32) + r.x32 - 4294967296
+                                  ELSE ((ref.x >> 32) << 32) + r.x32 END AS x
+                        FROM running r, ref)
+     SELECT COALESCE((SELECT MIN(x) FROM widened), (SELECT x FROM ref)))
+"""
+
 _CLAIM_SQL = """
 WITH c AS (
     SELECT id FROM {t}
      WHERE ((status IN ('NEW', 'RETRY', 'UNCERTAIN') AND next_retry_at <= %(now)s)
             OR (status = 'PUBLISHING' AND claim_expires_at < %(now)s))
-       AND xact_id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+       AND xact_id < """ + _SAFE_XID_SQL + """
      ORDER BY id
      LIMIT %(limit)s
      FOR UPDATE SKIP LOCKED

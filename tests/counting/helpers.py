@@ -1,0 +1,73 @@
+"""Drive the real publisher and projector, and read the truth straight from the shards."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import Sum
+
+from counting import routing as count_routing
+from counting.models import LikeCountProjection, VideoLikeCountVbucket
+from counting.services.projection import CountProjector
+from likes_project.eventlog import streams
+from likes_project.eventlog.consumer import consume_partition
+from relations.models import LikeRelation, OutboxEvent
+from relations.services import outbox
+from relations.services.outbox import ClaimedRow, event_envelope
+
+
+def publish_all(holder: str = "test-publisher") -> int:
+    sent = 0
+    for alias in settings.RELATION_SHARD_ALIASES:
+        while True:
+            report = outbox.outbox_publish_batch(alias=alias, holder=holder)
+            sent += report.sent
+            if report.claimed == 0:
+                break
+    return sent
+
+
+def project_all(**kw) -> list:
+    return [consume_partition(CountProjector(), partition=p, **kw) for p in streams.all_partitions()]
+
+
+def drain() -> None:
+    publish_all()
+    project_all()
+
+
+def liked_facts(video_id: str) -> int:
+    return sum(LikeRelation.objects.using(a).filter(video_id=video_id, state="LIKED").count()
+               for a in settings.RELATION_SHARD_ALIASES)
+
+
+def bucket_sum(video_id: str) -> int:
+    gen = count_routing.active()
+    total = 0
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        total += VideoLikeCountVbucket.objects.using(alias).filter(
+            generation=gen.generation, video_id=video_id
+        ).aggregate(s=Sum("active_count"))["s"] or 0
+    return total
+
+
+def projection_row(user_id: int, video_id: str) -> LikeCountProjection | None:
+    gen = count_routing.active()
+    vb = count_routing.virtual_bucket(gen.space, video_id, user_id)
+    alias = gen.routes[vb].partition
+    return LikeCountProjection.objects.using(alias).filter(generation=gen.generation, user_id=user_id,
+                                                            video_id=video_id).first()
+
+
+def envelopes(user_id: int, video_id: str) -> list[dict]:
+    """The published form of every outbox event of one relation, in version order."""
+    from relations import routing
+
+    rows = OutboxEvent.objects.using(routing.alias_for_user(user_id)).filter(
+        aggregate_key=f"{user_id}:{video_id}").order_by("relation_version")
+    return [event_envelope(ClaimedRow(r.id, str(r.event_id), r.payload, r.retry_count)) for r in rows]
+
+
+def mark_all_sent() -> None:
+    """Pretend the outbox rows were published by us (tests that hand-craft the stream order)."""
+    for alias in settings.RELATION_SHARD_ALIASES:
+        OutboxEvent.objects.using(alias).update(status="SENT")
