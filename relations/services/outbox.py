@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -247,11 +248,11 @@ def outbox_archive_batch(*, alias: str, chunk: int = 1000) -> int:
     lows = _min_checkpoints()
     ids: list[int] = []
     for partition in streams.all_partitions():
-        low_ms, _ = lows.get(partition, (0, 0))
+        low_ms, low_seq = lows.get(partition, (0, 0))
+        consumed = Q(stream_entry_ms__lt=low_ms) | Q(stream_entry_ms=low_ms, stream_entry_seq__lte=low_seq)
         ids += list(
             OutboxEvent.objects.using(alias)
-            .filter(status=OutboxStatus.SENT, published_at__lt=cutoff, stream_partition=partition,
-                    stream_entry_ms__lt=low_ms)
+            .filter(consumed, status=OutboxStatus.SENT, published_at__lt=cutoff, stream_partition=partition)
             .order_by("id").values_list("id", flat=True)[:chunk]
         )
     ids = sorted(ids)[:chunk]

@@ -1,0 +1,587 @@
+"""Observability (issue 3 §5): the scrape-time gauges on /metrics, and the admin pages for the event
+log and the count projection (read-only views, the audited switches, vbuckets per video)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+
+import pytest
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+from django.utils import timezone
+
+from counting import routing as count_routing
+from counting.models import (
+    CountBucketRoute,
+    CountBucketSpace,
+    CountProjectionGeneration,
+    CountRefreshSwitch,
+    CountRouteManifest,
+    CountRouteManifestItem,
+    DirtyVideo,
+    VideoDisplayCount,
+    VideoLikeCountVbucket,
+)
+from counting.services.projection import CountProjector
+from counting.services.snapshots import display_snapshot_refresh
+from likes_project.eventlog import leases, streams
+from likes_project.eventlog.consumer import NonRetryable, consume_partition, dead_letter_record
+from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter, Lease, StreamContract
+from likes_project.eventlog.services import consumer_switch_set
+from likes_project.redis_client import reset_clients
+from opsconsole.models import AuditRecord
+from relations.models import OutboxEvent
+from relations.services.commands import relation_set_state
+from relations.services.outbox import outbox_publish_batch
+from tests.factories import TEST_ACTOR
+
+# Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+
+SHARDS = ("rel_00", "rel_01")
+UNREACHABLE = "redis://127.0.0.1:1/0"
+VBUCKETS_URL = "/admin/counting/videodisplaycount/vbuckets/"
+SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def scrape(client) -> dict[tuple[str, frozenset], float]:
+    """GET /metrics and parse every sample into {(name, labels): value}; fails on a malformed line."""
+    resp = client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp["Content-Type"].startswith("text/plain")
+    samples = {}
+    for line in resp.content.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE_RE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m["labels"] or ""))
+        samples[(m["name"], labels)] = float(m["value"])
+    return samples
+
+
+def sample(samples, name: str, **labels) -> float | None:
+    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())))
+
+
+def family(samples, name: str) -> dict[frozenset, float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name}
+
+
+def like(user, video_id: str, desired: str = "LIKED"):
+    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
+                              operation_id=uuid.uuid4().hex)
+
+
+def publish(alias: str) -> int:
+    """Publish every pending row of one shard (the publisher only claims committed rows)."""
+    sent = 0
+    while (report := outbox_publish_batch(alias=alias, holder="t")).claimed:
+        sent += report.sent
+    assert not OutboxEvent.objects.using(alias).filter(status__in=["NEW", "RETRY", "UNCERTAIN"]).exists()
+    return sent
+
+
+def project_everything() -> None:
+    for p in streams.all_partitions():
+        report = consume_partition(CountProjector(), partition=p)
+        assert report.status == "ok", report
+
+
+def count_route(user, video_id: str) -> tuple[str, int]:
+    gen = count_routing.active()
+    vb = count_routing.virtual_bucket(gen.space, video_id, user.pk)
+    return gen.routes[vb].partition, vb
+
+
+def grant(user, codename: str, app_label: str = "counting") -> None:
+    user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+
+
+@pytest.fixture
+def author(make_user):
+    return make_user()
+
+
+@pytest.fixture
+def staff(make_user):
+    user = make_user()
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    return user
+
+
+@pytest.fixture
+def unreachable_redis(settings):
+    """Both Redis roles point at a closed port; the process-wide clients are rebuilt around it."""
+    saved = settings.REDIS_URL, settings.REDIS_STREAMS_URL
+    settings.REDIS_URL = settings.REDIS_STREAMS_URL = UNREACHABLE
+    reset_clients()
+    try:
+        yield
+    finally:
+        settings.REDIS_URL, settings.REDIS_STREAMS_URL = saved
+        reset_clients()
+
+
+# --- /metrics: outbox, streams, consumer lag ---------------------------------------------------
+
+
+def test_metrics_count_outbox_rows_by_status_on_each_shard(client, make_user, make_video, author):
+    make_video("vid-m", author)
+    u0, u1, u1b = make_user(shard="rel_00"), make_user(shard="rel_01"), make_user(shard="rel_01")
+    like(u0, "vid-m")
+    like(u1, "vid-m")
+    like(u1b, "vid-m")
+    like(u1b, "vid-m", "UNLIKED")
+
+    samples = scrape(client)
+
+    assert sample(samples, "likes_outbox_rows", shard="rel_00", status="NEW") == 1
+    assert sample(samples, "likes_outbox_rows", shard="rel_01", status="NEW") == 3
+    for shard in SHARDS:
+        assert sample(samples, "likes_outbox_rows", shard=shard, status="SENT") == 0
+        assert sample(samples, "likes_outbox_oldest_pending_age_seconds", shard=shard) >= 0
+    assert not family(samples, "likes_metrics_scrape_errors")
+
+
+def test_metrics_oldest_pending_age_follows_the_oldest_unpublished_row(client, make_user, make_video, author):
+    make_video("vid-m", author)
+    u0 = make_user(shard="rel_00")
+    like(u0, "vid-m")
+    OutboxEvent.objects.using("rel_00").update(created_at=timezone.now() - dt.timedelta(seconds=600))
+
+    samples = scrape(client)
+
+    assert 600 <= sample(samples, "likes_outbox_oldest_pending_age_seconds", shard="rel_00") < 700
+    assert sample(samples, "likes_outbox_oldest_pending_age_seconds", shard="rel_01") == 0
+
+
+def test_publishing_moves_rows_from_new_to_the_stream(client, make_user, make_video, author):
+    make_video("vid-m", author)
+    users = [make_user(shard="rel_00"), make_user(shard="rel_01"), make_user(shard="rel_01")]
+    for user in users:
+        like(user, "vid-m")
+    before = scrape(client)
+    assert sum(family(before, "likes_stream_length").values()) == 0
+    assert len(family(before, "likes_stream_length")) == len(streams.all_partitions())
+
+    assert publish("rel_00") == 1
+    after_one = scrape(client)
+    assert sample(after_one, "likes_outbox_rows", shard="rel_00", status="NEW") == 0
+    assert sample(after_one, "likes_outbox_rows", shard="rel_00", status="SENT") == 1
+    assert sample(after_one, "likes_outbox_rows", shard="rel_01", status="NEW") == 2
+    assert sample(after_one, "likes_outbox_oldest_pending_age_seconds", shard="rel_00") == 0
+    assert sum(family(after_one, "likes_stream_length").values()) == 1
+
+    assert publish("rel_01") == 2
+    after_all = scrape(client)
+    assert sample(after_all, "likes_outbox_rows", shard="rel_01", status="NEW") == 0
+    lengths = family(after_all, "likes_stream_length")
+    assert sum(lengths.values()) == 3
+    for p in streams.all_partitions():
+        assert lengths[frozenset({("partition", str(p))})] == streams.length(p)
+
+
+def test_consumer_lag_grows_with_published_events_and_returns_to_zero(client, make_user, make_video, author):
+    make_video("vid-m", author)
+    like(make_user(shard="rel_00"), "vid-m")
+    publish("rel_00")
+    project_everything()
+    caught_up = scrape(client)
+    lag_entries = family(caught_up, "likes_consumer_lag_entries")
+    assert set(lag_entries) == {frozenset({("consumer", "count"), ("partition", str(p))})
+                                for p in streams.all_partitions()}
+    assert set(lag_entries.values()) == {0}
+    assert set(family(caught_up, "likes_consumer_lag_seconds").values()) == {0}
+
+    late = make_user(shard="rel_01")
+    like(late, "vid-m")
+    like(make_user(shard="rel_01"), "vid-m")
+    publish("rel_01")
+    behind = scrape(client)
+    lagging = {dict(k)["partition"]: v for k, v in family(behind, "likes_consumer_lag_entries").items() if v}
+    assert sum(lagging.values()) == 2
+    assert str(streams.partition_for(f"{late.pk}:vid-m")) in lagging
+    assert all(sample(behind, "likes_consumer_lag_seconds", consumer="count", partition=p) >= 0 for p in lagging)
+
+    project_everything()
+    again = scrape(client)
+    assert set(family(again, "likes_consumer_lag_entries").values()) == {0}
+    assert set(family(again, "likes_consumer_lag_seconds").values()) == {0}
+
+
+def test_consumer_lag_seconds_is_the_age_of_the_first_unconsumed_entry(client, make_user, make_video, author):
+    make_video("vid-m", author)
+    user = make_user(shard="rel_00")
+    like(user, "vid-m")
+    publish("rel_00")
+    p = streams.partition_for(f"{user.pk}:vid-m")
+    # Give the entry a timestamp 90 s in the past: rewrite the stream with an explicit older id.
+    (entry_id, fields), = streams.stream_redis().xrange(streams.stream_key(p))
+    old_ms = streams.entry_id_key(entry_id.decode())[0] - 90_000
+    streams.stream_redis().delete(streams.stream_key(p))
+    streams.stream_redis().xadd(streams.stream_key(p), fields, id=f"{old_ms}-0")
+    ConsumerCheckpoint.objects.create(consumer="count", partition=p, last_done_id="0-0")
+
+    samples = scrape(client)
+
+    assert sample(samples, "likes_consumer_lag_entries", consumer="count", partition=p) == 1
+    assert 90 <= sample(samples, "likes_consumer_lag_seconds", consumer="count", partition=p) < 150
+
+
+# --- /metrics: dead letters, snapshot staleness, projection latency ----------------------------
+
+
+def _dead_letter(entry_id: str, video_id: str = "vid-dl", consumer: str = "count") -> DeadLetter:
+    entry = streams.StreamEntry(0, streams.stream_key(0), entry_id,
+                                {"eventId": str(uuid.uuid4()), "videoId": video_id, "userId": 7, "bad": True})
+    dead_letter_record(consumer=consumer, entry=entry, error=NonRetryable("payload is missing relationVersion"),
+                       attempts=1)
+    return DeadLetter.objects.get(entry_id=entry_id, consumer=consumer)
+
+
+def test_dead_letters_show_in_the_gauges(client):
+    before = scrape(client)
+    assert not family(before, "likes_dead_letters")
+    assert sample(before, "likes_dead_letter_oldest_age_seconds") == 0
+
+    old = _dead_letter("100-0")
+    _dead_letter("101-0")
+    DeadLetter.objects.filter(pk=old.pk).update(first_failed_at=timezone.now() - dt.timedelta(seconds=300))
+    resolved = _dead_letter("102-0")
+    DeadLetter.objects.filter(pk=resolved.pk).update(status="RESOLVED",
+                                                      first_failed_at=timezone.now() - dt.timedelta(days=1))
+
+    samples = scrape(client)
+    assert sample(samples, "likes_dead_letters", consumer="count", status="NEW") == 2
+    assert sample(samples, "likes_dead_letters", consumer="count", status="RESOLVED") == 1
+    # The oldest NEW one, not the older RESOLVED one.
+    assert 300 <= sample(samples, "likes_dead_letter_oldest_age_seconds") < 400
+
+
+def test_snapshot_staleness_and_projection_latency(client, make_user, make_video, author):
+    make_video("vid-m", author)
+    like(make_user(shard="rel_00"), "vid-m")
+    like(make_user(shard="rel_01"), "vid-m")
+    assert sample(scrape(client), "likes_display_snapshot_oldest_dirty_age_seconds") == 0
+    for alias in SHARDS:
+        publish(alias)
+    project_everything()
+
+    dirty = scrape(client)
+    assert sample(dirty, "likes_display_snapshot_oldest_dirty_age_seconds") >= 0
+    assert sample(dirty, "likes_projection_lag_seconds_count") >= 2  # the in-process summary is kept
+
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        DirtyVideo.objects.using(alias).update(first_dirty_at=timezone.now() - dt.timedelta(seconds=200))
+    assert 200 <= sample(scrape(client), "likes_display_snapshot_oldest_dirty_age_seconds") < 300
+
+    assert display_snapshot_refresh().videos == 1
+    assert sample(scrape(client), "likes_display_snapshot_oldest_dirty_age_seconds") == 0
+
+
+def test_metrics_answer_with_a_scrape_error_when_redis_is_unreachable(client, make_user, make_video, author,
+                                                                      unreachable_redis):
+    make_video("vid-m", author)
+    like(make_user(shard="rel_00"), "vid-m")
+    ConsumerCheckpoint.objects.create(consumer="count", partition=0)
+
+    samples = scrape(client)
+
+    assert sample(samples, "likes_metrics_scrape_errors", part="streams") == 1
+    assert sample(samples, "likes_metrics_scrape_errors", part="consumer_lag") == 1
+    assert not family(samples, "likes_stream_length")
+    assert not family(samples, "likes_consumer_lag_entries")
+    # The database-backed gauges are still there.
+    assert sample(samples, "likes_outbox_rows", shard="rel_00", status="NEW") == 1
+    assert sample(samples, "likes_dead_letter_oldest_age_seconds") == 0
+    assert sample(samples, "likes_metrics_scrape_errors", part="outbox:rel_00") is None
+
+
+def test_metrics_have_no_scrape_error_when_everything_answers(client):
+    samples = scrape(client)
+    assert not family(samples, "likes_metrics_scrape_errors")
+    assert family(samples, "likes_stream_length")
+
+
+# --- admin: vbuckets per video -----------------------------------------------------------------
+
+
+def _likers_on_both_partitions(make_user, video_id: str):
+    """Users on both relation shards whose buckets land on both count partitions."""
+    users = [make_user(shard="rel_00"), make_user(shard="rel_01")]
+    while {count_route(u, video_id)[0] for u in users} != set(settings.COUNT_PARTITION_ALIASES):
+        users.append(make_user(shard=SHARDS[len(users) % 2]))
+        assert len(users) < 40, "bucket routes never reached every count partition"
+    return users
+
+
+def test_vbuckets_page_lists_every_bucket_of_the_video_and_the_sum(admin_client, make_user, make_video, author):
+    make_video("vid-v", author)
+    make_video("vid-other", author)
+    likers = _likers_on_both_partitions(make_user, "vid-v")
+    withdrawn = make_user(shard="rel_01")
+    for user in likers:
+        like(user, "vid-v")
+    like(likers[0], "vid-other")
+    like(withdrawn, "vid-v")
+    like(withdrawn, "vid-v", "UNLIKED")  # a like withdrawn: its bucket may hold a 0, never a 1
+    for alias in SHARDS:
+        publish(alias)
+    project_everything()
+    display_snapshot_refresh()
+
+    resp = admin_client.get(VBUCKETS_URL, {"video_id": "vid-v"})
+
+    assert resp.status_code == 200
+    result = resp.context["result"]
+    expected: dict[tuple[str, int], int] = {}
+    for user in likers:
+        expected[count_route(user, "vid-v")] = expected.get(count_route(user, "vid-v"), 0) + 1
+    shown = {(r.alias, r.virtual_bucket): r.active_count for r in result.rows}
+    assert {k: v for k, v in shown.items() if v} == expected
+    assert set(shown) <= set(expected) | {count_route(withdrawn, "vid-v")}
+    assert {r.alias for r in result.rows} == set(settings.COUNT_PARTITION_ALIASES)
+    assert all(r.routed for r in result.rows)
+    assert result.routed_sum == len(likers)
+    assert result.generation == count_routing.active().generation
+    assert result.snapshot.raw_active_count == len(likers)
+    assert result.snapshot_matches is True
+    page = resp.content.decode()
+    assert f'<td id="vbuckets-sum">{len(likers)}</td>' in page
+    assert page.count('class="vbucket-row') == len(shown)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        assert f'<td class="partition-alias">{alias}</td>' in page
+
+
+def test_vbuckets_page_flags_a_row_on_a_partition_the_manifest_does_not_route_to(admin_client, make_user,
+                                                                                  make_video, author):
+    make_video("vid-v", author)
+    user = make_user(shard="rel_00")
+    like(user, "vid-v")
+    publish("rel_00")
+    project_everything()
+    alias, vb = count_route(user, "vid-v")
+    stray_alias = next(a for a in settings.COUNT_PARTITION_ALIASES if a != alias)
+    gen = count_routing.active()
+    VideoLikeCountVbucket.objects.using(stray_alias).create(
+        generation=gen.generation, video_id="vid-v", virtual_bucket=vb, bucket_space_version=gen.space.version,
+        active_count=5, updated_at=timezone.now())
+
+    result = admin_client.get(VBUCKETS_URL, {"video_id": "vid-v"}).context["result"]
+
+    assert [(r.alias, r.routed, r.active_count) for r in result.rows] == sorted(
+        [(alias, True, 1), (stray_alias, False, 5)], key=lambda t: t[0])
+    assert (result.routed_sum, result.unrouted_rows, result.unrouted_sum) == (1, 1, 5)
+    assert result.snapshot is None  # no snapshot has run
+
+
+def test_vbuckets_page_rejects_a_malformed_video_id(admin_client):
+    resp = admin_client.get(VBUCKETS_URL, {"video_id": "not a video id!"})
+    assert resp.status_code == 200
+    assert resp.context["result"] is None
+    assert "videoId must be" in resp.content.decode()
+
+
+def test_vbuckets_page_needs_its_permission_and_is_linked_from_the_index(client, admin_client, staff):
+    assert reverse("admin:counting_vbuckets") == VBUCKETS_URL
+    assert VBUCKETS_URL in admin_client.get("/admin/").content.decode()
+    assert VBUCKETS_URL in admin_client.get("/admin/counting/").content.decode()
+    assert VBUCKETS_URL not in admin_client.get("/admin/eventlog/").content.decode()
+
+    client.force_login(staff)
+    assert client.get(VBUCKETS_URL, {"video_id": "vid-v"}).status_code == 403
+    assert VBUCKETS_URL not in client.get("/admin/").content.decode()
+
+    grant(staff, "view_videolikecountvbucket")
+    assert client.get(VBUCKETS_URL, {"video_id": "vid-v"}).status_code == 200
+    assert VBUCKETS_URL in client.get("/admin/").content.decode()
+    assert client.post(VBUCKETS_URL, {"video_id": "vid-v"}).status_code == 405
+
+
+def test_vbuckets_page_is_refused_to_non_staff(client, make_user):
+    user = make_user()
+    grant(user, "view_videolikecountvbucket")
+    client.force_login(user)
+    resp = client.get(VBUCKETS_URL)
+    assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
+
+
+# --- admin: consumer switch --------------------------------------------------------------------
+
+
+@pytest.fixture
+def count_switch():
+    consumer_switch_set(consumer="count", paused=False, reason="", actor=TEST_ACTOR)
+    return reverse("admin:eventlog_consumerswitch_change", args=["count"])
+
+
+def test_pausing_a_consumer_without_a_reason_is_a_form_error_and_writes_nothing(admin_client, count_switch):
+    audits = AuditRecord.objects.count()
+
+    resp = admin_client.post(count_switch, {"paused": "on", "reason": "  "})
+
+    assert resp.status_code == 200
+    assert "Give a reason for pausing this consumer." in resp.content.decode()
+    switch = ConsumerSwitch.objects.get(consumer="count")
+    assert (switch.paused, switch.updated_by) == (False, TEST_ACTOR.name)
+    assert AuditRecord.objects.count() == audits
+
+
+def test_pausing_a_consumer_with_a_reason_goes_through_the_audited_service(admin_client, count_switch):
+    resp = admin_client.post(count_switch, {"paused": "on", "reason": "snapshot barrier"})
+
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    switch = ConsumerSwitch.objects.get(consumer="count")
+    assert (switch.paused, switch.reason, switch.updated_by) == (True, "snapshot barrier", "admin")
+    audit = AuditRecord.objects.filter(action="consumer.pause").get()
+    assert (audit.actor, audit.channel, audit.target_id, audit.params) == (
+        "admin", "admin", "count", {"reason": "snapshot barrier"})
+    # The pause is real: the projector stops dispatching.
+    assert consume_partition(CountProjector(), partition=0).status == "paused"
+
+    assert admin_client.post(count_switch, {"reason": ""}).status_code == 302
+    assert ConsumerSwitch.objects.get(consumer="count").paused is False
+    assert AuditRecord.objects.filter(action="consumer.resume", actor="admin").count() == 1
+
+
+def test_a_switch_can_be_added_for_a_consumer_that_has_run(admin_client):
+    add_url = reverse("admin:eventlog_consumerswitch_add")
+    assert admin_client.post(add_url, {"consumer": "count", "paused": "on", "reason": "x"}).status_code == 200
+    assert not ConsumerSwitch.objects.exists()  # "count" has no checkpoint yet: not a known consumer
+
+    project_everything()
+    resp = admin_client.post(add_url, {"consumer": "count", "paused": "on", "reason": "incident 42"})
+
+    assert resp.status_code == 302
+    assert ConsumerSwitch.objects.get(consumer="count").paused is True
+    assert AuditRecord.objects.filter(action="consumer.pause", target_id="count", channel="admin").count() == 1
+
+
+def test_a_consumer_switch_cannot_be_deleted(admin_client, count_switch):
+    delete_url = reverse("admin:eventlog_consumerswitch_delete", args=["count"])
+    assert admin_client.post(delete_url, {"post": "yes"}).status_code == 403
+    assert ConsumerSwitch.objects.filter(consumer="count").exists()
+
+
+# --- admin: count refresh switch ---------------------------------------------------------------
+
+
+def test_refresh_switch_changes_are_audited(admin_client):
+    add_url = reverse("admin:counting_countrefreshswitch_add")
+
+    refused = admin_client.post(add_url, {"video_id": "vid-r", "paused": "on", "reason": ""})
+    assert refused.status_code == 200
+    assert "Give a reason" in refused.content.decode()
+    assert not CountRefreshSwitch.objects.exists()
+    assert not AuditRecord.objects.filter(action__startswith="count.refresh").exists()
+
+    assert admin_client.post(add_url, {"video_id": "vid-r", "paused": "on", "reason": "hot spam wave"}
+                             ).status_code == 302
+    switch = CountRefreshSwitch.objects.get(video_id="vid-r")
+    assert (switch.paused, switch.reason, switch.updated_by) == (True, "hot spam wave", "admin")
+    pause = AuditRecord.objects.get(action="count.refresh_pause")
+    assert (pause.target_type, pause.target_id, pause.channel) == ("video", "vid-r", "admin")
+
+    change_url = reverse("admin:counting_countrefreshswitch_change", args=["vid-r"])
+    assert admin_client.post(change_url, {"reason": ""}).status_code == 302
+    assert CountRefreshSwitch.objects.get(video_id="vid-r").paused is False
+    assert AuditRecord.objects.filter(action="count.refresh_resume", target_id="vid-r").count() == 1
+
+
+# --- admin: read-only pages --------------------------------------------------------------------
+
+READ_ONLY = [StreamContract, Lease, ConsumerCheckpoint, DeadLetter, CountBucketSpace, CountProjectionGeneration,
+             CountRouteManifest, CountRouteManifestItem, CountBucketRoute, VideoDisplayCount]
+
+
+@pytest.mark.parametrize("model", READ_ONLY, ids=lambda m: m.__name__)
+def test_read_only_admins_refuse_add_change_and_delete(admin_client, rf, admin_user, model):
+    model_admin = admin.site._registry[model]
+    request = rf.get("/admin/")
+    request.user = admin_user
+    assert model_admin.has_add_permission(request) is False
+    assert model_admin.has_change_permission(request) is False
+    assert model_admin.has_delete_permission(request) is False
+    assert model_admin.has_view_permission(request) is True
+    opts = model._meta
+    assert admin_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add")).status_code == 403
+    assert admin_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")).status_code == 200
+
+
+def test_control_plane_lists_show_their_rows(admin_client, make_user, make_video, author):
+    make_video("vid-m", author)
+    like(make_user(shard="rel_00"), "vid-m")
+    publish("rel_00")
+    project_everything()
+    display_snapshot_refresh()
+    stale = leases.lease_acquire(resource="test:stale", holder="h-old", ttl_s=-5)
+    live = leases.lease_acquire(resource="test:live", holder="h-live", ttl_s=300)
+
+    def changelist(model):
+        resp = admin_client.get(reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist"))
+        assert resp.status_code == 200
+        return resp
+
+    leases_page = changelist(Lease)
+    by_resource = {obj.resource: obj for obj in leases_page.context["cl"].result_list}
+    assert {stale.resource, live.resource} <= set(by_resource)
+    lease_admin = leases_page.context["cl"].model_admin
+    assert lease_admin.expired(by_resource["test:stale"]) is True
+    assert lease_admin.expired(by_resource["test:live"]) is False
+
+    checkpoints = changelist(ConsumerCheckpoint).context["cl"].result_list
+    assert {(c.consumer, c.partition) for c in checkpoints} == {("count", p) for p in streams.all_partitions()}
+    assert sum(c.applied_total for c in checkpoints) == 1
+
+    gen = count_routing.active()
+    manifests = changelist(CountRouteManifest).context["cl"].result_list
+    active_manifest = next(m for m in manifests if m.pk == gen.manifest_id)
+    assert active_manifest.items_stored == gen.space.virtual_buckets == active_manifest.row_count
+    assert changelist(CountProjectionGeneration).context["cl"].result_count == 1
+    snapshots = changelist(VideoDisplayCount)
+    assert [r.video_id for r in snapshots.context["cl"].result_list] == ["vid-m"]
+    assert f"{VBUCKETS_URL}?video_id=vid-m" in snapshots.content.decode()
+
+
+def test_dead_letter_admin_lists_filters_searches_and_shows_payload(admin_client):
+    letter = _dead_letter("200-0", video_id="vid-dead")
+    _dead_letter("201-0", video_id="vid-alive", consumer="other")
+    url = reverse("admin:eventlog_deadletter_changelist")
+
+    listed = admin_client.get(url)
+    assert {r.entry_id for r in listed.context["cl"].result_list} == {"200-0", "201-0"}
+    assert "200-0" in listed.content.decode()
+    filtered = admin_client.get(url, {"consumer": "count", "status__exact": "NEW", "error_class": "NonRetryable"})
+    assert [r.entry_id for r in filtered.context["cl"].result_list] == ["200-0"]
+    assert admin_client.get(url, {"error_class": "KeyError"}).context["cl"].result_count == 0
+    assert [r.entry_id for r in admin_client.get(url, {"q": "vid-dead"}).context["cl"].result_list] == ["200-0"]
+    assert [r.pk for r in admin_client.get(url, {"q": letter.event_id}).context["cl"].result_list] == [letter.pk]
+
+    detail = admin_client.get(reverse("admin:eventlog_deadletter_change", args=[letter.pk]))
+    assert detail.status_code == 200
+    page = detail.content.decode()
+    assert "payload is missing relationVersion" in page
+    assert "&quot;videoId&quot;: &quot;vid-dead&quot;" in page
+    change = admin_client.post(reverse("admin:eventlog_deadletter_change", args=[letter.pk]), {"status": "RESOLVED"})
+    assert change.status_code == 403
+    assert DeadLetter.objects.get(pk=letter.pk).status == "NEW"
+
+
+def test_route_items_and_routes_are_listed(admin_client):
+    gen = count_routing.active()
+    items = admin_client.get(reverse("admin:counting_countroutemanifestitem_changelist"), {"q": "3"})
+    assert [(i.virtual_bucket, i.physical_partition) for i in items.context["cl"].result_list] == [
+        (3, gen.routes[3].partition)]
+    assert CountRouteManifestItem.objects.filter(manifest_id=gen.manifest_id).count() == gen.space.virtual_buckets
+    routes = admin_client.get(reverse("admin:counting_countbucketroute_changelist"), {"q": "5"})
+    assert [r.physical_partition for r in routes.context["cl"].result_list] == [gen.routes[5].partition]
+    assert CountBucketRoute.objects.count() == gen.space.virtual_buckets
