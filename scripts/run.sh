@@ -25,10 +25,10 @@ echo
 pids=()
 cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup INT TERM EXIT
-"$VENV/bin/celery" -A likes_project worker --loglevel INFO -Q publish,count,snapshot,maintenance,celery \
+"$VENV/bin/celery" -A likes_project worker --loglevel "${CELERY_LOGLEVEL:-WARNING}" -Q publish,count,snapshot,maintenance,celery \
   --concurrency "${CELERY_CONCURRENCY:-4}" &
 pids+=($!)
-"$VENV/bin/celery" -A likes_project beat --loglevel INFO &
+"$VENV/bin/celery" -A likes_project beat --loglevel "${CELERY_LOGLEVEL:-WARNING}" &
 pids+=($!)
 "$VENV/bin/gunicorn" likes_project.wsgi:application --bind "0.0.0.0:$PORT" \
   --workers "${WEB_CONCURRENCY:-4}" --timeout 30 --access-logfile - &
