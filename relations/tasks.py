@@ -60,5 +60,10 @@ def republish_lost_task() -> dict:
 
 @shared_task(name="relations.archive_outbox", acks_late=True, ignore_result=True)
 def archive_outbox_task() -> dict:
-    """Move published rows past the retention window into the archive, a chunk per shard."""
-    return {alias: outbox.outbox_archive_batch(alias=alias) for alias in routing.all_aliases()}
+    """Move published rows past the retention window into the archive, a chunk per shard, then
+    trim the streams below every consumer's checkpoint and the same window."""
+    from likes_project.eventlog.services import streams_trim
+
+    moved = {alias: outbox.outbox_archive_batch(alias=alias) for alias in routing.all_aliases()}
+    trimmed = streams_trim(retention_s=settings.OUTBOX_RETENTION_HOURS * 3600)
+    return {"archived": moved, "trimmed": trimmed}

@@ -14,6 +14,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -283,6 +284,12 @@ def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: lis
             out.stale += 1
     for lag in lags:
         metrics.observe("likes_projection_lag_seconds", lag)
+    slow = [lag for lag in lags if lag > settings.COUNT_CONVERGENCE_TARGET_S]
+    if slow:
+        # Beyond the convergence target (issue 3 §4): counted, and logged once per group.
+        metrics.inc("likes_projection_over_target_total", len(slow))
+        logger.warning("projection lag %.2fs exceeds the %.1fs target on %s events", max(slow),
+                       settings.COUNT_CONVERGENCE_TARGET_S, len(slow))
     return out
 
 

@@ -44,3 +44,27 @@ def consumer_switch_set(*, consumer: str, paused: bool, reason: str, actor) -> C
         audit_record(actor=actor, action="consumer.pause" if paused else "consumer.resume",
                      target_type="consumer", target_id=consumer, params={"reason": reason})
     return switch
+
+
+def streams_trim(*, retention_s: int) -> dict[int, int]:
+    """Trim every partition below both the lowest consumer checkpoint and the retention window
+    (architecture §4): an entry is dropped only when every consumer is past it AND it is older than
+    `retention_s`. Returns entries removed per partition."""
+    import time
+
+    from likes_project.eventlog.models import ConsumerCheckpoint
+
+    lows: dict[int, tuple[int, int]] = {}
+    for partition, last_done in ConsumerCheckpoint.objects.values_list("partition", "last_done_id"):
+        key = streams.entry_id_key(last_done)
+        lows[partition] = min(lows.get(partition, key), key)
+    cutoff_ms = int((time.time() - retention_s) * 1000)
+    removed = {}
+    for partition in streams.all_partitions():
+        if partition not in lows:
+            continue  # no consumer has read this partition: keep everything
+        ms, seq = lows[partition]
+        # MINID keeps entries >= the bound; the checkpoint entry itself is done, so keep from seq+1.
+        bound = f"{ms}-{seq + 1}" if ms < cutoff_ms else f"{cutoff_ms}-0"
+        removed[partition] = streams.trim_below(partition, bound)
+    return removed

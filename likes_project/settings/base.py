@@ -196,6 +196,8 @@ COUNT_SNAPSHOT_BATCH = env_int("COUNT_SNAPSHOT_BATCH", 2000)
 # at most every COUNT_HOT_REFRESH_S (spec §8.6); others on every snapshot run.
 COUNT_HOT_DIRTY_THRESHOLD = env_int("COUNT_HOT_DIRTY_THRESHOLD", 50)
 COUNT_HOT_REFRESH_S = env_float("COUNT_HOT_REFRESH_S", 1.0)
+# Commit -> applied beyond this is logged and counted (likes_projection_over_target_total).
+COUNT_CONVERGENCE_TARGET_S = env_float("COUNT_CONVERGENCE_TARGET_S", 2.0)
 OUTBOX_PUBLISH_BATCH = env_int("OUTBOX_PUBLISH_BATCH", 500)
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 10)
 OUTBOX_CLAIM_TTL_S = env_int("OUTBOX_CLAIM_TTL_S", 60)
