@@ -126,6 +126,33 @@ def _check_route_fence(cursor, gen: routing.GenerationRoutes, events: list[Event
             raise RouteEpochMismatch(f"ROUTE_EPOCH_MISMATCH bucket {vb}: fence {found.get(vb)}, wanted e{epoch}")
 
 
+@dataclass
+class Fold:
+    """The versioned absolute-state rule (PROJ-1, PROJ-2) applied in stream order, in memory."""
+
+    verdicts: dict[str, str] = field(default_factory=dict)  # entry id -> applied | duplicate | stale
+    delta: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))  # (video, vb) -> net
+    relations: dict[tuple[int, str], tuple[str, int, int]] = field(default_factory=dict)  # -> (state, v, vb)
+
+
+def fold_events(events: list[Event], before: dict[tuple[int, str], tuple[str, int]]) -> Fold:
+    """Unknown relations start as UNLIKED v0; a version not above the current one changes nothing;
+    a higher one moves the state and contributes +1/-1 only when the state really flips."""
+    fold = Fold()
+    state = dict(before)
+    for e in events:
+        cur_state, cur_version = state.get((e.user_id, e.video_id), (UNLIKED, 0))
+        if e.version <= cur_version:
+            fold.verdicts[e.entry.entry_id] = "duplicate" if e.version == cur_version else "stale"
+            continue
+        if e.state != cur_state:
+            fold.delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
+        state[(e.user_id, e.video_id)] = (e.state, e.version)
+        fold.relations[(e.user_id, e.video_id)] = (e.state, e.version, e.vb)
+        fold.verdicts[e.entry.entry_id] = "applied"
+    return fold
+
+
 def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event], *, consumer: str,
                  partition: int, token: int) -> GroupOutcome:
     """One local transaction on count partition `alias` (PROJ-3, PROJ-7 step 3)."""
@@ -165,19 +192,7 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
         )
         stored = {(v, vb): (count, frozen) for v, vb, count, frozen in cursor.fetchall()}
 
-        # Versioned absolute-state rule (PROJ-1, PROJ-2), in stream order, in memory.
-        state = dict(before)
-        delta: dict[tuple[str, int], int] = defaultdict(int)
-        verdicts: dict[str, str] = {}
-        for e in fresh:
-            cur_state, cur_version = state.get((e.user_id, e.video_id), (UNLIKED, 0))
-            if e.version <= cur_version:
-                verdicts[e.entry.entry_id] = "duplicate" if e.version == cur_version else "stale"
-                continue
-            if e.state != cur_state:
-                delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
-            state[(e.user_id, e.video_id)] = (e.state, e.version)
-            verdicts[e.entry.entry_id] = "applied"
+        fold = fold_events(fresh, before)
 
         # Anomaly isolation (PROJ-12): a frozen bucket, or one that would go negative, stops here.
         bad: dict[tuple[str, int], Exception] = {}
@@ -185,8 +200,8 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
             count, frozen = stored.get(key, (0, False))
             if frozen:
                 bad[key] = BucketFrozen(f"bucket {key} is frozen after an earlier negative attempt")
-            elif count + delta.get(key, 0) < 0:
-                bad[key] = NegativeBucket(f"bucket {key} would go to {count + delta[key]}")
+            elif count + fold.delta.get(key, 0) < 0:
+                bad[key] = NegativeBucket(f"bucket {key} would go to {count + fold.delta[key]}")
         if bad:
             for key, err in bad.items():
                 if isinstance(err, NegativeBucket):
@@ -205,29 +220,17 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
                     out.failed[e.entry.entry_id] = bad[(e.video_id, e.vb)]
                 else:
                     kept.append(e)
-            # Recompute without the isolated buckets' events (a relation never changes bucket).
-            return _finish(cursor, out, gen, kept, before, stored, verdicts, partition, now)
-        return _finish(cursor, out, gen, fresh, before, stored, verdicts, partition, now)
+            # Fold again without the isolated buckets' events (a relation never changes bucket).
+            fresh, fold = kept, fold_events(kept, before)
+        return _finish(cursor, out, gen, fresh, stored, fold, partition, now)
 
 
-def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: list[Event], before: dict,
-            stored: dict, verdicts: dict[str, str], partition: int, now) -> GroupOutcome:
+def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: list[Event], stored: dict,
+            fold: Fold, partition: int, now) -> GroupOutcome:
     g = gen.generation
-    state = dict(before)
-    delta: dict[tuple[str, int], int] = defaultdict(int)
-    changed_rel: dict[tuple[int, str], tuple[str, int, int]] = {}
-    lags = []
-    for e in fresh:
-        if verdicts[e.entry.entry_id] != "applied":
-            continue
-        cur_state, _ = state.get((e.user_id, e.video_id), (UNLIKED, 0))
-        if e.state != cur_state:
-            delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
-        state[(e.user_id, e.video_id)] = (e.state, e.version)
-        changed_rel[(e.user_id, e.video_id)] = (e.state, e.version, e.vb)
-        changed_at = parse_datetime(e.changed_at)
-        if changed_at is not None:
-            lags.append((now - changed_at).total_seconds())
+    verdicts, changed_rel = fold.verdicts, fold.relations
+    lags = [(now - t).total_seconds() for e in fresh if verdicts[e.entry.entry_id] == "applied"
+            and (t := parse_datetime(e.changed_at)) is not None]
     if changed_rel:
         cursor.executemany(
             f"INSERT INTO {_t(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
@@ -238,7 +241,7 @@ def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: lis
             "WHERE p.projected_version < EXCLUDED.projected_version",
             [(g, u, v, s, ver, gen.space.version, vb, now) for (u, v), (s, ver, vb) in sorted(changed_rel.items())],
         )
-    nonzero = sorted((k, d) for k, d in delta.items() if d != 0)
+    nonzero = sorted((k, d) for k, d in fold.delta.items() if d != 0)
     # Rows we hold locked are updated in place; new rows can only start positive (a negative one was
     # isolated above) and may race with another group's insert, hence ON CONFLICT. A CHECK constraint
     # is evaluated on the proposed INSERT row, so a negative delta must never travel as an insert.
