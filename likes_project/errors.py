@@ -57,3 +57,8 @@ class ServiceUnavailable(DomainError):
     code = "service_unavailable"
     http_status = 503
     default_message = "The service is temporarily unavailable; retry later."
+
+
+class DegradedOverloaded(ServiceUnavailable):
+    code = "degraded_overloaded"
+    default_message = "Too many database fallback reads; retry shortly."

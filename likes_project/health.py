@@ -31,6 +31,9 @@ def _check_redis(client) -> str | None:
 
 
 def readyz(request):
+    """200 `ready` when every database alias and Redis answer; 200 `degraded` when only Redis is down
+    (reads fall back to the databases, commands still commit; DEG-1); 503 `not_ready` naming the
+    failing part when a database alias does not answer."""
     checks: dict[str, str] = {}
     for alias in connections:
         err = _check_database(alias)
@@ -39,12 +42,16 @@ def readyz(request):
         err = _check_redis(client)
         checks[name] = "ok" if err is None else f"fail: {err}"
     failing = sorted(k for k, v in checks.items() if v != "ok")
-    if failing:
+    down = [k for k in failing if k.startswith("db:")]
+    if down:
         return JsonResponse(
-            {"code": "not_ready", "message": "Some dependencies are not answering.", "failing": failing,
+            {"code": "not_ready", "message": "Some databases are not answering.", "failing": failing,
              "checks": checks},
             status=503,
         )
+    if failing:
+        metrics.inc("likes_readyz_degraded_total")
+        return JsonResponse({"status": "degraded", "degraded": failing, "checks": checks})
     return JsonResponse({"status": "ready", "checks": checks})
 
 

@@ -19,12 +19,13 @@ _last: dict[tuple, float] = {}
 def nudge(task_name: str, *args, debounce_s: float = 0.05) -> bool:
     if not settings.LIKES_NUDGE_ENABLED:
         return False
-    key = (task_name, *args)
-    now = time.monotonic()
-    with _lock:
-        if now - _last.get(key, 0.0) < debounce_s:
-            return False
-        _last[key] = now
+    if debounce_s > 0:
+        key = (task_name, repr(args))
+        now = time.monotonic()
+        with _lock:
+            if now - _last.get(key, 0.0) < debounce_s:
+                return False
+            _last[key] = now
     try:
         from likes_project.celery import app
 

@@ -55,28 +55,60 @@ def _ttl_ms() -> int:
     return int(base * random.uniform(0.8, 1.2)) + 1
 
 
-def visibility_cache_get(video_id: str):
-    """Return the cached snapshot dict (or {"missing": True}); None on a cache miss."""
-    raw = cache_redis().get(visibility_key(video_id))
-    if raw is None:
-        return None
-    _, _, body = raw.decode().partition("|")
-    return json.loads(body)
+def visibility_cache_get_many(video_ids: list[str]) -> dict[str, dict]:
+    """Cached snapshot dicts (or {"missing": True}) of the videos that are cached; one round trip."""
+    if not video_ids:
+        return {}
+    values = cache_redis().mget([visibility_key(v) for v in video_ids])
+    out = {}
+    for video_id, raw in zip(video_ids, values, strict=True):
+        if raw is not None:
+            out[video_id] = json.loads(raw.decode().partition("|")[2])
+    return out
+
+
+def visibility_cache_put_many(snapshots: list[tuple[str, int, dict]]) -> None:
+    """(video id, version, snapshot) entries through the version-guarded script; one round trip."""
+    if not snapshots:
+        return
+    script = _script(_VERSIONED_SET)
+    pipe = cache_redis().pipeline(transaction=False)
+    for video_id, version, snapshot in snapshots:
+        script(keys=[visibility_key(video_id)], args=[version, json.dumps(snapshot), _ttl_ms()], client=pipe)
+    pipe.execute()
+
+
+def visibility_cache_get(video_id: str) -> dict | None:
+    return visibility_cache_get_many([video_id]).get(video_id)
 
 
 def visibility_cache_put(video_id: str, version: int, snapshot: dict) -> None:
-    _script(_VERSIONED_SET)(
-        keys=[visibility_key(video_id)], args=[version, json.dumps(snapshot), _ttl_ms()], client=cache_redis()
-    )
+    visibility_cache_put_many([(video_id, version, snapshot)])
+
+
+def edge_cache_get_many(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict]:
+    """(author, user) -> {"f": friends, "b": author blocks user} for the cached pairs; one round trip."""
+    if not pairs:
+        return {}
+    values = cache_redis().mget([edge_key(a, u) for a, u in pairs])
+    return {pair: json.loads(raw) for pair, raw in zip(pairs, values, strict=True) if raw is not None}
+
+
+def edge_cache_put_many(edges: dict[tuple[int, int], dict]) -> None:
+    if not edges:
+        return
+    pipe = cache_redis().pipeline(transaction=False)
+    for (a, u), value in edges.items():
+        pipe.set(edge_key(a, u), json.dumps(value), px=_ttl_ms())
+    pipe.execute()
 
 
 def edge_cache_get(author_id: int, user_id: int) -> dict | None:
-    raw = cache_redis().get(edge_key(author_id, user_id))
-    return None if raw is None else json.loads(raw)
+    return edge_cache_get_many([(author_id, user_id)]).get((author_id, user_id))
 
 
 def edge_cache_put(author_id: int, user_id: int, edges: dict) -> None:
-    cache_redis().set(edge_key(author_id, user_id), json.dumps(edges), px=_ttl_ms())
+    edge_cache_put_many({(author_id, user_id): edges})
 
 
 def edge_cache_invalidate(a: int, b: int) -> None:
@@ -129,3 +161,111 @@ def token_bucket(key: str, *, rate: float, burst: int, consume: bool) -> tuple[b
         keys=[key], args=[rate, burst, 1, 1 if consume else 0], client=cache_redis()
     )
     return bool(allowed), int(retry_ms)
+
+
+# --- relation cache (RCACHE-1 … RCACHE-10) -------------------------------------------------------
+#
+# Key: `<prefix>:rel:g<generation>:{<userId>|<relationBucket>}` -> Hash(videoId -> "state|version|gen").
+# relationBucket = sha256-be64(seed "likes-rcache-v1", UTF-8 video id) mod RELATION_CACHE_BUCKETS (16):
+# one user's cache is spread over at most 16 hashes (and slots), so a heavy user never makes one huge
+# key, and a feed page of 20 videos is at most 16 HMGETs in one pipelined round trip. The hash tag
+# holds the user and the bucket, never the generation or a bare video id (RCACHE-1).
+
+RELATION_CACHE_SEED = "likes-rcache-v1"
+RELATION_CACHE_BUCKETS = 16
+
+
+def relation_bucket(video_id: str) -> int:
+    from likes_project.hashing import HASH_SHA256_BE64, stable_hash
+
+    return stable_hash(HASH_SHA256_BE64, RELATION_CACHE_SEED, video_id.encode("utf-8")) % RELATION_CACHE_BUCKETS
+
+
+def relation_key(generation: int, user_id: int, video_id: str) -> str:
+    return f"{_p()}:rel:g{generation}:{{{user_id}|{relation_bucket(video_id)}}}"
+
+
+def relation_generations_key() -> str:
+    """Mirror of the durable CACHE_GENERATION statuses that the write script consults."""
+    return f"{_p()}:rel:gens"
+
+
+def relation_sentinel_key(generation: int) -> str:
+    """Present while generation's cache content is intact; gone after a flush (loss detector)."""
+    return f"{_p()}:rel:sentinel:g{generation}"
+
+
+def _relation_ttl_ms() -> int:
+    base = settings.RELATION_CACHE_TTL_S * 1000
+    return int(base * random.uniform(0.8, 1.2)) + 1
+
+
+# KEYS[1] relation hash, KEYS[2] generation registry. ARGV: generation, video id, state, version, ttl ms.
+# Returns 1 written, 0 refused (a higher version is cached), -1 refused (generation not ACTIVE/REBUILDING).
+RELATION_WRITE = """
+local status = redis.call('HGET', KEYS[2], ARGV[1])
+if status ~= 'ACTIVE' and status ~= 'REBUILDING' then return -1 end
+local cur = redis.call('HGET', KEYS[1], ARGV[2])
+if cur then
+  local v = tonumber(string.match(cur, '^[A-Z]+|(%d+)|'))
+  if v and v > tonumber(ARGV[4]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+
+def relation_cache_write(generation: int, entries: list[tuple[int, str, str, int]]) -> list[int]:
+    """Write (user_id, video_id, state, version) values of one generation through the script, in one
+    pipelined round trip. Returns the script's verdict for each."""
+    if not entries:
+        return []
+    script = _script(RELATION_WRITE)
+    client = cache_redis()
+    pipe = client.pipeline(transaction=False)
+    reg = relation_generations_key()
+    for user_id, video_id, state, version in entries:
+        script(keys=[relation_key(generation, user_id, video_id), reg],
+               args=[generation, video_id, state, version, _relation_ttl_ms()], client=pipe)
+    return [int(r) for r in pipe.execute()]
+
+
+def relation_cache_read(generation: int, user_id: int, video_ids: list[str]) -> dict[str, tuple[str, int]]:
+    """The cached (state, version) of each video, only values of `generation`; one round trip."""
+    by_key: dict[str, list[str]] = {}
+    for vid in video_ids:
+        by_key.setdefault(relation_key(generation, user_id, vid), []).append(vid)
+    pipe = cache_redis().pipeline(transaction=False)
+    for key, vids in by_key.items():
+        pipe.hmget(key, vids)
+    found: dict[str, tuple[str, int]] = {}
+    for (_key, vids), values in zip(by_key.items(), pipe.execute(), strict=True):
+        for vid, raw in zip(vids, values, strict=True):
+            if raw is None:
+                continue
+            state, version, gen = raw.decode().split("|")
+            if int(gen) == generation:
+                found[vid] = (state, int(version))
+    return found
+
+
+def relation_generations_mirror(statuses: dict[int, str], live_sentinels: list[int]) -> None:
+    """Replace the Redis mirror of the durable generation statuses; (re)create the sentinels of the
+    generations whose content is known to be intact."""
+    client = cache_redis()
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(relation_generations_key())
+    if statuses:
+        pipe.hset(relation_generations_key(), mapping={str(g): s for g, s in statuses.items()})
+    for g in live_sentinels:
+        pipe.set(relation_sentinel_key(g), "1")
+    pipe.execute()
+
+
+def relation_sentinel_present(generation: int) -> bool:
+    return bool(cache_redis().exists(relation_sentinel_key(generation)))
+
+
+def relation_registry_present() -> bool:
+    return bool(cache_redis().exists(relation_generations_key()))

@@ -260,3 +260,58 @@ class OutboxArchive(models.Model):
 
     def __str__(self) -> str:
         return f"archived outbox #{self.id} {self.aggregate_key} v{self.relation_version}"
+
+
+class CacheGenerationStatus(models.TextChoices):
+    REBUILDING = "REBUILDING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    RETIRED = "RETIRED"
+
+
+class CacheGeneration(models.Model):
+    """CACHE_GENERATION (E-13): the relation cache's generations, durable so that a Redis flush
+    clears neither the current generation nor a rebuild's state (RCACHE-7a)."""
+
+    generation = models.PositiveIntegerField(primary_key=True)
+    status = models.CharField(max_length=12, choices=CacheGenerationStatus.choices)
+    # Baseline checkpoint vector W: per relation shard, the highest outbox id (sourceCommitSeq) at the
+    # start of the baseline scan (RCACHE-7d/e).
+    baseline_watermark = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    failure_reason = models.CharField(max_length=512, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"), name="one_active_cache_gen"),
+            models.UniqueConstraint(fields=["status"], condition=Q(status="REBUILDING"),
+                                    name="one_rebuilding_cache_gen"),
+        ]
+
+    def __str__(self) -> str:
+        return f"relation cache generation {self.generation} ({self.status})"
+
+
+class LikeRelationCacheProjection(models.Model):
+    """LIKE_RELATION_CACHE_PROJECTION (E-14): the durable version floor the Redis relation cache may
+    not go below, per cache generation. It lives on the user's relation shard, next to the facts it
+    mirrors: its writes are local to the shard the projector already routes by user (decision D22)."""
+
+    db_family = RELATION_SHARD
+
+    cache_generation = models.PositiveIntegerField()
+    user_id = models.BigIntegerField()
+    video_id = models.CharField(max_length=64)
+    state = models.CharField(max_length=8, choices=RelationState.choices)
+    relation_version = models.BigIntegerField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cache_generation", "user_id", "video_id"], name="uniq_relcache_floor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"g{self.cache_generation} {self.user_id}:{self.video_id} >= v{self.relation_version}"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -58,77 +61,213 @@ def command_get(*, user_id: int, operation_id: str) -> LikeCommand | None:
     return LikeCommand.objects.using(alias).filter(user_id=user_id, operation_id=operation_id).first()
 
 
-def _video_from_db(video_id: str) -> VideoView | None:
-    row = VideoSnapshot.objects.filter(video_id=video_id).first()
-    if row is None:
-        return None
-    return VideoView(row.video_id, row.author_id, row.visibility, row.status, row.version)
+def _videos_from_db(video_ids: list[str]) -> dict[str, VideoView]:
+    rows = VideoSnapshot.objects.filter(video_id__in=video_ids).values_list(
+        "video_id", "author_id", "visibility", "status", "version")
+    return {r[0]: VideoView(*r) for r in rows}
 
 
-def video_snapshot_get(*, video_id: str) -> VideoView | None:
-    """The visibility snapshot through its short-TTL cache (CMD-12). Redis trouble falls back to the
-    database; it never makes the answer wrong."""
+def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
+    """Visibility snapshots through their short-TTL cache (CMD-12): one Redis round trip, then one
+    query for the misses. Redis trouble falls back to the database; it never makes an answer wrong."""
+    wanted = list(dict.fromkeys(video_ids))
     try:
-        cached = cache.visibility_cache_get(video_id)
+        cached = cache.visibility_cache_get_many(wanted)
     except RedisError as exc:
         metrics.inc("likes_cache_errors_total", cache="visibility")
         logger.warning("visibility cache read failed: %s", exc.__class__.__name__)
-        return _video_from_db(video_id)
-    if cached is not None:
-        metrics.inc("likes_cache_hits_total", cache="visibility")
-        if cached.get("missing"):
-            return None
-        return VideoView(
-            video_id, cached["author_id"], cached["visibility"], cached["status"], cached["version"]
-        )
-    metrics.inc("likes_cache_misses_total", cache="visibility")
-    video = _video_from_db(video_id)
-    snapshot = {"missing": True} if video is None else {
-        "author_id": video.author_id, "visibility": video.visibility, "status": video.status,
-        "version": video.version,
-    }
+        found = _videos_from_db(wanted)
+        return {v: found.get(v) for v in wanted}
+    out: dict[str, VideoView | None] = {}
+    for video_id, snap in cached.items():
+        out[video_id] = None if snap.get("missing") else VideoView(
+            video_id, snap["author_id"], snap["visibility"], snap["status"], snap["version"])
+    misses = [v for v in wanted if v not in cached]
+    metrics.inc("likes_cache_hits_total", len(cached), cache="visibility")
+    if misses:
+        metrics.inc("likes_cache_misses_total", len(misses), cache="visibility")
+        found = _videos_from_db(misses)
+        fills = []
+        for video_id in misses:
+            video = found.get(video_id)
+            out[video_id] = video
+            fills.append((video_id, 0, {"missing": True}) if video is None else (video_id, video.version, {
+                "author_id": video.author_id, "visibility": video.visibility, "status": video.status,
+                "version": video.version}))
+        try:
+            cache.visibility_cache_put_many(fills)
+        except RedisError as exc:
+            logger.warning("visibility cache fill failed: %s", exc.__class__.__name__)
+    return {v: out[v] for v in wanted}
+
+
+def video_snapshot_get(*, video_id: str) -> VideoView | None:
+    return video_snapshots_get(video_ids=[video_id])[video_id]
+
+
+def _edges_from_db(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Edges]:
+    from django.db.models import Q
+
+    friend_q, block_q = Q(), Q()
+    for author_id, user_id in pairs:
+        low, high = sorted((author_id, user_id))
+        friend_q |= Q(user_low=low, user_high=high)
+        block_q |= Q(blocker_id=author_id, blocked_id=user_id)
+    friends = {tuple(sorted(p)) for p in Friendship.objects.filter(friend_q).values_list("user_low", "user_high")}
+    blocks = set(Block.objects.filter(block_q).values_list("blocker_id", "blocked_id"))
+    return {(a, u): Edges(friends=tuple(sorted((a, u))) in friends, blocked=(a, u) in blocks) for a, u in pairs}
+
+
+def edges_get_many(*, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Edges]:
+    """Friendship and block for each (author, user) pair through the short-TTL cache: one Redis
+    round trip, then two queries for all misses."""
+    wanted = list(dict.fromkeys(pairs))
+    if not wanted:
+        return {}
     try:
-        cache.visibility_cache_put(video_id, 0 if video is None else video.version, snapshot)
-    except RedisError as exc:
-        logger.warning("visibility cache fill failed: %s", exc.__class__.__name__)
-    return video
-
-
-def _edges_from_db(author_id: int, user_id: int) -> Edges:
-    low, high = sorted((author_id, user_id))
-    friends = Friendship.objects.filter(user_low=low, user_high=high).exists()
-    blocked = Block.objects.filter(blocker_id=author_id, blocked_id=user_id).exists()
-    return Edges(friends=friends, blocked=blocked)
+        cached = cache.edge_cache_get_many(wanted)
+    except RedisError:
+        metrics.inc("likes_cache_errors_total", cache="edges")
+        return _edges_from_db(wanted)
+    out = {p: Edges(friends=c["f"], blocked=c["b"]) for p, c in cached.items()}
+    misses = [p for p in wanted if p not in cached]
+    if misses:
+        found = _edges_from_db(misses)
+        out.update(found)
+        try:
+            cache.edge_cache_put_many({p: {"f": e.friends, "b": e.blocked} for p, e in found.items()})
+        except RedisError:
+            metrics.inc("likes_cache_errors_total", cache="edges")
+    return out
 
 
 def edges_get(*, author_id: int, user_id: int) -> Edges:
-    """Friendship and block between a video's author and a user, through the short-TTL cache."""
-    try:
-        cached = cache.edge_cache_get(author_id, user_id)
-    except RedisError:
-        metrics.inc("likes_cache_errors_total", cache="edges")
-        return _edges_from_db(author_id, user_id)
-    if cached is not None:
-        return Edges(friends=cached["f"], blocked=cached["b"])
-    edges = _edges_from_db(author_id, user_id)
-    try:
-        cache.edge_cache_put(author_id, user_id, {"f": edges.friends, "b": edges.blocked})
-    except RedisError:
-        metrics.inc("likes_cache_errors_total", cache="edges")
-    return edges
+    return edges_get_many(pairs=[(author_id, user_id)])[(author_id, user_id)]
+
+
+def videos_visible_to(*, user_id: int, video_ids: list[str]) -> dict[str, bool]:
+    """Whether the user may see each video at all (and so its count): it exists, is active, its
+    visibility admits the user, and its author has not blocked the user. Batched: one snapshot read
+    and one edge read for the whole list."""
+    videos = video_snapshots_get(video_ids=video_ids)
+    pairs = [(v.author_id, user_id) for v in videos.values()
+             if v is not None and v.status == "active" and v.author_id != user_id and v.visibility != "private"]
+    edges = edges_get_many(pairs=pairs)
+    out = {}
+    for video_id, video in videos.items():
+        if video is None or video.status != "active":
+            out[video_id] = False
+        elif video.author_id == user_id:
+            out[video_id] = True
+        elif video.visibility == "private":
+            out[video_id] = False
+        else:
+            e = edges[(video.author_id, user_id)]
+            out[video_id] = not e.blocked and (video.visibility != "friends" or e.friends)
+    return out
 
 
 def video_visible_to(*, user_id: int, video_id: str) -> bool:
-    """Whether the user may see the video at all (and so its count): it exists, is active, its
-    visibility admits the user, and its author has not blocked the user."""
-    video = video_snapshot_get(video_id=video_id)
-    if video is None or video.status != "active":
-        return False
-    if video.author_id == user_id:
-        return True
-    if video.visibility == "private":
-        return False
-    edges = edges_get(author_id=video.author_id, user_id=user_id)
-    if edges.blocked:
-        return False
-    return video.visibility != "friends" or edges.friends
+    return videos_visible_to(user_id=user_id, video_ids=[video_id])[video_id]
+
+
+# --- relation cache read path (RCACHE-4, RCACHE-8) -----------------------------------------------
+
+_gen_lock = threading.Lock()
+_gen_cached: tuple[float, int | None] | None = None
+GENERATION_REFRESH_S = 1.0
+
+
+def cache_generation_for_reads() -> int | None:
+    """The generation readers may use: the ACTIVE one, unless a rebuild is REBUILDING (then Redis is
+    bypassed, RCACHE-4 step 2). Read from the durable table, cached for one second per process."""
+    global _gen_cached
+    from relations.models import CacheGeneration
+
+    now = time.monotonic()
+    with _gen_lock:
+        if _gen_cached is not None and now - _gen_cached[0] < GENERATION_REFRESH_S:
+            return _gen_cached[1]
+    statuses = dict(CacheGeneration.objects.filter(status__in=["ACTIVE", "REBUILDING"])
+                    .values_list("status", "generation"))
+    gen = None if "REBUILDING" in statuses else statuses.get("ACTIVE")
+    with _gen_lock:
+        _gen_cached = (now, gen)
+    return gen
+
+
+def reset_generation_cache() -> None:
+    global _gen_cached
+    with _gen_lock:
+        _gen_cached = None
+
+
+_fallback_lock = threading.Lock()
+_fallback_sem: threading.BoundedSemaphore | None = None
+
+
+@contextlib.contextmanager
+def database_fallback_slot():
+    """Bound the database reads this process makes for the read path at once (DEG-1 step 4): when
+    Redis is down every read lands on the shards, and a burst must queue briefly, then fail with 503,
+    rather than exhaust the connection pool."""
+    global _fallback_sem
+    from django.conf import settings
+
+    from likes_project.errors import DegradedOverloaded
+
+    with _fallback_lock:
+        if _fallback_sem is None:
+            _fallback_sem = threading.BoundedSemaphore(settings.DB_FALLBACK_CONCURRENCY)
+        sem = _fallback_sem
+    if not sem.acquire(timeout=0.5):
+        metrics.inc("likes_db_fallback_rejected_total")
+        raise DegradedOverloaded(headers={"Retry-After": "1"})
+    try:
+        yield
+    finally:
+        sem.release()
+
+
+def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dict[str, int] | None = None
+                        ) -> dict[str, RelationView]:
+    """The caller's relation with each video (RCACHE-4): Redis for values of the readable generation
+    at or above the caller's `minRelationVersion`; everything else from the user's shard in one query.
+    The reader never writes Redis; it sends a repair hint for what it missed (RCACHE-4 step 5)."""
+    from likes_project.nudge import nudge
+
+    wanted = list(dict.fromkeys(video_ids))
+    floors = min_versions or {}
+    gen = cache_generation_for_reads()
+    cached: dict[str, tuple[str, int]] = {}
+    redis_ok = gen is not None
+    if gen is not None:
+        try:
+            cached = cache.relation_cache_read(gen, user_id, wanted)
+        except RedisError as exc:
+            redis_ok = False
+            metrics.inc("likes_cache_errors_total", cache="relation")
+            logger.warning("relation cache read failed: %s", exc.__class__.__name__)
+    else:
+        metrics.inc("likes_relcache_bypassed_total")
+    out: dict[str, RelationView] = {}
+    misses = []
+    for video_id in wanted:
+        hit = cached.get(video_id)
+        if hit is not None and hit[1] >= floors.get(video_id, 0):
+            out[video_id] = RelationView(*hit)
+        else:
+            misses.append(video_id)
+    metrics.inc("likes_cache_hits_total", len(out), cache="relation")
+    if misses:
+        metrics.inc("likes_cache_misses_total", len(misses), cache="relation")
+        alias = routing.alias_for_user(user_id)
+        with database_fallback_slot():
+            rows = LikeRelation.objects.using(alias).filter(user_id=user_id, video_id__in=misses).values_list(
+                "video_id", "state", "relation_version")
+            found = {v: RelationView(s, ver) for v, s, ver in rows}
+        for video_id in misses:
+            out[video_id] = found.get(video_id, UNLIKED_V0)
+        if redis_ok:
+            nudge("relations.relcache_repair", user_id, misses, debounce_s=0.0)
+    return out

@@ -36,6 +36,7 @@ def publish_outbox_task(alias: str) -> dict:
         leases.lease_release(grant)
     for partition in sorted(partitions):
         nudge("counting.project_partition", partition, debounce_s=0.0)
+        nudge("relations.project_relcache", partition, debounce_s=0.0)
     return {"status": "ok", "sent": sent}
 
 
@@ -67,3 +68,37 @@ def archive_outbox_task() -> dict:
     moved = {alias: outbox.outbox_archive_batch(alias=alias) for alias in routing.all_aliases()}
     trimmed = streams_trim(retention_s=settings.OUTBOX_RETENTION_HOURS * 3600)
     return {"archived": moved, "trimmed": trimmed}
+
+
+@shared_task(name="relations.relcache_repair", ignore_result=True)
+def relcache_repair_task(user_id: int, video_ids: list[str]) -> int:
+    """A reader missed these relations: regenerate them from the durable floor (RCACHE-4 step 6)."""
+    from relations.services.relation_cache import relation_cache_repair
+
+    return relation_cache_repair(user_id=int(user_id), video_ids=[str(v) for v in video_ids][:200])
+
+
+@shared_task(name="relations.project_relcache", acks_late=True, ignore_result=True)
+def project_relcache_task(partition: int) -> dict:
+    """One bounded pass of the relation-cache projector over one stream partition."""
+    from likes_project.eventlog.consumer import consume_partition
+    from relations.services.relation_cache import RelationCacheProjector
+
+    report = consume_partition(RelationCacheProjector(), partition=int(partition), batch_size=500, max_batches=10)
+    return {"status": report.status, "applied": report.applied}
+
+
+@shared_task(name="relations.project_relcache_all", ignore_result=True)
+def project_relcache_all_task() -> None:
+    from likes_project.eventlog import streams
+
+    for partition in streams.all_partitions():
+        project_relcache_task.delay(partition)
+
+
+@shared_task(name="relations.relcache_check_loss", acks_late=True, ignore_result=True)
+def relcache_check_loss_task() -> str:
+    """Detect a flushed relation cache and rebuild it (RCACHE-7)."""
+    from relations.services.relation_cache import relation_cache_check_loss
+
+    return relation_cache_check_loss()

@@ -13,7 +13,9 @@ from likes_project.eventlog import streams
 from likes_project.eventlog.services import stream_contract_ensure
 from likes_project.redis_client import cache_redis, stream_redis
 from relations import routing
+from relations import selectors as relation_selectors
 from relations.services.contracts import relation_shard_contract_ensure
+from relations.services.relation_cache import cache_generation_bootstrap, cache_generations_mirror
 from tests import factories
 
 
@@ -25,6 +27,10 @@ def ensure_contracts() -> None:
     stream_contract_ensure()
     count_routing.reset_cache()
     count_projection_bootstrap()
+    relation_selectors.reset_generation_cache()
+    gen = cache_generation_bootstrap()
+    # Each test starts with a healthy relation cache: the registry mirrored and the sentinel present.
+    cache_generations_mirror(sentinel_for=gen.generation if gen.status == "ACTIVE" else None)
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +55,7 @@ def clean_redis():
 
 
 @pytest.fixture(autouse=True)
-def shard_contract(request):
+def shard_contract(request, clean_redis):
     """Every database test sees the frozen relation shard contract (a transactional test's flush
     removes it, so it is ensured per test)."""
     marker = request.node.get_closest_marker("django_db")
@@ -62,6 +68,7 @@ def shard_contract(request):
     routing.reset_cache()
     count_routing.reset_cache()
     streams.reset_cache()
+    relation_selectors.reset_generation_cache()
 
 
 @pytest.fixture

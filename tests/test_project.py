@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 APPS = ["likes_project", "relations", "counting", "reconciliation", "opsconsole"]
 # Calls that must never run inside `transaction.atomic()`: task enqueues and Redis traffic.
 FORBIDDEN_IN_ATOMIC = {"delay", "apply_async", "send_task", "cache_redis", "stream_redis",
-                       "visibility_cache_put", "edge_cache_put", "edge_cache_invalidate", "token_bucket",
+                       "visibility_cache_put", "visibility_cache_put_many", "edge_cache_put", "edge_cache_put_many",
+                       "edge_cache_invalidate", "token_bucket", "relation_cache_write", "floors_to_redis",
                        "relation_transition_record", "nudge", "views_write", "publish_pipeline"}
 
 

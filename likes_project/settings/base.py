@@ -124,6 +124,9 @@ CELERY_TASK_ROUTES = {
     "relations.publish_*": {"queue": "publish"},
     "relations.republish_lost": {"queue": "maintenance"},
     "relations.archive_outbox": {"queue": "maintenance"},
+    "relations.relcache_check_loss": {"queue": "maintenance"},
+    "relations.relcache_repair": {"queue": "relcache"},
+    "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
 }
@@ -136,6 +139,8 @@ CELERY_BEAT_SCHEDULE = {
     "display-snapshot": {"task": "counting.display_snapshot", "schedule": 1.0},
     "republish-lost-events": {"task": "relations.republish_lost", "schedule": 30.0},
     "archive-outbox": {"task": "relations.archive_outbox", "schedule": 300.0},
+    "project-relation-cache": {"task": "relations.project_relcache_all", "schedule": 1.0},
+    "relation-cache-loss-check": {"task": "relations.relcache_check_loss", "schedule": 5.0},
 }
 
 # --- API ---------------------------------------------------------------------------------------
@@ -187,6 +192,13 @@ RATE_LIMIT_ENABLED = env_bool("RATE_LIMIT_ENABLED", True)
 
 # Only behind a proxy that overwrites X-Forwarded-For may the per-IP limit trust it.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+
+# --- relation cache and batch query -------------------------------------------------------------
+RELATION_CACHE_TTL_S = env_int("RELATION_CACHE_TTL_S", 24 * 3600)
+BATCH_QUERY_MAX_IDS = env_int("BATCH_QUERY_MAX_IDS", 100)
+# Database fallback reads (Redis down or bypassed) allowed at once per process (DEG-1 step 4).
+DB_FALLBACK_CONCURRENCY = env_int("DB_FALLBACK_CONCURRENCY", 32)
+RELATION_CACHE_SAMPLE_SIZE = env_int("RELATION_CACHE_SAMPLE_SIZE", 200)
 
 # --- count projection -----------------------------------------------------------------------------
 COUNT_VIRTUAL_BUCKETS = env_int("COUNT_VIRTUAL_BUCKETS", 1024)  # V of bucket space v1, used once at bootstrap

@@ -2,10 +2,12 @@ from django.urls import path
 
 import likes_project.converters  # noqa: F401 - registers "anyseg"
 from relations.api import views
+from relations.api.batch_views import BatchQueryView
 
 urlpatterns = [
     path("videos/<anyseg:video_id>/like-relation", views.LikeRelationView.as_view(), name="like-relation"),
     path("like-operations/<str:operation_id>", views.LikeOperationView.as_view(), name="like-operation"),
+    path("like-relations/batch-query", BatchQueryView.as_view(), name="like-relations-batch-query"),
 ]
 
 internal_urlpatterns = [

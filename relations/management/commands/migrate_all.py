@@ -8,6 +8,7 @@ from counting.services.bootstrap import count_projection_bootstrap
 from likes_project.dbcreate import database_create, database_exists
 from likes_project.eventlog.services import stream_contract_ensure
 from relations.services.contracts import relation_shard_contract_ensure
+from relations.services.relation_cache import cache_generation_bootstrap
 
 
 class Command(BaseCommand):
@@ -49,4 +50,6 @@ class Command(BaseCommand):
             f"count projection generation {boot.generation} (bucket space v{boot.bucket_space_version}, "
             f"manifest {boot.manifest_id}) {'created' if boot.created else 'present'}"
         )
+        cache_gen = cache_generation_bootstrap()
+        self.stdout.write(f"relation cache generation {cache_gen.generation} ({cache_gen.status})")
         self.stdout.write(self.style.SUCCESS("all aliases migrated"))

@@ -1,0 +1,260 @@
+"""The relation cache against real Redis and real shards: RCACHE-3 … RCACHE-8 and test-matrix rows T6
+and T7, with counter-examples."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
+
+from likes_project.eventlog import streams
+from likes_project.eventlog.consumer import consume_partition
+from likes_project.redis_client import cache_redis, reset_clients
+from relations import cache, routing, selectors
+from relations.models import CacheGeneration, LikeRelationCacheProjection
+from relations.services.commands import relation_set_state
+from relations.services.relation_cache import (
+    RelationCacheProjector,
+    floors_advance,
+    relation_cache_check_loss,
+    relation_cache_rebuild,
+    relation_cache_repair,
+)
+from tests.counting.helpers import envelopes, mark_all_sent, publish_all
+
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+
+
+def cmd(user, video_id, desired):
+    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
+                              operation_id=uuid.uuid4().hex)
+
+
+def project_relcache():
+    return [consume_partition(RelationCacheProjector(), partition=p) for p in streams.all_partitions()]
+
+
+def flush_cache_redis(settings):
+    client = cache_redis()
+    keys = list(client.scan_iter(match=f"{settings.LIKES_REDIS_PREFIX}:rel:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+def active_gen() -> int:
+    return CacheGeneration.objects.get(status="ACTIVE").generation
+
+
+def read(user, video_ids, mins=None):
+    selectors.reset_generation_cache()
+    return selectors.relation_states_get(user_id=user.pk, video_ids=video_ids, min_versions=mins)
+
+
+@pytest.fixture
+def author(make_user):
+    return make_user()
+
+
+def test_projector_writes_the_floor_then_redis(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-1", author)
+    cmd(user, "rc-1", "LIKED")
+    publish_all()
+    project_relcache()
+    g = active_gen()
+    floor = LikeRelationCacheProjection.objects.using(routing.alias_for_user(user.pk)).get(
+        cache_generation=g, user_id=user.pk, video_id="rc-1")
+    assert (floor.state, floor.relation_version) == ("LIKED", 1)
+    assert cache.relation_cache_read(g, user.pk, ["rc-1"]) == {"rc-1": ("LIKED", 1)}
+
+
+def test_t6_after_a_redis_flush_a_late_v1_cannot_overwrite_v2(make_user, make_video, author, settings):
+    user = make_user()
+    make_video("rc-6", author)
+    cmd(user, "rc-6", "LIKED")
+    cmd(user, "rc-6", "UNLIKED")
+    publish_all()
+    project_relcache()
+    v1, _v2 = envelopes(user.pk, "rc-6")
+    flush_cache_redis(settings)  # Redis loses everything, the durable floor does not
+    relation_cache_check_loss()  # the loss is detected and the cache rebuilt into G+1
+    streams.publish_pipeline([v1])  # the late, lower-version event arrives
+    project_relcache()
+    g = active_gen()
+    assert cache.relation_cache_read(g, user.pk, ["rc-6"]) == {"rc-6": ("UNLIKED", 2)}
+    assert read(user, ["rc-6"])["rc-6"].as_dict() == {"state": "UNLIKED", "relationVersion": 2}
+
+
+def test_t6_counter_example_without_the_floor_redis_alone_would_take_v1(make_user, make_video, author, settings):
+    # Why the durable floor exists: after a flush, an empty key accepts any version.
+    user = make_user()
+    make_video("rc-6b", author)
+    g = active_gen()
+    flush_cache_redis(settings)
+    from relations.services.relation_cache import cache_generations_mirror
+
+    cache_generations_mirror()
+    assert cache.relation_cache_write(g, [(user.pk, "rc-6b", "LIKED", 1)]) == [1]  # an empty key takes v1
+
+
+def test_t7_an_old_generation_task_arriving_after_the_rebuild_cannot_write(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-7", author)
+    cmd(user, "rc-7", "LIKED")
+    publish_all()
+    project_relcache()
+    old = active_gen()
+    report = relation_cache_rebuild()
+    assert report.status == "ACTIVE" and report.generation == old + 1
+    assert CacheGeneration.objects.get(generation=old).status == "RETIRED"
+    # a task created under the old generation writes late: refused by the script
+    assert cache.relation_cache_write(old, [(user.pk, "rc-7", "UNLIKED", 99)]) == [-1]
+    assert cache.relation_cache_read(old, user.pk, ["rc-7"]).get("rc-7") != ("UNLIKED", 99)
+    assert read(user, ["rc-7"])["rc-7"].as_dict() == {"state": "LIKED", "relationVersion": 1}
+
+
+def test_rcache5_a_stale_read_hint_after_a_newer_event_changes_nothing(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-5", author)
+    cmd(user, "rc-5", "LIKED")  # a reader sees v1 in the database (a miss) ...
+    cmd(user, "rc-5", "UNLIKED")  # ... an unlike commits v2 and its event reaches the cache
+    publish_all()
+    project_relcache()
+    g = active_gen()
+    alias = routing.alias_for_user(user.pk)
+    floors = floors_advance(alias=alias, generations=[g], facts=[(user.pk, "rc-5", "LIKED", 1)])  # the late hint
+    assert floors[(g, user.pk, "rc-5")] == ("UNLIKED", 2)
+    relation_cache_repair(user_id=user.pk, video_ids=["rc-5"])
+    assert cache.relation_cache_read(g, user.pk, ["rc-5"]) == {"rc-5": ("UNLIKED", 2)}
+
+
+def test_an_evicted_key_is_never_backfilled_by_a_reader(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-ev", author)
+    cmd(user, "rc-ev", "LIKED")
+    publish_all()
+    project_relcache()
+    g = active_gen()
+    cache_redis().delete(cache.relation_key(g, user.pk, "rc-ev"))  # evicted
+    assert read(user, ["rc-ev"])["rc-ev"].as_dict() == {"state": "LIKED", "relationVersion": 1}
+    assert not cache_redis().exists(cache.relation_key(g, user.pk, "rc-ev"))  # the reader wrote nothing
+    relation_cache_repair(user_id=user.pk, video_ids=["rc-ev"])  # the hint is served by the projection side
+    assert cache.relation_cache_read(g, user.pk, ["rc-ev"]) == {"rc-ev": ("LIKED", 1)}
+
+
+def test_read_your_writes_with_min_relation_version(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-ryw", author)
+    cmd(user, "rc-ryw", "LIKED")
+    publish_all()
+    project_relcache()
+    second = cmd(user, "rc-ryw", "UNLIKED")  # committed; its event has not reached the cache yet
+    assert read(user, ["rc-ryw"])["rc-ryw"].as_dict() == {"state": "LIKED", "relationVersion": 1}  # cached, older
+    fresh = read(user, ["rc-ryw"], {"rc-ryw": second.result.relation_version})["rc-ryw"]
+    assert fresh.as_dict() == {"state": "UNLIKED", "relationVersion": 2}
+
+
+def test_cold_user_feed_costs_one_query_per_shard_then_is_served_from_cache(make_user, make_video, author):
+    user = make_user()
+    videos = [make_video(f"feed-{i}", author).video_id for i in range(20)]
+    for v in videos[:7]:
+        cmd(user, v, "LIKED")
+    alias = routing.alias_for_user(user.pk)
+    with CaptureQueriesContext(connections[alias]) as cold:
+        first = read(user, videos)
+    assert len(cold.captured_queries) == 1
+    relation_cache_repair(user_id=user.pk, video_ids=videos)  # what the hint does, asynchronously
+    with CaptureQueriesContext(connections[alias]) as warm:
+        second = read(user, videos)
+    assert len(warm.captured_queries) == 0
+    assert first == second
+    assert [second[v].state for v in videos] == ["LIKED"] * 7 + ["UNLIKED"] * 13
+    # never-liked videos are cached explicitly as UNLIKED v0, so they do not miss every time
+    assert cache.relation_cache_read(active_gen(), user.pk, [videos[-1]]) == {videos[-1]: ("UNLIKED", 0)}
+
+
+def test_reads_bypass_redis_while_a_generation_is_rebuilding(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-by", author)
+    g = active_gen()
+    cache.relation_cache_write(g, [(user.pk, "rc-by", "LIKED", 5)])  # a bogus cached value
+    assert read(user, ["rc-by"])["rc-by"].relation_version == 5  # served from Redis
+    CacheGeneration.objects.create(generation=g + 1, status="REBUILDING")
+    assert read(user, ["rc-by"])["rc-by"].as_dict() == {"state": "UNLIKED", "relationVersion": 0}  # facts
+
+
+def test_a_failed_rebuild_is_marked_failed_and_the_old_generation_keeps_serving(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-f", author)
+    cmd(user, "rc-f", "LIKED")
+    old = active_gen()
+    report = relation_cache_rebuild(fail_after_scan=True)
+    assert report.status == "FAILED"
+    assert CacheGeneration.objects.get(generation=report.generation).status == "FAILED"
+    assert active_gen() == old
+    selectors.reset_generation_cache()
+    assert selectors.cache_generation_for_reads() == old
+    assert read(user, ["rc-f"])["rc-f"].state == "LIKED"
+
+
+def test_flush_detection_rebuilds_from_the_facts(make_user, make_video, author, settings):
+    users = [make_user() for _ in range(5)]
+    make_video("rc-fl", author)
+    for u in users[:3]:
+        cmd(u, "rc-fl", "LIKED")
+    assert relation_cache_check_loss() == "ok"
+    flush_cache_redis(settings)
+    assert relation_cache_check_loss() == "rebuilt"
+    g = active_gen()
+    for u in users:
+        expected = ("LIKED", 1) if u in users[:3] else None
+        assert cache.relation_cache_read(g, u.pk, ["rc-fl"]).get("rc-fl") == expected
+    assert relation_cache_check_loss() == "ok"
+
+
+def test_the_script_refuses_a_lower_version_within_a_generation(make_user):
+    user = make_user()
+    g = active_gen()
+    assert cache.relation_cache_write(g, [(user.pk, "v", "UNLIKED", 4)]) == [1]
+    assert cache.relation_cache_write(g, [(user.pk, "v", "LIKED", 3)]) == [0]
+    assert cache.relation_cache_read(g, user.pk, ["v"]) == {"v": ("UNLIKED", 4)}
+
+
+def test_relation_keys_are_tagged_by_user_and_bucket_with_a_ttl(make_user):
+    user = make_user()
+    g = active_gen()
+    key = cache.relation_key(g, user.pk, "some-video")
+    assert key.endswith(f"{{{user.pk}|{cache.relation_bucket('some-video')}}}")
+    assert f":g{g}:" in key and "{" + str(g) not in key
+    cache.relation_cache_write(g, [(user.pk, "some-video", "LIKED", 1)])
+    assert cache_redis().pttl(key) > 0
+    assert len({cache.relation_bucket(f"v{i}") for i in range(200)}) == cache.RELATION_CACHE_BUCKETS
+
+
+def test_redis_down_reads_stay_correct(make_user, make_video, author, settings):
+    user = make_user()
+    make_video("rc-down", author)
+    cmd(user, "rc-down", "LIKED")
+    url = settings.REDIS_URL
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    reset_clients()
+    try:
+        assert read(user, ["rc-down", "other"]) == {
+            "rc-down": selectors.RelationView("LIKED", 1), "other": selectors.UNLIKED_V0}
+    finally:
+        settings.REDIS_URL = url
+        reset_clients()
+
+
+def test_events_reordered_in_the_stream_still_leave_the_highest_version(make_user, make_video, author):
+    user = make_user()
+    make_video("rc-ro", author)
+    for desired in ["LIKED", "UNLIKED", "LIKED"]:
+        cmd(user, "rc-ro", desired)
+    events = envelopes(user.pk, "rc-ro")
+    mark_all_sent()
+    streams.publish_pipeline([events[2], events[0], events[1], events[0]])
+    project_relcache()
+    assert cache.relation_cache_read(active_gen(), user.pk, ["rc-ro"]) == {"rc-ro": ("LIKED", 3)}
