@@ -1,0 +1,1 @@
+"""Benchmark harness for the like command path (run it with ./bench/run.sh)."""

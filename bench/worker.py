@@ -1,0 +1,304 @@
+"""Benchmark client processes: command generation and the two ways of sending a command.
+
+Each process is started with the `spawn` method, calls `django.setup()` once, and then runs jobs sent by
+the driver (bench/command_bench.py) until it is told to stop. A job is one workload at one layer:
+
+* `service`: calls `relations.services.commands.relation_set_state(...)` directly, in this process;
+* `http`: PUT /v1/videos/<id>/like-relation against the bench gunicorn on 127.0.0.1.
+
+Every loop here is bounded by a deadline and by a command count.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import random
+import signal
+import time
+from collections import Counter
+
+# Safety bounds: a job never runs longer than this, nor sends more commands than this per client.
+MAX_JOB_SECONDS = 300.0
+MAX_COMMANDS_PER_JOB = 2_000_000
+HTTP_TIMEOUT_S = 10.0
+IDLE_EXIT_S = 1800.0  # a worker that hears nothing for this long exits on its own
+
+KINDS = ("like", "unlike", "noop", "replay")
+UNLIKED, LIKED = "UNLIKED", "LIKED"
+
+
+class HttpStatusError(Exception):
+    def __init__(self, status: int, body: bytes):
+        super().__init__(f"HTTP {status}: {body[:200]!r}")
+        self.status = status
+
+
+class CommandMix:
+    """What the next command is (TEST-4: realistic shares of unlikes, no-change targets and retries).
+
+    like   - LIKED on a pair this client does not know to be liked (a real transition, mostly);
+    unlike - UNLIKED on a pair this client liked earlier in the job (a real transition);
+    noop   - a no-change target: LIKED again on a liked pair, or UNLIKED on a pair never liked (new key);
+    replay - the client's previous command re-sent with the same Idempotency-Key (a retried click).
+    Each client owns a disjoint slice of the users, so what it knows about "its" relations is exact.
+    """
+
+    def __init__(self, *, rng: random.Random, users: list, videos: list[str], mix: dict, key_prefix: str):
+        self.rng = rng
+        self.users = users  # [(user_id, token), ...]
+        self.videos = videos
+        total = sum(mix.values())
+        self.thresholds = []
+        acc = 0.0
+        for kind in KINDS:
+            acc += mix.get(kind, 0) / total
+            self.thresholds.append((acc, kind))
+        self.key_prefix = key_prefix
+        self.seq = 0
+        self.liked: list[tuple[int, str]] = []
+        self.liked_pos: dict[tuple[int, str], int] = {}
+        self.prev = None
+
+    def _random_pair(self) -> tuple[int, str]:
+        return self.rng.randrange(len(self.users)), self.rng.choice(self.videos)
+
+    def _fresh_key(self) -> str:
+        self.seq += 1
+        return f"{self.key_prefix}-{self.seq}"
+
+    def _kind(self) -> str:
+        r = self.rng.random()
+        for threshold, kind in self.thresholds:
+            if r < threshold:
+                return kind
+        return "like"
+
+    def next(self) -> tuple[str, int, str, str, str]:
+        """(kind, user index, video id, desired state, idempotency key)."""
+        kind = self._kind()
+        if kind == "replay" and self.prev is not None:
+            return ("replay", *self.prev)
+        if kind == "unlike" and self.liked:
+            ui, vid = self.rng.choice(self.liked)
+            return self._remember("unlike", ui, vid, UNLIKED)
+        if kind == "noop":
+            if self.liked and self.rng.random() < 0.5:
+                ui, vid = self.rng.choice(self.liked)
+                return self._remember("noop", ui, vid, LIKED)
+            for _ in range(8):
+                ui, vid = self._random_pair()
+                if (ui, vid) not in self.liked_pos:
+                    break
+            return self._remember("noop", ui, vid, UNLIKED)
+        for _ in range(8):
+            ui, vid = self._random_pair()
+            if (ui, vid) not in self.liked_pos:
+                break
+        return self._remember("like", ui, vid, LIKED)
+
+    def _remember(self, kind: str, ui: int, vid: str, desired: str):
+        cmd = (ui, vid, desired, self._fresh_key())
+        self.prev = cmd
+        return (kind, *cmd)
+
+    def observe(self, ui: int, vid: str, state: str) -> None:
+        """Record the relation state the server reported."""
+        pair = (ui, vid)
+        if state == LIKED and pair not in self.liked_pos:
+            self.liked_pos[pair] = len(self.liked)
+            self.liked.append(pair)
+        elif state != LIKED and pair in self.liked_pos:
+            pos = self.liked_pos.pop(pair)
+            last = self.liked.pop()
+            if last != pair:
+                self.liked[pos] = last
+                self.liked_pos[last] = pos
+
+
+def _service_sender():
+    from relations.services import commands
+
+    def send(user_id: int, token: str, video_id: str, desired: str, key: str):
+        res = commands.relation_set_state(user_id=user_id, video_id=video_id, desired_state=desired,
+                                          operation_id=key, device_id="bench")
+        return res.current.state, res.changed, res.replayed
+
+    return send, None
+
+
+def _http_sender(port: int, sizes: Counter):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT_S)
+
+    def send(user_id: int, token: str, video_id: str, desired: str, key: str):
+        body = json.dumps({"desiredState": desired, "deviceId": "bench"})
+        headers = {"Authorization": f"Token {token}", "Idempotency-Key": key,
+                   "Content-Type": "application/json", "Connection": "keep-alive"}
+        try:
+            conn.request("PUT", f"/v1/videos/{video_id}/like-relation", body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()  # the next request reconnects
+            raise
+        sizes["request"] += len(body)
+        sizes["response"] += len(data)
+        sizes["n"] += 1
+        if resp.status != 200:
+            raise HttpStatusError(resp.status, data)
+        doc = json.loads(data)
+        return doc["currentRelation"]["state"], doc["changed"], doc["replayed"]
+
+    return send, conn
+
+
+def run_job(job: dict) -> dict:
+    """Run one workload for this client; returns the measurements of the measured window."""
+    from bench import naive
+
+    naive.set_enabled(job["naive"])
+    rng = random.Random(job["seed"])
+    gen = CommandMix(rng=rng, users=job["users"], videos=job["videos"], mix=job["mix"], key_prefix=job["key_prefix"])
+    sizes: Counter = Counter()  # HTTP body bytes (message size, TEST-3)
+    if job["layer"] == "service":
+        send, conn = _service_sender()
+    else:
+        send, conn = _http_sender(job["port"], sizes)
+
+    t_start, measure_start, t_end = job["t_start"], job["t_measure"], job["t_end"]
+    t_end = min(t_end, time.time() + MAX_JOB_SECONDS)
+    delay = t_start - time.time()
+    if delay > 0:
+        time.sleep(min(delay, 30.0))
+
+    latencies: list[float] = []
+    errors: Counter = Counter()
+    kinds: Counter = Counter()
+    ok = changed = replayed = sent = 0
+    try:
+        while sent < MAX_COMMANDS_PER_JOB:
+            w0 = time.time()
+            if w0 >= t_end:
+                break
+            kind, ui, vid, desired, key = gen.next()
+            user_id, token = gen.users[ui]
+            sent += 1
+            t0 = time.perf_counter()
+            try:
+                state, was_changed, was_replayed = send(user_id, token, vid, desired, key)
+                err = None
+            except Exception as exc:
+                err = exc.__class__.__name__ + (f":{exc.status}" if isinstance(exc, HttpStatusError) else "")
+            elapsed_ms = (time.perf_counter() - t0) * 1000.0
+            if err is None:
+                gen.observe(ui, vid, state)
+            if w0 < measure_start or time.time() > t_end:
+                continue  # warm-up, or finished after the window closed
+            kinds[kind] += 1
+            if err is not None:
+                errors[err] += 1
+                continue
+            ok += 1
+            latencies.append(round(elapsed_ms, 3))
+            changed += bool(was_changed)
+            replayed += bool(was_replayed)
+    finally:
+        if conn is not None:
+            conn.close()
+        # Database connections stay open for the next job (the driver's TRUNCATE between windows only
+        # needs them idle); worker_main closes them when the process stops.
+    return {"ok": ok, "errors": dict(errors), "changed": changed, "replayed": replayed, "kinds": dict(kinds),
+            "latencies_ms": latencies, "sent_total": sent, "sizes": dict(sizes)}
+
+
+def run_probe(job: dict) -> dict:
+    """One client, no concurrency: what a single command costs in round trips and app CPU.
+
+    SQL statements are counted with Django's execute_wrapper (so the implicit BEGIN and the COMMIT of
+    each transaction come on top); Redis calls by wrapping redis.Redis.execute_command."""
+    import contextlib
+
+    import redis
+    from django.db import connections
+
+    from bench import naive
+
+    naive.set_enabled(False)
+    rng = random.Random(job["seed"])
+    gen = CommandMix(rng=rng, users=job["users"], videos=job["videos"], mix=job["mix"], key_prefix=job["key_prefix"])
+    send, _ = _service_sender()
+    counts: Counter = Counter()
+
+    def one() -> None:
+        kind, ui, vid, desired, key = gen.next()
+        user_id, token = gen.users[ui]
+        state, _changed, _replayed = send(user_id, token, vid, desired, key)
+        gen.observe(ui, vid, state)
+        counts[f"kind:{kind}"] += 1
+
+    def counter(alias: str):
+        def wrapper(execute, sql, params, many, context):
+            counts[f"sql:{alias}"] += 1
+            return execute(sql, params, many, context)
+
+        return wrapper
+
+    deadline = time.time() + 60
+    for _ in range(job["warm"]):
+        if time.time() > deadline:
+            break
+        one()
+    counts.clear()
+    original = redis.Redis.execute_command
+
+    def counting_execute(self, *args, **kwargs):
+        counts["redis"] += 1
+        return original(self, *args, **kwargs)
+
+    n = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            for alias in connections:
+                stack.enter_context(connections[alias].execute_wrapper(counter(alias)))
+            redis.Redis.execute_command = counting_execute
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            while n < job["commands"] and time.time() < deadline:
+                one()
+                n += 1
+            cpu1, wall1 = time.process_time(), time.perf_counter()
+    finally:
+        redis.Redis.execute_command = original
+    n = max(n, 1)
+    return {"commands": n, "app_cpu_ms": round((cpu1 - cpu0) * 1000 / n, 2),
+            "wall_ms": round((wall1 - wall0) * 1000 / n, 2),
+            "sql_per_command": {k[4:]: round(v / n, 2) for k, v in sorted(counts.items()) if k.startswith("sql:")},
+            "redis_per_command": round(counts["redis"] / n, 2),
+            "kinds": {k[5:]: v for k, v in counts.items() if k.startswith("kind:")}}
+
+
+def worker_main(index: int, tasks, results) -> None:
+    """Entry point of one spawned client process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
+    import django
+
+    django.setup()
+    from bench import naive
+
+    naive.install(enabled=False)
+    results.put((index, "ready", None))
+    while True:
+        try:
+            job = tasks.get(timeout=IDLE_EXIT_S)
+        except queue.Empty:
+            break
+        if job is None:
+            break
+        try:
+            res = run_probe(job) if job["layer"] == "probe" else run_job(job)
+        except Exception as exc:
+            res = {"fatal": f"{exc.__class__.__name__}: {exc}"}
+        results.put((index, job["tag"], res))
+    from django.db import connections
+
+    connections.close_all()
