@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from django.db import connections
 from redis.exceptions import RedisError
 
 from likes_project import metrics
@@ -56,9 +57,30 @@ def relation_get(*, user_id: int, video_id: str) -> RelationView:
     return UNLIKED_V0 if row is None else RelationView(state=row[0], relation_version=row[1])
 
 
-def command_get(*, user_id: int, operation_id: str) -> LikeCommand | None:
+@dataclass(frozen=True)
+class CommandRecord:
+    """The stored verdict of one operation (LIKE_COMMAND)."""
+
+    user_id: int
+    operation_id: str
+    video_id: str
+    desired_state: str
+    result_state: str
+    result_version: int
+    changed: bool
+
+
+def command_get(*, user_id: int, operation_id: str) -> CommandRecord | None:
+    """One indexed lookup on the user's shard (raw SQL: it runs before every command)."""
     alias = routing.alias_for_user(user_id)
-    return LikeCommand.objects.using(alias).filter(user_id=user_id, operation_id=operation_id).first()
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            f"SELECT user_id, operation_id, video_id, desired_state, result_state, result_version, changed "
+            f"FROM {LikeCommand._meta.db_table} WHERE user_id = %s AND operation_id = %s",
+            [user_id, operation_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else CommandRecord(*row)
 
 
 def _videos_from_db(video_ids: list[str]) -> dict[str, VideoView]:

@@ -3,12 +3,12 @@ shard holding the command record, the relation CAS and the outbox event."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from likes_project import metrics
@@ -88,7 +88,7 @@ def like_authorize(*, user_id: int, video_id: str) -> None:
         raise VideoFriendsOnly()
 
 
-def _replay(cmd: LikeCommand, *, video_id: str, desired_state: str | None) -> CommandResult:
+def _replay(cmd: selectors.CommandRecord, *, video_id: str, desired_state: str | None) -> CommandResult:
     if cmd.video_id != video_id or (desired_state is not None and cmd.desired_state != desired_state):
         metrics.inc("likes_commands_total", outcome="key_reused")
         raise IdempotencyKeyReused(
@@ -126,20 +126,22 @@ def _event_payload(*, event_id: uuid.UUID, alias: str, user_id: int, video_id: s
     }
 
 
+_INSERT_OUTBOX_SQL = """
+INSERT INTO {table} (event_id, aggregate_key, relation_version, event_type, schema_version, payload, xact_id,
+                     status, retry_count, next_retry_at, claimed_by, last_error, stream_key, stream_entry_id,
+                     created_at)
+VALUES (%s, %s, %s, %s, %s, %s::jsonb, pg_current_xact_id()::text::bigint, 'NEW', 0, %s, '', '', '', '', %s)
+"""
+
+
 def outbox_event_write(*, alias: str, payload: dict, now) -> None:
     """Insert the outbox row in the caller's transaction, stamping the transaction id for the
-    publisher's commit-order watermark (architecture §4)."""
-    OutboxEvent.objects.using(alias).create(
-        event_id=payload["eventId"],
-        aggregate_key=payload["aggregateKey"],
-        relation_version=payload["relationVersion"],
-        event_type=EVENT_TYPE,
-        schema_version=EVENT_SCHEMA_VERSION,
-        payload=payload,
-        xact_id=RawSQL("pg_current_xact_id()::text::bigint", []),
-        next_retry_at=now,
-        created_at=now,
-    )
+    publisher's commit-order watermark (architecture §4). Raw SQL: this is the hot path."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_INSERT_OUTBOX_SQL.format(table=OutboxEvent._meta.db_table), [
+            payload["eventId"], payload["aggregateKey"], payload["relationVersion"], EVENT_TYPE,
+            EVENT_SCHEMA_VERSION, json.dumps(payload), now, now,
+        ])
 
 
 _INSERT_COMMAND_SQL = """
@@ -163,13 +165,34 @@ def _command_insert(*, alias: str, user_id: int, operation_id: str, video_id: st
         return cursor.fetchone() is not None
 
 
-def _lock_relation(alias: str, user_id: int, video_id: str) -> LikeRelation | None:
-    return (
-        LikeRelation.objects.using(alias)
-        .select_for_update()
-        .filter(user_id=user_id, video_id=video_id)
-        .first()
-    )
+@dataclass(frozen=True)
+class _LockedRelation:
+    id: int
+    state: str
+    relation_version: int
+    state_changed_at: object
+
+
+def _lock_relation(alias: str, user_id: int, video_id: str) -> _LockedRelation | None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, state, relation_version, state_changed_at FROM {LikeRelation._meta.db_table} "
+            "WHERE user_id = %s AND video_id = %s FOR UPDATE",
+            [user_id, video_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else _LockedRelation(*row)
+
+
+def _cas_update(alias: str, rel: _LockedRelation, *, state: str, version: int, operation_id: str, changed_at,
+                now) -> int:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {LikeRelation._meta.db_table} SET state = %s, relation_version = %s, last_operation_id = %s, "
+            "state_changed_at = %s, updated_at = %s WHERE id = %s AND relation_version = %s",
+            [state, version, operation_id, changed_at, now, rel.id, rel.relation_version],
+        )
+        return cursor.rowcount
 
 
 def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
@@ -210,12 +233,8 @@ def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, opera
             else:
                 # State-change times never go backwards on one relation, whatever the web node's clock.
                 changed_at = max(now, rel.state_changed_at)
-                updated = (
-                    LikeRelation.objects.using(alias)
-                    .filter(pk=rel.pk, relation_version=current.relation_version)
-                    .update(state=desired_state, relation_version=new_version,
-                            last_operation_id=operation_id, state_changed_at=changed_at, updated_at=now)
-                )
+                updated = _cas_update(alias, rel, state=desired_state, version=new_version,
+                                      operation_id=operation_id, changed_at=changed_at, now=now)
                 if updated != 1:  # impossible while we hold the row lock; never write on a broken CAS
                     raise RuntimeError("relation CAS failed under row lock")
             event_id = uuid.uuid4()
