@@ -156,6 +156,15 @@ return {0, math.ceil((need - tokens) * 1000 / rate)}
 """
 
 
+def token_buckets(buckets: list[tuple[str, float, int, bool]]) -> list[tuple[bool, int]]:
+    """Several (key, rate, burst, consume) buckets in one pipelined round trip."""
+    script = _script(TOKEN_BUCKET)
+    pipe = cache_redis().pipeline(transaction=False)
+    for key, rate, burst, consume in buckets:
+        script(keys=[key], args=[rate, burst, 1, 1 if consume else 0], client=pipe)
+    return [(bool(a), int(r)) for a, r in pipe.execute()]
+
+
 def token_bucket(key: str, *, rate: float, burst: int, consume: bool) -> tuple[bool, int]:
     allowed, retry_ms = _script(TOKEN_BUCKET)(
         keys=[key], args=[rate, burst, 1, 1 if consume else 0], client=cache_redis()

@@ -43,19 +43,26 @@ def _bucket(scope: str, key: str, *, rate: float, burst: int, consume: bool) -> 
 
 
 def request_limits_check(*, user_id: int, client_ip: str | None) -> LimitVerdict:
-    """Consume one token from the caller's user bucket and IP bucket."""
+    """Consume one token from the caller's user bucket and IP bucket (one Redis round trip)."""
     if not settings.RATE_LIMIT_ENABLED:
         return ALLOWED
-    verdict = _bucket(
-        "user", cache.ratelimit_user_key(user_id),
-        rate=settings.RATE_LIMIT_USER_RATE, burst=settings.RATE_LIMIT_USER_BURST, consume=True,
-    )
-    if not verdict.allowed or not client_ip:
-        return verdict
-    return _bucket(
-        "ip", cache.ratelimit_ip_key(client_ip),
-        rate=settings.RATE_LIMIT_IP_RATE, burst=settings.RATE_LIMIT_IP_BURST, consume=True,
-    )
+    scopes = [("user", cache.ratelimit_user_key(user_id), settings.RATE_LIMIT_USER_RATE,
+               settings.RATE_LIMIT_USER_BURST, True)]
+    if client_ip:
+        scopes.append(("ip", cache.ratelimit_ip_key(client_ip), settings.RATE_LIMIT_IP_RATE,
+                       settings.RATE_LIMIT_IP_BURST, True))
+    try:
+        results = cache.token_buckets([(key, rate, burst, consume) for _, key, rate, burst, consume in scopes])
+    except RedisError as exc:
+        for scope, *_ in scopes:
+            metrics.inc("likes_ratelimit_fail_open_total", scope=scope)
+        logger.warning("rate limits failed open: %s", exc.__class__.__name__)
+        return ALLOWED
+    for (scope, *_), (allowed, retry_ms) in zip(scopes, results, strict=True):
+        if not allowed:
+            metrics.inc("likes_ratelimit_rejected_total", scope=scope)
+            return LimitVerdict(allowed=False, scope=scope, retry_after_s=max(1, math.ceil(retry_ms / 1000)))
+    return ALLOWED
 
 
 def _relation_params() -> tuple[float, int]:
