@@ -8,14 +8,26 @@ The shard contract is shown read-only.
 
 from __future__ import annotations
 
+import functools
+import io
+import tempfile
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
+from django.http import FileResponse
+from django.template import engines
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.views.decorators.http import require_http_methods
 
 from likes_project.errors import Conflict, DomainError
 from opsconsole.admin import ReadOnlyAdmin, ServiceWriteAdmin
 from opsconsole.services import admin_actor
 from relations.models import Block, Friendship, RelationShardContract, RelationShardSlot, VideoSnapshot
+from relations.services.export import EXPORT_PERMISSION, user_likes_export
 from relations.services.videos import block_set, friendship_set, video_snapshot_upsert
 
 
@@ -197,3 +209,83 @@ class RelationShardSlotAdmin(ReadOnlyAdmin):
     list_filter = ("contract_version", "alias")
     ordering = ("contract_version", "slot")
     list_per_page = 256
+
+
+# --- exact export of one user's likes (LIST-5) -------------------------------------------------
+# /admin/relations/likes-export/ (URL name `admin:relations_likes_export`): staff holding
+# relations.view_likerelation pick a user and download the same file `manage.py export_user_likes`
+# writes. The service audits it ("likes.export", channel admin).
+
+
+class LikesExportForm(forms.Form):
+    username = forms.CharField(max_length=150)
+
+    def clean_username(self):
+        user = get_user_model().objects.filter(username=self.cleaned_data["username"]).first()
+        if user is None:
+            raise forms.ValidationError("No user with this username.", code="user_not_found")
+        return user
+
+
+LIKES_EXPORT_TEMPLATE = """{% extends "admin/base_site.html" %}
+{% load static %}
+{% block extrastyle %}{{ block.super }}<link rel="stylesheet" href="{% static "admin/css/forms.css" %}">{% endblock %}
+{% block breadcrumbs %}<div class="breadcrumbs"><a href="{% url 'admin:index' %}">Home</a>
+&rsaquo; <a href="{% url 'admin:app_list' app_label='relations' %}">Relations</a> &rsaquo; {{ title }}</div>
+{% endblock %}
+{% block content %}<div id="content-main">
+<p>Downloads every video the user likes, exactly as of one database snapshot (JSON lines; the first line
+holds the as-of time). Taken-down, deleted and unknown videos are included with <code>listed: false</code>.
+The export is recorded in the audit log.</p>
+<form method="post">{% csrf_token %}<fieldset class="module aligned">{{ form.non_field_errors }}
+{% for f in form %}<div class="form-row">{{ f.errors }}{{ f.label_tag }} {{ f }}</div>{% endfor %}
+</fieldset><div class="submit-row"><input type="submit" value="Export likes" class="default"></div></form>
+</div>{% endblock %}
+"""
+
+
+@functools.cache
+def _likes_export_template():
+    return engines["django"].from_string(LIKES_EXPORT_TEMPLATE)
+
+
+@require_http_methods(["GET", "POST"])
+def likes_export_view(request, *, admin_site):
+    """Wrapped by `admin_site.admin_view` (active staff, CSRF); the export permission is checked here."""
+    if not request.user.has_perm(EXPORT_PERMISSION):
+        raise PermissionDenied
+    form = LikesExportForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        user = form.cleaned_data["username"]
+        buffer = tempfile.TemporaryFile("w+b")  # noqa: SIM115 - handed to FileResponse, which closes it
+        text = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
+        try:
+            result = user_likes_export(user_id=user.pk, out=text, actor=admin_actor(request.user),
+                                       destination="admin download")
+        except (DomainError, DatabaseError) as exc:
+            text.close()
+            form.add_error(None, getattr(exc, "message", None) or f"The export failed: {exc.__class__.__name__}.")
+        else:
+            text.detach()
+            buffer.seek(0)
+            stamp = result.as_of.strftime("%Y%m%dT%H%M%SZ")
+            return FileResponse(buffer, as_attachment=True, content_type="application/x-ndjson",
+                                filename=f"likes-{user.username}-{stamp}.jsonl")
+    context = {**admin_site.each_context(request), "title": "Export a user's likes", "subtitle": None,
+               "form": form}
+    request.current_app = admin_site.name
+    return TemplateResponse(request, _likes_export_template(), context)
+
+
+def _with_likes_export_url(get_urls):
+    @functools.wraps(get_urls)
+    def urls_with_likes_export():
+        view = admin.site.admin_view(functools.partial(likes_export_view, admin_site=admin.site))
+        return [path("relations/likes-export/", view, name="relations_likes_export"), *get_urls()]
+
+    urls_with_likes_export.adds_likes_export = True
+    return urls_with_likes_export
+
+
+if not getattr(admin.site.get_urls, "adds_likes_export", False):
+    admin.site.get_urls = _with_likes_export_url(admin.site.get_urls)

@@ -3,11 +3,13 @@ from django.urls import path
 import likes_project.converters  # noqa: F401 - registers "anyseg"
 from relations.api import views
 from relations.api.batch_views import BatchQueryView
+from relations.api.list_views import MyLikesView
 
 urlpatterns = [
     path("videos/<anyseg:video_id>/like-relation", views.LikeRelationView.as_view(), name="like-relation"),
     path("like-operations/<str:operation_id>", views.LikeOperationView.as_view(), name="like-operation"),
     path("like-relations/batch-query", BatchQueryView.as_view(), name="like-relations-batch-query"),
+    path("me/likes", MyLikesView.as_view(), name="my-likes"),
 ]
 
 internal_urlpatterns = [
