@@ -200,6 +200,11 @@ BATCH_QUERY_MAX_IDS = env_int("BATCH_QUERY_MAX_IDS", 100)
 DB_FALLBACK_CONCURRENCY = env_int("DB_FALLBACK_CONCURRENCY", 32)
 RELATION_CACHE_SAMPLE_SIZE = env_int("RELATION_CACHE_SAMPLE_SIZE", 200)
 
+# My liked list (LIST): page size cap and raw rows scanned per request before answering (LIST-6).
+MY_LIKES_MAX_LIMIT = env_int("MY_LIKES_MAX_LIMIT", 100)
+MY_LIKES_SCAN_LIMIT = env_int("MY_LIKES_SCAN_LIMIT", 1000)
+LIKES_EXPORT_CHUNK_ROWS = env_int("LIKES_EXPORT_CHUNK_ROWS", 1000)
+
 # --- count projection -----------------------------------------------------------------------------
 COUNT_VIRTUAL_BUCKETS = env_int("COUNT_VIRTUAL_BUCKETS", 1024)  # V of bucket space v1, used once at bootstrap
 COUNT_PROJECTOR_BATCH = env_int("COUNT_PROJECTOR_BATCH", 500)
