@@ -258,3 +258,45 @@ def test_events_reordered_in_the_stream_still_leave_the_highest_version(make_use
     streams.publish_pipeline([events[2], events[0], events[1], events[0]])
     project_relcache()
     assert cache.relation_cache_read(active_gen(), user.pk, ["rc-ro"]) == {"rc-ro": ("LIKED", 3)}
+
+
+def test_the_rebuild_is_an_audited_admin_action_too(admin_client, make_user):
+    from opsconsole.models import AuditRecord
+
+    old = active_gen()
+    resp = admin_client.post("/admin/relations/cachegeneration/", {
+        "action": "rebuild_relation_cache", "_selected_action": [str(old)]}, follow=True)
+    assert resp.status_code == 200
+    assert active_gen() == old + 1
+    record = AuditRecord.objects.get(action="relcache.rebuild")
+    assert (record.channel, record.outcome, record.target_id) == ("admin", "active", str(old + 1))
+
+
+def test_a_staff_user_without_the_permission_cannot_rebuild(client, make_user):
+    staff = make_user()
+    staff.is_staff = True
+    staff.save()
+    from django.contrib.auth.models import Permission
+
+    staff.user_permissions.add(Permission.objects.get(codename="view_cachegeneration"))
+    client.force_login(staff)
+    old = active_gen()
+    resp = client.post("/admin/relations/cachegeneration/", {
+        "action": "rebuild_relation_cache", "_selected_action": [str(old)]})
+    assert active_gen() == old
+    assert resp.status_code in (200, 302, 403)
+
+
+def test_the_rebuild_command_shows_progress_and_audits(make_user, make_video, author):
+    import io
+
+    from django.core.management import call_command
+
+    from opsconsole.models import AuditRecord
+
+    make_video("rc-cmd", author)
+    cmd(make_user(), "rc-cmd", "LIKED")
+    out, err = io.StringIO(), io.StringIO()
+    call_command("rebuild_relation_cache", stdout=out, stderr=err)
+    assert "relations scanned" in err.getvalue() and "ACTIVE" in out.getvalue()
+    assert AuditRecord.objects.filter(action="relcache.rebuild", channel="cli").count() == 1
