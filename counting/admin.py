@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
 from django.db.models import Count, IntegerField, OuterRef, Subquery
@@ -32,6 +32,7 @@ from counting import routing
 from counting.models import (
     CountBucketRoute,
     CountBucketSpace,
+    CountCacheGeneration,
     CountProjectionGeneration,
     CountRefreshSwitch,
     CountRouteManifest,
@@ -40,12 +41,14 @@ from counting.models import (
     VideoDisplayCount,
     VideoLikeCountVbucket,
 )
+from counting.services.count_cache import count_cache_rebuild
 from likes_project.errors import DomainError
 from opsconsole.admin import ReadOnlyAdmin
 from opsconsole.services import admin_actor, audit_record
 from relations import validation
 
 VBUCKETS_PERMISSION = "counting.view_videolikecountvbucket"
+REBUILD_COUNT_CACHE_PERMISSION = "counting.rebuild_count_cache"
 
 # --- control plane, read-only ------------------------------------------------------------------
 
@@ -59,6 +62,42 @@ class CountBucketSpaceAdmin(ReadOnlyAdmin):
 class CountProjectionGenerationAdmin(ReadOnlyAdmin):
     list_display = ("generation", "status", "bucket_space_version", "active_manifest_id", "created_at")
     list_filter = ("status",)
+
+
+@admin.register(CountCacheGeneration)
+class CountCacheGenerationAdmin(ReadOnlyAdmin):
+    """Count-cache generations (read-only) and the rebuild action (CCACHE-3). The action ignores the
+    selection: it always builds the generation after the newest one, pinned to the active manifest,
+    and runs to completion in the request (use `manage.py rebuild_count_cache` for very large stores).
+    Needs `counting.rebuild_count_cache`; the service audits its start, activation or failure."""
+
+    list_display = ("generation", "status", "projection_generation", "route_manifest_id", "previous_generation",
+                    "rows_written", "started_by", "started_at", "activated_at", "finished_at", "failure_reason")
+    list_filter = ("status",)
+    ordering = ("-generation",)
+    actions = ["rebuild_count_cache"]
+
+    def has_rebuild_permission(self, request) -> bool:
+        return request.user.has_perm(REBUILD_COUNT_CACHE_PERMISSION)
+
+    @admin.action(description="Rebuild the count cache into a new generation", permissions=["rebuild"])
+    def rebuild_count_cache(self, request, queryset):
+        if not self.has_rebuild_permission(request):
+            raise PermissionDenied
+        try:
+            report = count_cache_rebuild(actor=admin_actor(request.user))
+        except DomainError as exc:
+            self.message_user(request, exc.message, level=messages.ERROR)
+            return
+        if report.status == "ACTIVE":
+            self.message_user(request, f"Count cache generation {report.generation} is ACTIVE "
+                                       f"({report.rows_written} bucket rows, {report.views_written} views, "
+                                       f"{report.sampled} videos verified); generation {report.previous} retired.",
+                              level=messages.SUCCESS)
+        else:
+            self.message_user(request, f"Count cache rebuild of generation {report.generation} FAILED: "
+                                       f"{report.failure}. Reads stay on generation {report.previous}.",
+                              level=messages.ERROR)
 
 
 @admin.register(CountRouteManifest)

@@ -1,13 +1,32 @@
-"""Redis keys of the count cache (CCACHE-1, CCACHE-2). Nothing else builds them.
+"""Redis keys and Lua scripts of the count cache (CCACHE-1, CCACHE-2). Nothing else builds them.
 
-View layer: `<prefix>:count:view:g<generation>:{<videoId>}` -> "displayCount|snapshotId|generation|generatedAt".
-Bucket layer (written by the count-cache rebuild of a later issue):
-`<prefix>:count:g<generation>:{<videoId>|vb-<bucket>}` -> "activeCount|bucketVersion|routeEpoch|generation";
-the hash tag holds both the video and the bucket, so a hot video's buckets spread over slots.
+Every key carries the COUNT CACHE generation (COUNT_CACHE_GENERATION, E-15), not the projection
+generation: a rebuild writes a new namespace and a CAS of the durable row switches readers to it.
+
+- View layer, read by `like-count` and the batch query:
+  `<prefix>:count:view:g<gen>:{<videoId>}` -> "displayCount|snapshotId|generation|generatedAt".
+  Written only from the durable display snapshot (VideoDisplayCount), never incremented; a write
+  with a lower snapshot id than the stored one is refused (VIEW_WRITE_LUA).
+- Bucket layer, a mirror of the durable vbuckets:
+  `<prefix>:count:g<gen>:{<videoId>|vb-<bucket>}` -> "activeCount|bucketVersion|routeEpoch|generation".
+  The hash tag holds both the video and the bucket, so one hot video's buckets spread over the slots
+  of a Redis Cluster (CCACHE-2; `like:count:{videoId}:vb-37` would put all of them on one slot).
+- Generation registry: `<prefix>:count:gens` (hash generation -> status), a mirror of the durable
+  COUNT_CACHE_GENERATION rows, written after each commit that changes a status. BUCKET_WRITE_LUA
+  reads it and writes only ACTIVE and REBUILDING generations, so a task of a RETIRED/FAILED
+  generation that arrives late cannot write (CCACHE-3 step 3, T7). A missing registry refuses
+  every write (NO_REGISTRY) until the service restores it from the table.
+
+Redis Cluster note: BUCKET_WRITE_LUA touches the bucket key and the registry, which hash to
+different slots. On a single Redis (this deployment) that is one atomic script. On a Cluster the
+registry has to be passed in instead (`generation_status` read from the durable table right before
+the call) and the check is no longer atomic with the write; the new generation stays safe either
+way, because its keys differ by name and the bucket version/epoch check keeps them monotonic.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 
 from django.conf import settings
@@ -15,30 +34,191 @@ from django.conf import settings
 from likes_project.redis_client import cache_redis
 
 VIEW_TTL_S = 24 * 3600
+BUCKET_TTL_S = 7 * 24 * 3600
+GENS_TTL_S = 7 * 24 * 3600
+CLUSTER_SLOTS = 16384
+
+
+def _p() -> str:
+    return settings.LIKES_REDIS_PREFIX
 
 
 def view_key(generation: int, video_id: str) -> str:
-    return f"{settings.LIKES_REDIS_PREFIX}:count:view:g{generation}:{{{video_id}}}"
+    return f"{_p()}:count:view:g{generation}:{{{video_id}}}"
 
 
 def bucket_key(generation: int, video_id: str, virtual_bucket: int) -> str:
-    return f"{settings.LIKES_REDIS_PREFIX}:count:g{generation}:{{{video_id}|vb-{virtual_bucket}}}"
+    return f"{_p()}:count:g{generation}:{{{video_id}|vb-{virtual_bucket}}}"
 
 
-def views_write(generation: int, rows: list[tuple[str, int, int, str]]) -> None:
-    """(video id, display count, snapshot id, generatedAt ISO) -> view keys, one pipelined round trip.
-    Every key expires (with jitter); the durable snapshot is the fallback."""
+def gens_key() -> str:
+    return f"{_p()}:count:gens"
+
+
+def key_pattern() -> str:
+    """Every count-cache key (views, buckets, registry): for SCAN, never KEYS."""
+    return f"{_p()}:count:*"
+
+
+def _ttl_ms(base_s: int) -> int:
+    return int(base_s * 1000 * random.uniform(0.8, 1.2))  # ±20 % jitter (K1)
+
+
+# --- Redis Cluster slot arithmetic (CCACHE-2) ----------------------------------------------------
+
+
+def crc16_xmodem(data: bytes) -> int:
+    """CRC16-CCITT/XMODEM (poly 0x1021, init 0), the checksum Redis Cluster hashes keys with."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc
+
+
+def hash_tag(key: str | bytes) -> bytes:
+    """The part of a key Redis Cluster hashes: the content of the first `{...}` if it is non-empty."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start != -1:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            return raw[start + 1:end]
+    return raw
+
+
+def keyslot(key: str | bytes) -> int:
+    return crc16_xmodem(hash_tag(key)) % CLUSTER_SLOTS
+
+
+# --- Lua -------------------------------------------------------------------------------------------
+
+# KEYS[1] bucket key, KEYS[2] generation registry.
+# ARGV: generation, activeCount, bucketVersion, routeEpoch, ttl_ms.
+# Accept only when the generation is registered ACTIVE or REBUILDING, and (routeEpoch, bucketVersion)
+# is not below the stored pair: a newer route epoch wins, and within one epoch the version decides.
+BUCKET_WRITE_LUA = """
+local status = redis.call('HGET', KEYS[2], ARGV[1])
+if not status then
+  if redis.call('EXISTS', KEYS[2]) == 0 then return 'NO_REGISTRY' end
+  return 'GEN_UNKNOWN'
+end
+if status ~= 'ACTIVE' and status ~= 'REBUILDING' then return 'GEN_' .. status end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local _, ver, epoch = string.match(cur, '^(%-?%d+)|(%d+)|(%d+)|')
+  if ver then
+    local new_epoch, new_ver = tonumber(ARGV[4]), tonumber(ARGV[3])
+    if new_epoch < tonumber(epoch) then return 'STALE_EPOCH' end
+    if new_epoch == tonumber(epoch) and new_ver < tonumber(ver) then return 'STALE_VERSION' end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[1], 'PX', ARGV[5])
+return 'OK'
+"""
+
+# KEYS[1] view key. ARGV: value, snapshotId, ttl_ms. A lower snapshot id than the stored one loses.
+VIEW_WRITE_LUA = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local sid = string.match(cur, '^[^|]*|(%d+)|')
+  if sid and tonumber(sid) > tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+return 1
+"""
+
+
+@functools.cache
+def _script(source: str):
+    # Registered once per process; each call passes the current client explicitly.
+    return cache_redis().register_script(source)
+
+
+# --- generation registry -----------------------------------------------------------------------
+
+
+def gens_mirror_write(statuses: dict[int, str]) -> None:
+    """Replace the registry with `statuses` (generation -> status, from the durable table)."""
+    pipe = cache_redis().pipeline(transaction=True)
+    pipe.delete(gens_key())
+    if statuses:
+        pipe.hset(gens_key(), mapping={str(g): s for g, s in statuses.items()})
+        pipe.pexpire(gens_key(), _ttl_ms(GENS_TTL_S))
+    pipe.execute()
+
+
+def gens_mirror_read() -> dict[int, str]:
+    return {int(g): s.decode() for g, s in cache_redis().hgetall(gens_key()).items()}
+
+
+# --- bucket layer ------------------------------------------------------------------------------
+
+
+def buckets_write(generation: int, rows: list[tuple[str, int, int, int, int]]) -> list[str]:
+    """(video id, bucket, active count, bucket version, route epoch) -> BUCKET_WRITE_LUA verdicts
+    ("OK", "STALE_VERSION", "STALE_EPOCH", "GEN_RETIRED", "NO_REGISTRY", ...), pipelined."""
+    if not rows:
+        return []
+    script = _script(BUCKET_WRITE_LUA)
+    pipe = cache_redis().pipeline(transaction=False)
+    for video_id, vb, count, version, epoch in rows:
+        script(keys=[bucket_key(generation, video_id, vb), gens_key()],
+               args=[generation, count, version, epoch, _ttl_ms(BUCKET_TTL_S)], client=pipe)
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in pipe.execute()]
+
+
+def buckets_read(generation: int, keys: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(video id, bucket) -> (active count, bucket version, route epoch) of the stored keys."""
+    if not keys:
+        return {}
+    pipe = cache_redis().pipeline(transaction=False)
+    for video_id, vb in keys:
+        pipe.get(bucket_key(generation, video_id, vb))
+    out = {}
+    for key, raw in zip(keys, pipe.execute(), strict=True):
+        if raw is not None:
+            count, version, epoch, _gen = raw.decode().split("|", 3)
+            out[key] = (int(count), int(version), int(epoch))
+    return out
+
+
+# --- view layer --------------------------------------------------------------------------------
+
+
+def views_write(generation: int, rows: list[tuple[str, int, int, str]]) -> int:
+    """(video id, display count, snapshot id, generatedAt ISO) -> view keys of `generation`, one
+    pipelined round trip; a row older (lower snapshot id) than the stored view is refused. Every key
+    expires (with jitter); the durable snapshot is the fallback. Returns how many were written."""
+    if not rows:
+        return 0
+    script = _script(VIEW_WRITE_LUA)
     pipe = cache_redis().pipeline(transaction=False)
     for video_id, display, snapshot_id, generated_at in rows:
-        ttl = int(VIEW_TTL_S * random.uniform(0.9, 1.1))
-        pipe.set(view_key(generation, video_id), f"{display}|{snapshot_id}|{generation}|{generated_at}", ex=ttl)
-    pipe.execute()
+        script(keys=[view_key(generation, video_id)],
+               args=[f"{display}|{snapshot_id}|{generation}|{generated_at}", snapshot_id, _ttl_ms(VIEW_TTL_S)],
+               client=pipe)
+    return sum(int(x) for x in pipe.execute())
+
+
+def views_read(generation: int, video_ids: list[str]) -> dict[str, tuple[int, int, str]]:
+    """video id -> (display count, snapshot id, generatedAt) for the hits, in ONE round trip (a
+    pipeline of GETs rather than MGET, so that a Cluster client can split it by node)."""
+    if not video_ids:
+        return {}
+    pipe = cache_redis().pipeline(transaction=False)
+    for video_id in video_ids:
+        pipe.get(view_key(generation, video_id))
+    out = {}
+    for video_id, raw in zip(video_ids, pipe.execute(), strict=True):
+        if raw is not None:
+            display, snapshot_id, _gen, generated_at = raw.decode().split("|", 3)
+            out[video_id] = (int(display), int(snapshot_id), generated_at)
+    return out
 
 
 def view_read(generation: int, video_id: str) -> tuple[int, int, str] | None:
     """(display count, snapshot id, generatedAt) or None on a miss."""
-    raw = cache_redis().get(view_key(generation, video_id))
-    if raw is None:
-        return None
-    display, snapshot_id, _gen, generated_at = raw.decode().split("|", 3)
-    return int(display), int(snapshot_id), generated_at
+    return views_read(generation, [video_id]).get(video_id)

@@ -139,6 +139,46 @@ class CountRefreshSwitch(models.Model):
         return f"{self.video_id}: refresh {'paused' if self.paused else 'on'}"
 
 
+class CountCacheStatus(models.TextChoices):
+    REBUILDING = "REBUILDING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    RETIRED = "RETIRED"
+
+
+class CountCacheGeneration(models.Model):
+    """COUNT_CACHE_GENERATION (E-15): one generation of the Redis count cache (bucket and view layers
+    under `…:count:g<generation>:` / `…:count:view:g<generation>:`). Built REBUILDING from the durable
+    vbuckets of `projection_generation` as routed by the pinned `route_manifest_id`, then CAS-switched
+    to ACTIVE (the previous one RETIRED) in one transaction (CCACHE-3). Reads use the ACTIVE one only."""
+
+    generation = models.PositiveIntegerField(primary_key=True)
+    status = models.CharField(max_length=10, choices=CountCacheStatus.choices)
+    projection_generation = models.PositiveIntegerField()
+    route_manifest_id = models.BigIntegerField()  # pinned for the build; the rebuild fails if it moves
+    previous_generation = models.PositiveIntegerField(null=True)  # the ACTIVE one when the build began
+    build_from = models.DateTimeField()  # start point: changes at or after it are caught up
+    start_checkpoints = models.JSONField(default=dict)  # count consumer {partition: last_done_id} at start
+    rows_written = models.BigIntegerField(default=0)
+    started_by = models.CharField(max_length=150, blank=True, default="")
+    failure_reason = models.CharField(max_length=512, blank=True, default="")
+    started_at = models.DateTimeField()
+    activated_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)  # when it became FAILED or RETIRED
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"),
+                                    name="one_active_count_cache_generation"),
+            models.UniqueConstraint(fields=["status"], condition=Q(status="REBUILDING"),
+                                    name="one_rebuilding_count_cache_generation"),
+        ]
+        permissions = [("rebuild_count_cache", "Can rebuild the count cache")]
+
+    def __str__(self) -> str:
+        return f"count cache generation {self.generation} ({self.status}, manifest {self.route_manifest_id})"
+
+
 # --- count partitions --------------------------------------------------------------------------
 
 

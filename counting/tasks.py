@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from counting.services.count_cache import count_cache_buckets_refresh
 from counting.services.projection import CountProjector
 from counting.services.snapshots import display_snapshot_refresh
 from likes_project.eventlog import streams
@@ -38,3 +39,13 @@ def project_all_task() -> None:
 def display_snapshot_task() -> dict:
     report = display_snapshot_refresh()
     return {"videos": report.videos, "skipped_hot": report.skipped_hot}
+
+
+@shared_task(name="counting.count_cache_refresh_buckets", acks_late=True, ignore_result=True)
+def count_cache_refresh_buckets_task(video_ids: list[str], generation: int | None = None) -> dict:
+    """Rewrite the bucket layer of `video_ids` from the durable vbuckets, for `generation` (as
+    enqueued) or every write target. A task of a generation that is no longer ACTIVE or REBUILDING,
+    or carrying a lower bucket version or route epoch than Redis holds, is refused by the script."""
+    report = count_cache_buckets_refresh(video_ids=list(video_ids),
+                                         generation=int(generation) if generation is not None else None)
+    return {"rows": report.rows, "verdicts": {str(g): v for g, v in report.verdicts.items()}}

@@ -8,7 +8,10 @@ from django.conf import settings
 from django.db import connections
 
 from counting import routing as count_routing
+from counting import selectors as count_selectors
 from counting.services.bootstrap import count_projection_bootstrap
+from counting.services.count_cache import count_cache_generation_bootstrap
+from likes_project import l1cache
 from likes_project.eventlog import streams
 from likes_project.eventlog.services import stream_contract_ensure
 from likes_project.redis_client import cache_redis, stream_redis
@@ -27,6 +30,8 @@ def ensure_contracts() -> None:
     stream_contract_ensure()
     count_routing.reset_cache()
     count_projection_bootstrap()
+    count_selectors.reset_generation_cache()
+    count_cache_generation_bootstrap()
     relation_selectors.reset_generation_cache()
     gen = cache_generation_bootstrap()
     # Each test starts with a healthy relation cache: the registry mirrored and the sentinel present.
@@ -51,6 +56,7 @@ def _flush_test_redis() -> None:
 @pytest.fixture(autouse=True)
 def clean_redis():
     _flush_test_redis()
+    l1cache.clear_all()
     yield
 
 
@@ -69,6 +75,8 @@ def shard_contract(request, clean_redis):
     count_routing.reset_cache()
     streams.reset_cache()
     relation_selectors.reset_generation_cache()
+    count_selectors.reset_generation_cache()
+    l1cache.clear_all()
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from counting import cache, routing
+from counting import routing
 from counting.models import CountRefreshSwitch, DirtyVideo, VideoDisplayCount, VideoLikeCountVbucket
+from counting.services import count_cache
 from likes_project import metrics
 from likes_project.eventlog.models import ConsumerCheckpoint
 
@@ -39,7 +40,9 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
 
     Reads each video's buckets from the partition the active manifest routes them to (one
     authoritative replica per bucket, ROUTE-6), sums them (no COUNT(*) anywhere), writes the durable
-    snapshot, then the Redis view, then clears the dirty marks that were not re-dirtied meanwhile.
+    snapshot, then the Redis view and bucket layers of every count-cache generation being written
+    (the ACTIVE one, and a REBUILDING one during a rebuild), then clears the dirty marks that were not
+    re-dirtied meanwhile.
     Hot videos (dirty at least COUNT_HOT_DIRTY_THRESHOLD times) are refreshed at most every
     COUNT_HOT_REFRESH_S; a paused video keeps its marks until resumed.
     Transaction: one on `default` for the snapshots; one per count partition for clearing marks.
@@ -102,9 +105,12 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
                           "snapshot_id": report.snapshot_id, "generated_at": now, "watermark": watermark},
             )
     try:
+        # After the commit: the views (and buckets) of every count-cache generation being written,
+        # the ACTIVE one and a REBUILDING one (CCACHE-3); read fresh, so a rebuild misses nothing.
         rows = VideoDisplayCount.objects.filter(video_id__in=chosen).values_list("video_id", "display_count")
-        cache.views_write(gen.generation, [(v, d, report.snapshot_id, now.isoformat().replace("+00:00", "Z"))
-                                           for v, d in rows])
+        count_cache.count_cache_views_write(rows=[(v, d, report.snapshot_id, now.isoformat().replace("+00:00", "Z"))
+                                                  for v, d in rows])
+        count_cache.count_cache_buckets_refresh(video_ids=chosen)
     except RedisError as exc:
         metrics.inc("likes_cache_errors_total", cache="count_view")
         logger.warning("count view write failed: %s (the durable snapshot is served)", exc.__class__.__name__)

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from counting.services.bootstrap import count_projection_bootstrap
+from counting.services.count_cache import count_cache_generation_bootstrap
 from likes_project.dbcreate import database_create, database_exists
 from likes_project.eventlog.services import stream_contract_ensure
 from relations.services.contracts import relation_shard_contract_ensure
@@ -50,6 +51,9 @@ class Command(BaseCommand):
             f"count projection generation {boot.generation} (bucket space v{boot.bucket_space_version}, "
             f"manifest {boot.manifest_id}) {'created' if boot.created else 'present'}"
         )
+        count_cache = count_cache_generation_bootstrap()
+        if count_cache is not None:
+            self.stdout.write(f"count cache generation {count_cache.generation} ({count_cache.status})")
         cache_gen = cache_generation_bootstrap()
         self.stdout.write(f"relation cache generation {cache_gen.generation} ({cache_gen.status})")
         self.stdout.write(self.style.SUCCESS("all aliases migrated"))
