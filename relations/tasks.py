@@ -102,3 +102,12 @@ def relcache_check_loss_task() -> str:
     from relations.services.relation_cache import relation_cache_check_loss
 
     return relation_cache_check_loss()
+
+
+@shared_task(name="relations.relcache_sample_check", acks_late=True, ignore_result=True)
+def relcache_sample_check_task() -> dict:
+    """Dirty-data sampler: compare a random sample of cached relations with the facts and repair."""
+    from relations.services.relation_cache import relation_cache_sample_check
+
+    report = relation_cache_sample_check()
+    return {"sampled": report.sampled, "stale": report.stale, "repaired": report.repaired}

@@ -125,6 +125,7 @@ CELERY_TASK_ROUTES = {
     "relations.republish_lost": {"queue": "maintenance"},
     "relations.archive_outbox": {"queue": "maintenance"},
     "relations.relcache_check_loss": {"queue": "maintenance"},
+    "relations.relcache_sample_check": {"queue": "maintenance"},
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_*": {"queue": "count"},
@@ -141,6 +142,7 @@ CELERY_BEAT_SCHEDULE = {
     "archive-outbox": {"task": "relations.archive_outbox", "schedule": 300.0},
     "project-relation-cache": {"task": "relations.project_relcache_all", "schedule": 1.0},
     "relation-cache-loss-check": {"task": "relations.relcache_check_loss", "schedule": 5.0},
+    "relation-cache-sampler": {"task": "relations.relcache_sample_check", "schedule": 60.0},
 }
 
 # --- API ---------------------------------------------------------------------------------------

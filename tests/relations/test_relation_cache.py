@@ -301,3 +301,20 @@ def test_the_rebuild_command_shows_progress_and_audits(make_user, make_video, au
     call_command("rebuild_relation_cache", stdout=out, stderr=err)
     assert "relations scanned" in err.getvalue() and "ACTIVE" in out.getvalue()
     assert AuditRecord.objects.filter(action="relcache.rebuild", channel="cli").count() == 1
+
+
+def test_the_sampler_finds_a_stale_cached_relation_and_repairs_it(make_user, make_video, author):
+    from relations.services.relation_cache import relation_cache_sample_check
+
+    user = make_user()
+    make_video("rc-dirty", author)
+    cmd(user, "rc-dirty", "LIKED")
+    cmd(user, "rc-dirty", "UNLIKED")
+    g = active_gen()
+    cache_redis().delete(cache.relation_key(g, user.pk, "rc-dirty"))
+    cache.relation_cache_write(g, [(user.pk, "rc-dirty", "LIKED", 1)])  # dirty: below the fact v2
+    report = relation_cache_sample_check(per_shard=1000)
+    assert (report.stale, report.repaired) == (1, 1)
+    assert cache.relation_cache_read(g, user.pk, ["rc-dirty"]) == {"rc-dirty": ("UNLIKED", 2)}
+    again = relation_cache_sample_check(per_shard=1000)
+    assert again.stale == 0 and again.sampled >= 1
