@@ -140,6 +140,19 @@ def _script(source: str):
 # --- generation registry -----------------------------------------------------------------------
 
 
+def sentinel_key(generation: int) -> str:
+    """Present while the generation's cached content is whole; gone after a flush (loss detector)."""
+    return f"{_p()}:count:sentinel:g{generation}"
+
+
+def sentinel_set(generation: int) -> None:
+    cache_redis().set(sentinel_key(generation), "1")
+
+
+def sentinel_present(generation: int) -> bool:
+    return bool(cache_redis().exists(sentinel_key(generation)))
+
+
 def gens_mirror_write(statuses: dict[int, str]) -> None:
     """Replace the registry with `statuses` (generation -> status, from the durable table)."""
     pipe = cache_redis().pipeline(transaction=True)

@@ -49,3 +49,11 @@ def count_cache_refresh_buckets_task(video_ids: list[str], generation: int | Non
     report = count_cache_buckets_refresh(video_ids=list(video_ids),
                                          generation=int(generation) if generation is not None else None)
     return {"rows": report.rows, "verdicts": {str(g): v for g, v in report.verdicts.items()}}
+
+
+@shared_task(name="counting.count_cache_check_loss", acks_late=True, ignore_result=True)
+def count_cache_check_loss_task() -> str:
+    """Detect a flushed count cache and rebuild it (CCACHE-3)."""
+    from counting.services.count_cache import count_cache_check_loss
+
+    return count_cache_check_loss()

@@ -92,6 +92,10 @@ def count_cache_generation_bootstrap() -> CountCacheGeneration | None:
         except IntegrityError:
             existing = CountCacheGeneration.objects.get(generation=1)  # a concurrent bootstrap won
         reset_generation_cache()
+        try:
+            cache.sentinel_set(existing.generation)  # an empty new cache is whole by definition
+        except RedisError:
+            logger.warning("count cache sentinel not written; the loss detector will rebuild")
     try:
         count_cache_generations_mirror()
     except RedisError as exc:
@@ -503,6 +507,7 @@ def _activate(pin: _Pin, report: CountCacheRebuildReport, actor: Actor) -> None:
     report.status = CountCacheStatus.ACTIVE
     reset_generation_cache()
     try:
+        cache.sentinel_set(pin.generation)
         count_cache_generations_mirror()
     except RedisError as exc:
         # The durable switch stands; until the registry is restored the old generation's late writes
@@ -532,3 +537,21 @@ def _fail(pin: _Pin, report: CountCacheRebuildReport, actor: Actor, exc: BaseExc
         count_cache_generations_mirror()
     say(f"count cache generation {pin.generation}: FAILED ({report.failure}); reads stay on generation "
         f"{report.previous} and the durable snapshot")
+
+
+def count_cache_check_loss() -> str:
+    """Detect a flushed count cache (the ACTIVE generation's sentinel is gone) and rebuild it from the
+    durable buckets and snapshots (CCACHE-3). Reads stay correct meanwhile: a view miss reads the
+    durable snapshot. Returns ok | rebuilt | rebuild_failed | busy | no_active."""
+    active = CountCacheGeneration.objects.filter(status=CountCacheStatus.ACTIVE).first()
+    if active is None:
+        return "no_active"
+    if cache.sentinel_present(active.generation):
+        return "ok"
+    metrics.inc("likes_count_cache_loss_detected_total")
+    logger.error("ALERT count cache generation %s lost its sentinel: starting a rebuild", active.generation)
+    try:
+        report = count_cache_rebuild(actor=SYSTEM)
+    except (CountCacheRebuildRunning, CountCacheRebuildRefused):
+        return "busy"
+    return "rebuilt" if report.status == CountCacheStatus.ACTIVE else "rebuild_failed"

@@ -130,6 +130,7 @@ CELERY_TASK_ROUTES = {
     "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
+    "counting.count_cache_check_loss": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
@@ -143,6 +144,7 @@ CELERY_BEAT_SCHEDULE = {
     "project-relation-cache": {"task": "relations.project_relcache_all", "schedule": 1.0},
     "relation-cache-loss-check": {"task": "relations.relcache_check_loss", "schedule": 5.0},
     "relation-cache-sampler": {"task": "relations.relcache_sample_check", "schedule": 60.0},
+    "count-cache-loss-check": {"task": "counting.count_cache_check_loss", "schedule": 10.0},
 }
 
 # --- API ---------------------------------------------------------------------------------------

@@ -674,3 +674,19 @@ def test_admin_rebuild_action_needs_its_permission_and_is_audited(client, make_u
     assert statuses() == {1: "RETIRED", 2: "ACTIVE"}
     audit = AuditRecord.objects.get(action="count_cache.rebuild_activate", target_id="2")
     assert (audit.actor, audit.channel) == (staff.username, "admin")
+
+
+@TX_DB
+def test_a_flush_is_detected_by_the_sentinel_and_rebuilt(make_user, make_video, strict_verify):
+    from counting.services.count_cache import count_cache_check_loss
+
+    expected = seed_likes(make_user, make_video)
+    cache.sentinel_set(1)  # generation 1 is whole
+    assert count_cache_check_loss() == "ok"
+    assert flush_count_cache() > 0
+    assert count_cache_check_loss() == "rebuilt"
+    assert statuses() == {1: "RETIRED", 2: "ACTIVE"}
+    assert cache.sentinel_present(2)
+    for video_id, facts in expected.items():
+        assert cache.view_read(2, video_id)[0] == facts
+    assert count_cache_check_loss() == "ok"
