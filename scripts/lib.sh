@@ -84,7 +84,7 @@ ensure_postgres() {
     probe pg "$DATABASE_URL" || die "DATABASE_URL is set but its server does not answer"
     return
   fi
-  local url="postgres://postgres@127.0.0.1:5432/likes"
+  local url="${LIKES_LOCAL_PG_URL:-postgres://postgres@127.0.0.1:5432/likes}"
   if probe pg "$url"; then
     log "using PostgreSQL at 127.0.0.1:5432"
   else
@@ -100,7 +100,7 @@ ensure_redis() {
     probe redis "$REDIS_URL" || die "REDIS_URL is set but its server does not answer"
     return
   fi
-  local url="redis://127.0.0.1:6379/0"
+  local url="${LIKES_LOCAL_REDIS_URL:-redis://127.0.0.1:6379/0}"
   if probe redis "$url"; then
     log "using Redis at 127.0.0.1:6379"
   else
