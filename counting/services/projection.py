@@ -153,12 +153,30 @@ def fold_events(events: list[Event], before: dict[tuple[int, str], tuple[str, in
     return fold
 
 
+def _ensure_bucket_rows(alias: str, gen: routing.GenerationRoutes, events: list[Event], now) -> None:
+    """Create the group's missing bucket rows (count 0) in their own, already committed statement, so
+    that the group transaction only ever locks existing rows, in key order. Without it, one
+    transaction's ordered SELECT ... FOR UPDATE and another's INSERT of a row it found missing lock in
+    different orders and deadlock whenever several partitions write a newly hot video. A zero row is
+    harmless if the group then fails."""
+    rows = sorted({(e.video_id, e.vb) for e in events})
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_t(VideoLikeCountVbucket)} (generation, video_id, virtual_bucket, bucket_space_version, "
+            "active_count, bucket_version, frozen, updated_at) "
+            "SELECT %s, v, b, %s, 0, 0, false, %s FROM unnest(%s::text[], %s::int[]) AS t(v, b) ORDER BY v, b "
+            "ON CONFLICT (generation, video_id, virtual_bucket) DO NOTHING",
+            [gen.generation, gen.space.version, now, [r[0] for r in rows], [r[1] for r in rows]],
+        )
+
+
 def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event], *, consumer: str,
                  partition: int, token: int) -> GroupOutcome:
     """One local transaction on count partition `alias` (PROJ-3, PROJ-7 step 3)."""
     out = GroupOutcome()
     g = gen.generation
     now = timezone.now()
+    _ensure_bucket_rows(alias, gen, events, now)
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
         _check_consumer_fence(cursor, consumer, partition, token)
         _check_route_fence(cursor, gen, events)
