@@ -4,6 +4,7 @@ active manifest into the durable VideoDisplayCount and the Redis view."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -90,20 +91,21 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
                 raw[video_id] += int(total)
     watermark = {str(p): last_done for p, last_done in ConsumerCheckpoint.objects.filter(consumer="count")
                  .values_list("partition", "last_done_id")}
-    with transaction.atomic(using="default", durable=True):
-        existing = {r.video_id: r for r in VideoDisplayCount.objects.select_for_update().filter(video_id__in=chosen)}
-        for video_id in sorted(chosen):
-            row = existing.get(video_id)
-            risk = row.risk_hidden_count if row else 0
-            policy = row.policy_hidden_count if row else 0
-            VideoDisplayCount.objects.update_or_create(
-                video_id=video_id,
-                defaults={"generation": gen.generation, "manifest_id": gen.manifest_id,
-                          "raw_active_count": raw[video_id], "risk_hidden_count": risk,
-                          "policy_hidden_count": policy,
-                          "display_count": max(0, raw[video_id] - risk - policy),
-                          "snapshot_id": report.snapshot_id, "generated_at": now, "watermark": watermark},
-            )
+    # One statement for all chosen videos; the risk/policy adjustments already on a row are kept
+    # (they are ledgers of their own, E-21) and subtracted from the new raw count.
+    table = VideoDisplayCount._meta.db_table
+    with transaction.atomic(using="default", durable=True), connections["default"].cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} AS d (video_id, generation, manifest_id, raw_active_count, risk_hidden_count, "
+            "policy_hidden_count, display_count, snapshot_id, generated_at, watermark) "
+            "VALUES (%s, %s, %s, %s, 0, 0, %s, %s, %s, %s::jsonb) ON CONFLICT (video_id) DO UPDATE SET "
+            "generation = EXCLUDED.generation, manifest_id = EXCLUDED.manifest_id, "
+            "raw_active_count = EXCLUDED.raw_active_count, "
+            "display_count = GREATEST(0, EXCLUDED.raw_active_count - d.risk_hidden_count - d.policy_hidden_count), "
+            "snapshot_id = EXCLUDED.snapshot_id, generated_at = EXCLUDED.generated_at, watermark = EXCLUDED.watermark",
+            [(v, gen.generation, gen.manifest_id, raw[v], max(0, raw[v]), report.snapshot_id, now,
+              json.dumps(watermark)) for v in sorted(chosen)],
+        )
     try:
         # After the commit: the views (and buckets) of every count-cache generation being written,
         # the ACTIVE one and a REBUILDING one (CCACHE-3); read fresh, so a rebuild misses nothing.
