@@ -304,6 +304,7 @@ class ResourceSampler:
         self.interval = interval
         self.extra_pids: set[int] = set()
         self.extra_label = "gunicorn"
+        self.pid_labels: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.waits: Counter = Counter()
@@ -313,9 +314,12 @@ class ResourceSampler:
         self.cpu0 = self.cpu1 = None
 
     def start(self, t_measure: float, t_end: float, *, extra_pids: set[int] | None = None,
-              extra_label: str = "gunicorn") -> None:
+              extra_label: str = "gunicorn", pid_labels: dict[int, str] | None = None) -> None:
+        """Sample over [t_measure, t_end] (or until stop()). `pid_labels` names further processes of
+        the bench by pid (checked first; bench/projection_bench.py labels its pipeline roles)."""
         self.extra_pids = set(extra_pids or ())
         self.extra_label = extra_label
+        self.pid_labels = dict(pid_labels or {})
         self._window = (t_measure, t_end)
         self._stop.clear()
         self.waits = Counter()
@@ -385,7 +389,9 @@ class ResourceSampler:
             delta = cpu - (before[2] if before and before[3] == started else 0.0)
             if delta <= 0:
                 continue
-            if pid in self.client_pids:
+            if pid in self.pid_labels:
+                key = self.pid_labels[pid]
+            elif pid in self.client_pids:
                 key = "bench clients"
             elif pid in self.extra_pids or ppid in self.extra_pids:
                 key = self.extra_label
