@@ -19,44 +19,49 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
-import platform
-import queue
 import re
 import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH_DIR = ROOT / "bench"
-RESULTS_DIR = BENCH_DIR / "results"
-DOCS_PATH = ROOT / "docs" / "benchmarks.md"
+from bench.common import (
+    BENCH_DIR,
+    DOCS_PATH,
+    RESULTS_DIR,
+    ROOT,
+    ClientPool,
+    Gunicorn,
+    ResourceSampler,
+    _log,
+    _pg_conninfo,
+    log_machine,
+    machine_spec,
+    merge_resources,
+    parse_mix,
+    percentile,
+    print_blocks,
+    run_times,
+    start_driver,
+    write_generated,
+)
+
 PGBENCH_DIR = BENCH_DIR / "pgbench"
-GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 
 USER_PREFIX = "bench-u"
 AUTHOR_NAME = "bench-author"
 VIDEO_PREFIX = "bench-v"
 HOT_VIDEO = "bench-hot"
-BENCH_DB_PREFIX = "likes_bench"
 DOC_BEGIN = "<!-- bench:generated:begin -->"
 DOC_END = "<!-- bench:generated:end -->"
 # The process group that runs the application code in each layer (for CPU per command).
 _APP_PROCESS = {"service": "bench clients", "http": "gunicorn workers", "pgbench": "pgbench"}
-
-
-def _log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -84,15 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-pgbench", action="store_true")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     args = p.parse_args(argv)
-    mix = {}
-    for part in args.mix.split(","):
-        name, _, value = part.partition("=")
-        if name.strip() not in ("like", "unlike", "noop", "replay"):
-            p.error(f"--mix: unknown kind {name!r}")
-        mix[name.strip()] = float(value)
-    if sum(mix.values()) <= 0:
-        p.error("--mix: shares must add up to more than 0")
-    args.mix_shares = mix
+    args.mix_shares = parse_mix(p, args.mix)
     args.pgbench_clients_list = [int(x) for x in args.pgbench_clients.split(",") if x.strip()]
     args.pgbench_naive_clients_list = [int(x) for x in args.pgbench_naive_clients.split(",") if x.strip()]
     for name in ("users", "videos", "procs", "http_clients", "gunicorn_workers", "rounds"):
@@ -101,70 +98,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not (0 < args.duration <= 120 and 0 <= args.warmup <= 30 and 1 <= args.pgbench_duration <= 120):
         p.error("durations out of range (duration 0-120 s, warm-up 0-30 s, pgbench 1-120 s)")
     return args
-
-
-# --- safety and environment ----------------------------------------------------------------------
-
-
-def check_environment() -> None:
-    """Refuse to run anywhere but the bench databases on 127.0.0.1."""
-    from django.conf import settings
-
-    for alias, cfg in settings.DATABASES.items():
-        if not str(cfg["NAME"]).startswith(BENCH_DB_PREFIX):
-            raise SystemExit(f"[bench] refusing: alias {alias} uses database {cfg['NAME']!r}, not {BENCH_DB_PREFIX}*")
-        if cfg.get("HOST") not in ("127.0.0.1", "localhost"):
-            raise SystemExit(f"[bench] refusing: alias {alias} is on host {cfg.get('HOST')!r}")
-    if settings.LIKES_REDIS_PREFIX != "likes-bench":
-        raise SystemExit("[bench] refusing: LIKES_REDIS_PREFIX must be likes-bench (use ./bench/run.sh)")
-    if settings.RATE_LIMIT_ENABLED:
-        raise SystemExit("[bench] refusing: RATE_LIMIT_ENABLED must be false (use ./bench/run.sh)")
-
-
-def _pg_conninfo(alias: str) -> dict:
-    from django.conf import settings
-
-    cfg = settings.DATABASES[alias]
-    info = {"dbname": cfg["NAME"], "host": cfg.get("HOST") or "127.0.0.1", "port": cfg.get("PORT") or 5432,
-            "user": cfg.get("USER") or None, "password": cfg.get("PASSWORD") or None}
-    return {k: v for k, v in info.items() if v is not None}
-
-
-def machine_spec() -> dict:
-    from django.db import connections
-
-    from likes_project.redis_client import cache_redis
-
-    spec: dict = {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                spec["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                spec["memory_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
-    spec["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    with connections["default"].cursor() as cur:
-        cur.execute("SHOW server_version")
-        spec["postgresql"] = cur.fetchone()[0]
-        for name in ("max_connections", "shared_buffers", "synchronous_commit", "fsync", "wal_sync_method"):
-            cur.execute(f"SHOW {name}")
-            spec[f"pg_{name}"] = cur.fetchone()[0]
-    try:
-        spec["redis"] = cache_redis().info("server").get("redis_version")
-    except Exception as exc:
-        spec["redis"] = f"unknown ({exc.__class__.__name__})"
-    import django
-    import rest_framework
-
-    spec["django"] = django.get_version()
-    spec["drf"] = rest_framework.VERSION
-    pgb = shutil.which("pgbench") or "/usr/bin/pgbench"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        spec["pgbench"] = subprocess.run([pgb, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    return spec
 
 
 # --- data preparation ----------------------------------------------------------------------------
@@ -269,245 +202,13 @@ def flush_bench_redis() -> None:
     _log(f"flushed {deleted} bench redis keys")
 
 
-# --- resource sampling (TEST-3 "resource bottleneck") ---------------------------------------------
-
-
-def _read_cpu_by_pid() -> dict[int, tuple[str, int, float, int]]:
-    """pid -> (comm, ppid, CPU seconds so far, start time in ticks; the start time tells a reused pid)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        comm = raw[raw.index("(") + 1:raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2:].split()
-        out[int(entry)] = (comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks, int(fields[19]))
-    return out
-
-
-def _read_proc_stat() -> tuple[float, float, float]:
-    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    vals = [int(x) for x in parts]
-    idle, iowait = vals[3], vals[4]
-    return float(sum(vals[:8])), float(idle), float(iowait)
-
-
-class ResourceSampler:
-    """Samples the bench backends' wait events (pg_stat_activity) and per-process CPU over a window."""
-
-    def __init__(self, *, client_pids: set[int], interval: float = 0.25):
-        self.client_pids = set(client_pids)
-        self.interval = interval
-        self.extra_pids: set[int] = set()
-        self.extra_label = "gunicorn"
-        self.pid_labels: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.waits: Counter = Counter()
-        self.samples = 0
-        self.bench_backends: set[int] = set()
-        self._window = (0.0, 0.0)
-        self.cpu0 = self.cpu1 = None
-
-    def start(self, t_measure: float, t_end: float, *, extra_pids: set[int] | None = None,
-              extra_label: str = "gunicorn", pid_labels: dict[int, str] | None = None) -> None:
-        """Sample over [t_measure, t_end] (or until stop()). `pid_labels` names further processes of
-        the bench by pid (checked first; bench/projection_bench.py labels its pipeline roles)."""
-        self.extra_pids = set(extra_pids or ())
-        self.extra_label = extra_label
-        self.pid_labels = dict(pid_labels or {})
-        self._window = (t_measure, t_end)
-        self._stop.clear()
-        self.waits = Counter()
-        self.samples = 0
-        self.bench_backends = set()
-        self.cpu0 = self.cpu1 = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import psycopg
-
-        t_measure, t_end = self._window
-        try:
-            conn = psycopg.connect(**_pg_conninfo("default"), autocommit=True, connect_timeout=5)
-        except Exception as exc:
-            _log(f"resource sampler: no database connection ({exc.__class__.__name__})")
-            conn = None
-        try:
-            while not self._stop.is_set() and time.time() < t_measure:
-                time.sleep(0.02)
-            self.cpu0 = (time.time(), _read_proc_stat(), _read_cpu_by_pid())
-            # The window's CPU ends just before t_end: service-layer clients close their connections right
-            # after it, and an exited backend's CPU can no longer be read.
-            t_cpu_end = t_end - 0.15
-            for _ in range(100_000):  # bounded; the deadline ends it long before
-                if self._stop.is_set() or time.time() >= t_cpu_end:
-                    break
-                if conn is not None:
-                    rows = conn.execute(
-                        "SELECT pid, state, wait_event_type, wait_event FROM pg_stat_activity "
-                        "WHERE datname LIKE %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
-                        [BENCH_DB_PREFIX + "%"],
-                    ).fetchall()
-                    self.samples += 1
-                    for pid, state, wtype, wevent in rows:
-                        self.bench_backends.add(pid)
-                        if state == "active":
-                            self.waits[f"{wtype}:{wevent}" if wtype else "CPU (running)"] += 1
-                        elif state and state.startswith("idle in transaction"):
-                            self.waits["idle in transaction (waiting for the client)"] += 1
-                time.sleep(max(0.0, min(self.interval, t_cpu_end - time.time())))
-            self.cpu1 = (time.time(), _read_proc_stat(), _read_cpu_by_pid())
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def stop(self) -> dict:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        return self.summary()
-
-    def summary(self) -> dict:
-        if not self.cpu0 or not self.cpu1:
-            return {}
-        (w0, st0, p0), (w1, st1, p1) = self.cpu0, self.cpu1
-        wall = w1 - w0
-        if wall < 0.5:
-            return {}  # too short a window to say anything
-        total = st1[0] - st0[0]
-        busy = (total - (st1[1] - st0[1]) - (st1[2] - st0[2])) / total if total > 0 else 0.0
-        ncpu = os.cpu_count() or 1
-        cores: Counter = Counter()
-        for pid, (comm, ppid, cpu, started) in p1.items():
-            before = p0.get(pid)
-            delta = cpu - (before[2] if before and before[3] == started else 0.0)
-            if delta <= 0:
-                continue
-            if pid in self.pid_labels:
-                key = self.pid_labels[pid]
-            elif pid in self.client_pids:
-                key = "bench clients"
-            elif pid in self.extra_pids or ppid in self.extra_pids:
-                key = self.extra_label
-            elif pid in self.bench_backends:
-                key = "postgres (bench backends)"
-            elif comm.startswith("postgres") or comm.startswith("postmaster"):
-                key = "postgres (other: wal, checkpointer, other databases)"
-            elif comm == "pgbench":
-                key = "pgbench"
-            elif comm.startswith("redis"):
-                key = "redis"
-            elif comm.startswith(("kworker", "ksoftirqd", "kswapd", "jbd2", "rcu_")):
-                key = "kernel threads"
-            else:
-                key = f"other: {comm}"
-            cores[key] += delta / wall
-        return _resource_summary(
-            cores_busy=busy * ncpu, iowait=(st1[2] - st0[2]) / total if total > 0 else 0.0,
-            cores=dict(cores), waits=dict(self.waits), samples=self.samples)
-
-
-def _resource_summary(*, cores_busy: float, iowait: float, cores: dict, waits: dict, samples: int) -> dict:
-    active = sum(waits.values())
-    top = [{"wait": k, "share": round(v / active, 3)} for k, v in Counter(waits).most_common(5)] if active else []
-    return {"cores_busy": round(cores_busy, 2), "iowait_share": round(iowait, 3),
-            "cores_by_process": {k: round(v, 2) for k, v in Counter(cores).most_common()},
-            "avg_busy_bench_backends": round(active / samples, 2) if samples else 0.0,
-            "top_waits": top, "wait_counts": waits, "samples": samples}
-
-
-def merge_resources(items: list[dict]) -> dict:
-    """Average the CPU figures of several windows and pool their wait samples."""
-    items = [i for i in items if i]
-    if not items:
-        return {}
-    n = len(items)
-    cores: Counter = Counter()
-    waits: Counter = Counter()
-    for i in items:
-        for k, v in i["cores_by_process"].items():
-            cores[k] += v / n
-        waits.update(i.get("wait_counts", {}))
-    return _resource_summary(cores_busy=sum(i["cores_busy"] for i in items) / n,
-                             iowait=sum(i["iowait_share"] for i in items) / n, cores=dict(cores),
-                             waits=dict(waits), samples=sum(i.get("samples", 0) for i in items))
-
-
 # --- client pool ---------------------------------------------------------------------------------
 
 
-class ClientPool:
-    def __init__(self, size: int):
-        from bench.worker import worker_main
+def client_pool(size: int) -> ClientPool:
+    from bench.worker import worker_main
 
-        ctx = mp.get_context("spawn")
-        self.results = ctx.Queue()
-        self.tasks = [ctx.Queue() for _ in range(size)]
-        self.procs = [ctx.Process(target=worker_main, args=(i, self.tasks[i], self.results), daemon=True,
-                                  name=f"bench-client-{i}") for i in range(size)]
-        for p in self.procs:
-            p.start()
-        ready = 0
-        deadline = time.time() + 180
-        while ready < size:
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                raise RuntimeError(f"only {ready}/{size} client processes became ready")
-            try:
-                _, tag, _ = self.results.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if tag == "ready":
-                ready += 1
-        _log(f"{size} client processes ready")
-
-    @property
-    def pids(self) -> set[int]:
-        return {p.pid for p in self.procs if p.pid}
-
-    def run(self, jobs: list[dict], timeout: float) -> list[dict]:
-        for i, job in enumerate(jobs):
-            self.tasks[i].put(job)
-        out: dict[int, dict] = {}
-        deadline = time.time() + timeout
-        while len(out) < len(jobs):
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                raise RuntimeError(f"only {len(out)}/{len(jobs)} clients reported within {timeout:.0f}s")
-            if not all(p.is_alive() for p in self.procs[:len(jobs)]):
-                raise RuntimeError("a client process died")
-            try:
-                index, _tag, res = self.results.get(timeout=min(remaining, 2.0))
-            except queue.Empty:
-                continue
-            out[index] = res
-        return [out[i] for i in range(len(jobs))]
-
-    def close(self) -> None:
-        for q in self.tasks:
-            with contextlib.suppress(Exception):
-                q.put(None)
-        deadline = time.time() + 15
-        for p in self.procs:
-            p.join(timeout=max(0.1, deadline - time.time()))
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-
-
-def _percentile(sorted_vals: list[float], q: float) -> float | None:
-    if not sorted_vals:
-        return None
-    k = (len(sorted_vals) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
+    return ClientPool(size, worker_main, name="bench-client", what="client")
 
 
 def measure_once(pool: ClientPool, sampler: ResourceSampler, args, *, layer: str, naive: bool, workload: str,
@@ -574,7 +275,7 @@ def aggregate(parts: list[dict], args, *, layer: str, naive: bool, workload: str
         "clients": args.procs if layer == "service" else args.http_clients,
         "commands_per_s": round(ok / seconds, 1),
         "per_round_commands_per_s": [round(p["ok"] / args.duration, 1) for p in parts],
-        "p50_ms": _round(_percentile(lat, 0.50)), "p99_ms": _round(_percentile(lat, 0.99)),
+        "p50_ms": _round(percentile(lat, 0.50)), "p99_ms": _round(percentile(lat, 0.99)),
         "ok": ok, "errors": sum(errors.values()), "error_kinds": dict(errors.most_common(5)),
         "changed_share": round(sum(p["changed"] for p in parts) / ok, 3) if ok else None,
         "replayed_share": round(sum(p["replayed"] for p in parts) / ok, 3) if ok else None,
@@ -653,88 +354,6 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-# --- gunicorn ------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Gunicorn:
-    def __init__(self, app: str, workers: int, logdir: Path):
-        self.app = app
-        self.workers = workers
-        self.port = _free_port()
-        self.log_path = logdir / f"gunicorn-{app.split(':')[0].replace('.', '-')}.log"
-        self.proc: subprocess.Popen | None = None
-        self.pidfile: Path | None = None
-
-    def __enter__(self) -> Gunicorn:
-        cmd = [str(GUNICORN), self.app, "--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}",
-               "--timeout", "30", "--graceful-timeout", "5", "--log-level", "warning"]
-        self._log = open(self.log_path, "ab")  # closed in __exit__
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        piddir = os.environ.get("BENCH_PIDDIR")
-        self.pidfile = Path(piddir) / f"gunicorn.{self.proc.pid}.pid" if piddir else None
-        if self.pidfile:
-            self.pidfile.write_text(str(self.proc.pid))
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def _children(self) -> list[int]:
-        kids = []
-        for pid, (_comm, ppid, _cpu, _started) in _read_cpu_by_pid().items():
-            if ppid == self.proc.pid:
-                kids.append(pid)
-        return kids
-
-    def _wait_ready(self) -> None:
-        import http.client
-
-        deadline = time.time() + 60
-        healthy = 0
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}; see {self.log_path}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/healthz")
-                status = conn.getresponse().status
-                conn.close()
-            except OSError:
-                status = None
-            if status == 200:
-                healthy += 1
-                if healthy >= self.workers * 2 and len(self._children()) >= self.workers:
-                    time.sleep(1.0)  # let the last worker finish importing the app
-                    _log(f"gunicorn {self.app} ready on 127.0.0.1:{self.port} (pid {self.proc.pid})")
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"gunicorn did not become ready within 60s; see {self.log_path}")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: only gunicorn and its workers
-                self.proc.wait(timeout=5)
-        if self.pidfile:
-            with contextlib.suppress(OSError):
-                self.pidfile.unlink()
-        with contextlib.suppress(Exception):
-            self._log.close()
-
-
 # --- pgbench -------------------------------------------------------------------------------------
 
 _TPS_RE = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
@@ -780,7 +399,7 @@ def run_pgbench(args, sampler: ResourceSampler, *, script: str, clients: int, la
     processed = _PROCESSED_RE.search(out)
     row = {"layer": "pgbench", "variant": label, "workload": "hot" if "hot" in label else "uniform",
            "clients": clients, "commands_per_s": round(float(tps.group(1)), 1),
-           "p50_ms": _round(_percentile(lat, 0.5)), "p99_ms": _round(_percentile(lat, 0.99)),
+           "p50_ms": _round(percentile(lat, 0.5)), "p99_ms": _round(percentile(lat, 0.99)),
            "ok": int(processed.group(1)) if processed else None, "errors": int(failed.group(1)) if failed else 0,
            "changed_share": 1.0, "replayed_share": 0.0, "script": f"bench/pgbench/{script}",
            "resources": resources}
@@ -999,54 +618,27 @@ def generated_section(result: dict) -> str:
 
 
 def write_docs(result: dict) -> None:
-    section = generated_section(result)
-    if DOCS_PATH.exists():
-        text = DOCS_PATH.read_text()
-        if DOC_BEGIN in text and DOC_END in text:
-            head, rest = text.split(DOC_BEGIN, 1)
-            _, tail = rest.split(DOC_END, 1)
-            DOCS_PATH.write_text(head + section + tail)
-            return
-        DOCS_PATH.write_text(text.rstrip() + "\n\n## Measured results\n\n" + section + "\n")
-        return
-    DOCS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    DOCS_PATH.write_text("# Benchmarks\n\nRun `./bench/run.sh`.\n\n## Measured results\n\n" + section + "\n")
+    write_generated(generated_section(result), DOC_BEGIN, DOC_END, heading="## Measured results",
+                    empty="# Benchmarks\n\nRun `./bench/run.sh`.\n")
 
 
 def print_report(result: dict) -> None:
-    print()
-    print(markdown_table(result["rows"]))
-    print()
-    print(ratios_text(result["ratios"]))
-    print()
-    print(resources_table(result["rows"]))
-    print()
-    print(probe_text(result.get("single_client_probe")))
-    print()
+    print_blocks(markdown_table(result["rows"]), ratios_text(result["ratios"]), resources_table(result["rows"]),
+                 probe_text(result.get("single_client_probe")))
 
 
 # --- main ----------------------------------------------------------------------------------------
 
 
-def _on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    wall0 = time.time()
-    import django
-
-    django.setup()
+    wall0 = start_driver()
     from django.db import connections
 
-    check_environment()
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="likes-bench-"))
     spec = machine_spec()
-    _log(f"machine: {spec.get('nproc')} CPUs, {spec.get('memory_gib')} GiB, PostgreSQL {spec.get('postgresql')}, "
-         f"Redis {spec.get('redis')}, load {spec.get('loadavg_at_start')}")
+    log_machine(spec, _log)
     flush_bench_redis()
     users, videos = prepare(args)
     connections.close_all()
@@ -1055,7 +647,7 @@ def main(argv=None) -> int:
     probe: dict | None = None
     pool = None
     try:
-        pool = ClientPool(max(args.procs, 1 if args.skip_http else args.http_clients))
+        pool = client_pool(max(args.procs, 1 if args.skip_http else args.http_clients))
         sampler = ResourceSampler(client_pids=pool.pids)
         variants = [False] if args.skip_naive else [False, True]
         rows += run_layer(pool, sampler, args, layer="service", variants=variants, users=users, videos=videos)
@@ -1091,9 +683,7 @@ def main(argv=None) -> int:
 
     result = {
         "meta": {
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall0)),
-            "finished_at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
-            "wall_seconds": round(time.time() - wall0, 1),
+            **run_times(wall0),
             "users": args.users, "videos": args.videos, "hot_video": HOT_VIDEO, "mix": args.mix_shares,
             "warmup_s": args.warmup, "duration_s": args.duration, "rounds": args.rounds, "procs": args.procs,
             "http_clients": args.http_clients, "gunicorn_workers": args.gunicorn_workers,

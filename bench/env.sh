@@ -1,9 +1,10 @@
-# Shared environment of the benchmarks (sourced by bench/run.sh and bench/projection.sh, never run).
+# Shared environment of the benchmarks (sourced by bench/run.sh, bench/projection.sh and bench/read.sh, never run).
 #
 # Does the setup through scripts/lib.sh (.venv, PostgreSQL, Redis), then points every setting at the
 # bench's OWN databases (likes_bench, likes_bench_rel_NN, likes_bench_cnt_NN on the server found) and
 # its own Redis namespace (db 14, prefix likes-bench), so dev and test data are never touched.
-# Refuses anything that is not loopback. Sets PY to the virtualenv's python.
+# Refuses anything that is not loopback. Sets PY to the virtualenv's python. Defines bench_drive, which runs
+# a driver module and cleans up after it.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 # One benchmark at a time: every bench script shares these databases and this Redis namespace, and each
@@ -49,3 +50,82 @@ export LOG_LEVEL="${LOG_LEVEL:-WARNING}"
 export PYTHONUNBUFFERED=1
 
 echo "[bench] databases: likes_bench (+ _rel_NN, _cnt_NN) on ${DATABASE_URL#*@}; redis ${REDIS_URL#*@} prefix $LIKES_REDIS_PREFIX" >&2
+
+# --- running a driver -------------------------------------------------------------------------------------
+
+# bench_stop TARGET TICKS [kill]: SIGTERM to TARGET (a pid, or "-pid" for a process group) if it is alive,
+# wait up to TICKS tenths of a second for it to go, then with "kill" SIGKILL whatever is left.
+bench_stop() {
+  local target="$1" ticks="$2"
+  kill -0 -- "$target" 2>/dev/null || return 0
+  kill -TERM -- "$target" 2>/dev/null || true
+  for _ in $(seq 1 "$ticks"); do kill -0 -- "$target" 2>/dev/null || break; sleep 0.1; done
+  if [ "${3:-}" = kill ]; then kill -KILL -- "$target" 2>/dev/null || true; fi
+  return 0
+}
+
+# The cleanup of bench_drive (trap and end of run): the driver first (its own finally-blocks stop its
+# gunicorns and worker processes on SIGTERM); with --setsid, as a backstop, anything left in the driver's
+# process group (a session of its own, so the group holds only the driver and the processes it spawned);
+# then any gunicorn master the driver recorded in $BENCH_PIDDIR (gunicorn runs in a session of its own).
+bench_cleanup() {
+  trap - INT TERM EXIT
+  if [ -n "$bench_pid" ]; then
+    if [ "$bench_setsid" = 1 ]; then
+      bench_stop "$bench_pid" "$bench_stop_ticks"
+      bench_stop "-$bench_pid" 50 kill
+    else
+      bench_stop "$bench_pid" "$bench_stop_ticks" kill
+    fi
+  fi
+  if [ -n "$bench_rundir" ]; then
+    for f in "$bench_rundir"/gunicorn.*.pid; do
+      [ -s "$f" ] || continue
+      bench_stop "$(cat "$f")" 50 kill
+    done
+    rm -rf "$bench_rundir"
+  fi
+}
+
+# bench_drive [--setsid] [--piddir PREFIX] [--stop-wait TICKS] [--name NAME] MODULE [ARGS...]
+# migrate_all, then `$PY -m MODULE ARGS...` in the background (with --setsid in a session of its own), stopped
+# and cleaned up by bench_cleanup on INT/TERM/EXIT; exits with the driver's code. --piddir: a temporary
+# directory ${TMPDIR:-/tmp}/PREFIX.XXXXXX exported as BENCH_PIDDIR (the driver records each gunicorn master it
+# starts there). --stop-wait: tenths of a second the driver gets after SIGTERM (default 100).
+bench_drive() {
+  bench_setsid=0 bench_rundir="" bench_stop_ticks=100 bench_pid=""
+  local name=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --setsid) bench_setsid=1; shift ;;
+      --piddir) bench_rundir="$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX")"; export BENCH_PIDDIR="$bench_rundir"; shift 2 ;;
+      --stop-wait) bench_stop_ticks="$2"; shift 2 ;;
+      --name) name="$2 "; shift 2 ;;
+      *) break ;;
+    esac
+  done
+  local module="$1"
+  shift
+  trap bench_cleanup INT TERM EXIT
+
+  local started rc
+  started=$(date +%s)
+  "$PY" manage.py migrate_all >/dev/null
+  echo "[bench] migrate_all done" >&2
+
+  if [ "$bench_setsid" = 1 ]; then
+    setsid "$PY" -m "$module" "$@" &
+  else
+    "$PY" -m "$module" "$@" &
+  fi
+  bench_pid=$!
+  set +e
+  wait "$bench_pid"
+  rc=$?
+  set -e
+  # Without a session of its own the driver is gone and its pid may be reused: stop nothing by it.
+  [ "$bench_setsid" = 1 ] || bench_pid=""
+  echo "[bench] ${name}finished in $(( $(date +%s) - started ))s (rc=$rc)" >&2
+  bench_cleanup
+  exit "$rc"
+}

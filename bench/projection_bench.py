@@ -50,21 +50,24 @@ import time
 import traceback
 from collections import Counter
 
-from bench.command_bench import (
-    AUTHOR_NAME,
+from bench import common
+from bench.command_bench import AUTHOR_NAME, HOT_VIDEO, flush_bench_redis, prepare, reset_state
+from bench.common import (
     BENCH_DB_PREFIX,
     DOCS_PATH,
-    HOT_VIDEO,
     RESULTS_DIR,
     ROOT,
     ResourceSampler,
-    _percentile,
     _pg_conninfo,
-    check_environment,
-    flush_bench_redis,
+    log_machine,
     machine_spec,
-    prepare,
-    reset_state,
+    other_connections,
+    parse_mix,
+    percentile,
+    print_blocks,
+    run_times,
+    start_driver,
+    write_generated,
 )
 
 RESULT_PATH = RESULTS_DIR / "projection_latest.json"
@@ -122,15 +125,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=20261130)
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     args = p.parse_args(argv)
-    mix = {}
-    for part in args.mix.split(","):
-        name, _, value = part.partition("=")
-        if name.strip() not in ("like", "unlike", "noop", "replay"):
-            p.error(f"--mix: unknown kind {name!r}")
-        mix[name.strip()] = float(value)
-    if sum(mix.values()) <= 0:
-        p.error("--mix: shares must add up to more than 0")
-    args.mix_shares = mix
+    args.mix_shares = parse_mix(p, args.mix)
     args.workload_list = [w.strip() for w in args.workloads.split(",") if w.strip()]
     if not args.workload_list or any(w not in ("uniform", "hot") for w in args.workload_list):
         p.error("--workloads: uniform and/or hot")
@@ -453,8 +448,8 @@ def role_snapshot(job: dict, stop, parent_pid: int) -> dict:
         durations.append(elapsed * 1000)
         time.sleep(max(0.0, job["interval_s"] - elapsed))
     durations.sort()
-    return {**c, "errors": dict(errors), "p50_ms": _r(_percentile(durations, 0.5)),
-            "p99_ms": _r(_percentile(durations, 0.99))}
+    return {**c, "errors": dict(errors), "p50_ms": _r(percentile(durations, 0.5)),
+            "p99_ms": _r(percentile(durations, 0.99))}
 
 
 def role_probe(job: dict, stop, parent_pid: int) -> dict:
@@ -666,20 +661,8 @@ def wait_for_quiet(max_wait: float) -> float:
     likes_bench* database (call before this process opens its own connections), or refuse."""
     import psycopg
 
-    t0 = time.time()
     with psycopg.connect(**_pg_conninfo("default"), autocommit=True, connect_timeout=5) as conn:
-        for _ in range(10_000):  # bounded; the deadline ends it first
-            n = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname LIKE %s AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend'", [BENCH_DB_PREFIX + "%"]).fetchone()[0]
-            if n == 0:
-                return round(time.time() - t0, 1)
-            if time.time() - t0 >= max_wait:
-                raise SystemExit(f"[projection] refusing: {n} other connections to the {BENCH_DB_PREFIX}* databases "
-                                 f"after {max_wait:.0f}s (another benchmark running?)")
-            _log(f"{n} other connections to the bench databases; waiting (up to {max_wait:.0f}s)")
-            time.sleep(5)
-    return round(time.time() - t0, 1)
+        return common.wait_for_quiet(max_wait, lambda: other_connections(conn), tag="projection", log=_log, ndigits=1)
 
 
 def _t(model) -> str:
@@ -924,8 +907,8 @@ def receipts_and_lags(t_measure: float, t_end: float) -> dict:
         "events_produced_window": produced_window, "events_applied_window": applied_window,
         "events_in_window": len(events), "lag_samples": len(project),
         "lag_unapplied": sum(1 for e, _, _ in events if e not in applied_at),
-        "publish_lag_p50_ms": _r(_percentile(publish, 0.5)), "publish_lag_p99_ms": _r(_percentile(publish, 0.99)),
-        "lag_p50_ms": _r(_percentile(project, 0.5)), "lag_p99_ms": _r(_percentile(project, 0.99)),
+        "publish_lag_p50_ms": _r(percentile(publish, 0.5)), "publish_lag_p99_ms": _r(percentile(publish, 0.99)),
+        "lag_p50_ms": _r(percentile(project, 0.5)), "lag_p99_ms": _r(percentile(project, 0.99)),
         "lag_max_ms": _r(project[-1] if project else None),
     }
 
@@ -1042,8 +1025,8 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
     view = sorted(probe["view_ms"])
     row = {
         "workload": workload, "duration_s": args.duration,
-        "commands_per_s": round(ok / args.duration, 1), "command_p50_ms": _r(_percentile(lat, 0.5), 2),
-        "command_p99_ms": _r(_percentile(lat, 0.99), 2), "command_errors": sum(cmd_errors.values()),
+        "commands_per_s": round(ok / args.duration, 1), "command_p50_ms": _r(percentile(lat, 0.5), 2),
+        "command_p99_ms": _r(percentile(lat, 0.99), 2), "command_errors": sum(cmd_errors.values()),
         "command_error_kinds": dict(cmd_errors.most_common(5)),
         "changed_share": round(sum(r["changed"] for r in cmd.values()) / ok, 3) if ok else None,
         "events_produced_per_s": round(durable["events_produced_window"] / args.duration, 1),
@@ -1052,10 +1035,10 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
         "events_applied_per_s_reported": round(sum(p.get("applied_window", 0) for p in projs) / args.duration, 1),
         **{k: durable[k] for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms", "lag_samples", "lag_unapplied",
                                    "publish_lag_p50_ms", "publish_lag_p99_ms")},
-        "display_p50_ms": _r(_percentile(display, 0.5)), "display_p99_ms": _r(_percentile(display, 0.99)),
+        "display_p50_ms": _r(percentile(display, 0.5)), "display_p99_ms": _r(percentile(display, 0.99)),
         "display_max_ms": _r(display[-1] if display else None), "display_samples": len(display),
         "display_timeouts": probe.get("timeouts", 0), "probe_errors": probe["errors"],
-        "view_p50_ms": _r(_percentile(view, 0.5)), "view_p99_ms": _r(_percentile(view, 0.99)),
+        "view_p50_ms": _r(percentile(view, 0.5)), "view_p99_ms": _r(percentile(view, 0.99)),
         "view_path": probe.get("view_path"),
         "drain_s": round(drain_s, 1), "drained": not pending, "pending_at_stop": pending, "pg_deadlocks": deadlocks,
         "publishers": pubs, "projectors": [{k: v for k, v in p.items() if k not in ("t_first", "t_last_progress")}
@@ -1460,30 +1443,14 @@ def generated_section(result: dict) -> str:
 
 
 def write_docs(result: dict) -> None:
-    section = generated_section(result)
-    text = DOCS_PATH.read_text() if DOCS_PATH.exists() else "# Benchmarks\n"
-    if DOC_BEGIN in text and DOC_END in text:
-        head, rest = text.split(DOC_BEGIN, 1)
-        _, tail = rest.split(DOC_END, 1)
-        DOCS_PATH.write_text(head + section + tail)
-        return
-    DOCS_PATH.write_text(text.rstrip() + "\n\n## Count projection pipeline\n\nRun `./bench/projection.sh`.\n\n"
-                         + section + "\n")
+    write_generated(generated_section(result), DOC_BEGIN, DOC_END,
+                    heading="## Count projection pipeline\n\nRun `./bench/projection.sh`.")
 
 
 def print_report(result: dict) -> None:
     ratios = result["ratios"]
-    print()
-    print(sustained_table(result["rows"]))
-    print()
-    print(capacity_table(result["rows"]))
-    print()
-    print(ratios_text(ratios))
-    print()
-    print(resources_table(result["rows"]))
-    print()
-    print(loops_text(result["rows"]))
-    print()
+    print_blocks(sustained_table(result["rows"]), capacity_table(result["rows"]), ratios_text(ratios),
+                 resources_table(result["rows"]), loops_text(result["rows"]))
     bar = "=" * 100
     print(bar)
     pp = ratios.get("pipeline_procs")
@@ -1511,32 +1478,22 @@ def print_report(result: dict) -> None:
 # --- main ----------------------------------------------------------------------------------------
 
 
-def _on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    wall0 = time.time()
-    import django
-
-    django.setup()
+    wall0 = start_driver()
     from django.conf import settings
     from django.db import connections
 
     from likes_project.eventlog import streams
     from relations import routing
 
-    check_environment()
     if settings.LIKES_NUDGE_ENABLED:
         raise SystemExit("[projection] refusing: LIKES_NUDGE_ENABLED must be false (use ./bench/projection.sh)")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     connections.close_all()
     waited = wait_for_quiet(args.wait_quiet)
     spec = machine_spec()
-    _log(f"machine: {spec.get('nproc')} CPUs, {spec.get('memory_gib')} GiB, PostgreSQL {spec.get('postgresql')}, "
-         f"Redis {spec.get('redis')}, load {spec.get('loadavg_at_start')}")
+    log_machine(spec, _log)
     flush_bench_redis()
     users, videos = prepare(args)
     probe_user, probe_sets = prepare_pipeline(args)
@@ -1580,9 +1537,7 @@ def main(argv=None) -> int:
 
     result = {
         "meta": {
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall0)),
-            "finished_at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
-            "wall_seconds": round(time.time() - wall0, 1),
+            **run_times(wall0),
             "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
             "waited_for_other_benchmarks_s": waited,
             "users": args.users, "videos": args.videos, "hot_video": HOT_VIDEO, "mix": args.mix_shares,

@@ -23,9 +23,7 @@ import argparse
 import contextlib
 import http.client
 import json
-import multiprocessing as mp
 import os
-import queue
 import random
 import shutil
 import signal
@@ -35,20 +33,27 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.command_bench import (
-    AUTHOR_NAME,
-    BENCH_DB_PREFIX,
+from bench import common
+from bench.command_bench import AUTHOR_NAME, prepare, reset_state
+from bench.common import (
     DOCS_PATH,
     RESULTS_DIR,
     ROOT,
+    ClientPool,
     Gunicorn,
+    HttpStatusError,
     ResourceSampler,
     _pg_conninfo,
-    check_environment,
+    log_machine,
     machine_spec,
     merge_resources,
-    prepare,
-    reset_state,
+    other_connections,
+    percentile,
+    print_blocks,
+    run_times,
+    serve_jobs,
+    start_driver,
+    write_generated,
 )
 
 OUT_PATH = RESULTS_DIR / "read_latest.json"
@@ -69,7 +74,6 @@ APP_NAME = os.environ.get("PGAPPNAME", "likes-read-bench")  # nothing listens th
 MAX_JOB_SECONDS = 300.0
 MAX_REQUESTS_PER_JOB = 2_000_000
 HTTP_TIMEOUT_S = 10.0
-IDLE_EXIT_S = 1800.0
 
 
 def _log(msg: str) -> None:
@@ -136,26 +140,13 @@ def foreign_connections() -> int:
     import psycopg
 
     with psycopg.connect(**_pg_conninfo("default"), autocommit=True, connect_timeout=5) as conn:
-        return conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname LIKE %s AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend' AND application_name IS DISTINCT FROM %s",
-            [BENCH_DB_PREFIX + "%", APP_NAME]).fetchone()[0]
+        return other_connections(conn, app_name=APP_NAME)
 
 
 def wait_for_quiet(max_wait: float) -> int:
     """Wait until no other client is connected to a likes_bench* database, or refuse. Returns the seconds
     waited."""
-    t0 = time.time()
-    for _ in range(10_000):  # bounded; the deadline ends it first
-        n = foreign_connections()
-        if n == 0:
-            return round(time.time() - t0)
-        if time.time() - t0 >= max_wait:
-            raise SystemExit(f"[read-bench] refusing: {n} other connections to the {BENCH_DB_PREFIX}* databases "
-                             f"after {max_wait:.0f}s (another benchmark running?)")
-        _log(f"{n} other connections to the bench databases; waiting (up to {max_wait:.0f}s)")
-        time.sleep(5)
-    return round(time.time() - t0)
+    return common.wait_for_quiet(max_wait, foreign_connections, tag="read-bench", log=_log)
 
 
 INTERFERENCE: list[dict] = []
@@ -250,12 +241,6 @@ def _instrument() -> None:
             return execute(sql, params, many, context)
 
         connections[alias].execute_wrappers.append(wrapper)
-
-
-class HttpStatusError(Exception):
-    def __init__(self, status: int, body: bytes):
-        super().__init__(f"HTTP {status}: {body[:200]!r}")
-        self.status = status
 
 
 def _service_call():
@@ -389,84 +374,20 @@ def read_worker_main(index: int, redis_url: str | None, tasks, results) -> None:
 
     django.setup()
     _instrument()
-    results.put((index, "ready", None))
-    while True:
-        try:
-            job = tasks.get(timeout=IDLE_EXIT_S)
-        except queue.Empty:
-            break
-        if job is None:
-            break
-        try:
-            res = run_repair_job(job) if job["kind"] == "repair" else run_batch_job(job)
-        except Exception as exc:
-            res = {"fatal": f"{exc.__class__.__name__}: {exc}"}
-        results.put((index, job["kind"], res))
-    from django.db import connections
 
-    connections.close_all()
+    def run(job: dict) -> dict:
+        return run_repair_job(job) if job["kind"] == "repair" else run_batch_job(job)
+
+    serve_jobs(index, tasks, results, run, lambda job: job["kind"])
 
 
-class ReadPool:
-    """Spawned client processes running read_worker_main (bench/command_bench.py's ClientPool runs the
-    command worker, so this is its twin for read jobs)."""
+def read_pool(size: int, *, redis_url: str | None, label: str) -> ClientPool:
+    """Spawned client processes running read_worker_main (bench/command_bench.py's pool runs the command
+    worker, this one read jobs)."""
+    from bench import read_bench  # by its importable name, so that spawn can find the target
 
-    def __init__(self, size: int, *, redis_url: str | None, label: str):
-        from bench import read_bench  # by its importable name, so that spawn can find the target
-
-        ctx = mp.get_context("spawn")
-        self.label = label
-        self.results = ctx.Queue()
-        self.tasks = [ctx.Queue() for _ in range(size)]
-        self.procs = [ctx.Process(target=read_bench.read_worker_main, args=(i, redis_url, self.tasks[i], self.results),
-                                  daemon=True, name=f"read-bench-{label}-{i}") for i in range(size)]
-        for p in self.procs:
-            p.start()
-        ready = 0
-        deadline = time.time() + 180
-        while ready < size:
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                raise RuntimeError(f"only {ready}/{size} {label} client processes became ready")
-            with contextlib.suppress(queue.Empty):
-                _, tag, _ = self.results.get(timeout=remaining)
-                ready += tag == "ready"
-        _log(f"{size} {label} client processes ready")
-
-    @property
-    def pids(self) -> set[int]:
-        return {p.pid for p in self.procs if p.pid}
-
-    def run(self, jobs: list[dict], timeout: float) -> list[dict]:
-        for i, job in enumerate(jobs):
-            self.tasks[i].put(job)
-        out: dict[int, dict] = {}
-        deadline = time.time() + timeout
-        while len(out) < len(jobs):
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                raise RuntimeError(f"only {len(out)}/{len(jobs)} clients reported within {timeout:.0f}s")
-            if not all(p.is_alive() for p in self.procs[:len(jobs)]):
-                raise RuntimeError("a client process died")
-            with contextlib.suppress(queue.Empty):
-                index, _tag, res = self.results.get(timeout=min(remaining, 2.0))
-                out[index] = res
-        fatal = [r["fatal"] for r in out.values() if "fatal" in r]
-        if fatal:
-            raise RuntimeError(f"{self.label} client failed: {fatal[0]}")
-        return [out[i] for i in range(len(jobs))]
-
-    def close(self) -> None:
-        for q in self.tasks:
-            with contextlib.suppress(Exception):
-                q.put(None)
-        deadline = time.time() + 15
-        for p in self.procs:
-            p.join(timeout=max(0.1, deadline - time.time()))
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
+    return ClientPool(size, read_bench.read_worker_main, args=(redis_url,), name=f"read-bench-{label}",
+                      what=f"{label} client", log=_log, raise_fatal=True)
 
 
 # --- 1. batch query ------------------------------------------------------------------------------------
@@ -563,7 +484,7 @@ def _slices(seq: list, n: int) -> list[list]:
     return [seq[i::n] for i in range(n)]
 
 
-def relation_cache_fill(pool: ReadPool, data: dict) -> dict:
+def relation_cache_fill(pool: ClientPool, data: dict) -> dict:
     """Warm case: relation_cache_repair for every user's feed (done by the client processes in parallel)."""
     n = len(pool.procs)
     t0 = time.perf_counter()
@@ -609,14 +530,6 @@ def measure_batch(ctx: dict, *, layer: str, case: str) -> dict:
     return part
 
 
-def _percentile(sorted_vals: list[float], q: float) -> float | None:
-    if not sorted_vals:
-        return None
-    k = (len(sorted_vals) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
-
-
 def _r(x, nd=2):
     return None if x is None else round(x, nd)
 
@@ -639,7 +552,7 @@ def aggregate_batch(parts: list[dict], args, *, layer: str, case: str) -> dict:
         "layer": layer, "case": case, "clients": args.procs if layer == "service" else args.http_clients,
         "requests_per_s": round(ok / seconds, 1), "ids_per_request": args.batch,
         "per_round_requests_per_s": [round(p["ok"] / args.duration, 1) for p in parts],
-        "p50_ms": _r(_percentile(lat, 0.5)), "p99_ms": _r(_percentile(lat, 0.99)),
+        "p50_ms": _r(percentile(lat, 0.5)), "p99_ms": _r(percentile(lat, 0.99)),
         "ok": ok, "errors": sum(errors.values()), "error_kinds": dict(errors.most_common(5)),
         "wrong": sum(p["wrong"] for p in parts), "measured_seconds": seconds,
         "relation_cache_hit_ratio": round(hits / (hits + misses), 3) if layer == "service" and hits + misses else None,
@@ -796,8 +709,8 @@ def run_list(args, user_id: int) -> dict:
     rows = []
     for (variant, page_no), vals in lat.items():
         vals.sort()
-        rows.append({"variant": variant, "page": page_no, "p50_ms": _r(_percentile(vals, 0.5), 3),
-                     "p99_ms": _r(_percentile(vals, 0.99), 3), "fetches": len(vals)})
+        rows.append({"variant": variant, "page": page_no, "p50_ms": _r(percentile(vals, 0.5), 3),
+                     "p99_ms": _r(percentile(vals, 0.99), 3), "fetches": len(vals)})
     by = {(r["variant"], r["page"]): r for r in rows}
 
     def ratio(v, q):
@@ -1136,51 +1049,30 @@ def generated_section(result: dict) -> str:
 
 
 def write_docs(result: dict) -> None:
-    section = generated_section(result)
-    text = DOCS_PATH.read_text() if DOCS_PATH.exists() else "# Benchmarks\n"
-    if DOC_BEGIN in text and DOC_END in text:
-        head, rest = text.split(DOC_BEGIN, 1)
-        _, tail = rest.split(DOC_END, 1)
-        DOCS_PATH.write_text(head + section + tail)
-        return
-    DOCS_PATH.write_text(text.rstrip() + f"\n\n{SECTION_TITLE}\n\nRun `./bench/read.sh`.\n\n" + section + "\n")
+    write_generated(generated_section(result), DOC_BEGIN, DOC_END,
+                    heading=f"{SECTION_TITLE}\n\nRun `./bench/read.sh`.")
 
 
 def print_report(result: dict) -> None:
-    print()
-    print(batch_table(result["batch"]["rows"]))
-    print()
-    print(list_table(result.get("list")))
-    print()
-    print(rebuild_text(result.get("rebuild")))
-    print()
+    print_blocks(batch_table(result["batch"]["rows"]), list_table(result.get("list")),
+                 rebuild_text(result.get("rebuild")))
 
 
 # --- main --------------------------------------------------------------------------------------------
 
 
-def _on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    wall0 = time.time()
-    import django
-
-    django.setup()
+    wall0 = start_driver()
     from django.conf import settings
     from django.db import connections
 
-    check_environment()
     if settings.LIKES_NUDGE_ENABLED:
         raise SystemExit("[read-bench] refusing: LIKES_NUDGE_ENABLED must be false (use ./bench/read.sh)")
     waited = wait_for_quiet(args.wait_quiet)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     spec = machine_spec()
-    _log(f"machine: {spec.get('nproc')} CPUs, {spec.get('memory_gib')} GiB, PostgreSQL {spec.get('postgresql')}, "
-         f"Redis {spec.get('redis')}, load {spec.get('loadavg_at_start')}")
+    log_machine(spec, _log)
     bench_users, _ = prepare(argparse.Namespace(users=5000, videos=2000))  # the users (and tokens) of bench/run.sh
     reset_state()
     _truncate_floors()
@@ -1189,14 +1081,14 @@ def main(argv=None) -> int:
 
     result: dict = {"batch": {"rows": [], "fills": []}, "list": None, "rebuild": None}
     data = None
-    pools: list[ReadPool] = []
+    pools: list[ClientPool] = []
     workdir = Path(tempfile.mkdtemp(prefix="likes-read-bench-"))
     try:
         data = prepare_batch(args, bench_users)
         connections.close_all()
-        pool = ReadPool(max(args.procs, 1 if args.skip_http else args.http_clients), redis_url=None, label="client")
+        pool = read_pool(max(args.procs, 1 if args.skip_http else args.http_clients), redis_url=None, label="client")
         pools.append(pool)
-        down_pool = ReadPool(args.procs, redis_url=DOWN_REDIS_URL, label="redis-down client")
+        down_pool = read_pool(args.procs, redis_url=DOWN_REDIS_URL, label="redis-down client")
         pools.append(down_pool)
         ctx = {"args": args, "data": data, "pool": pool, "down_pool": down_pool, "window": 0, "warm": False,
                "fills": result["batch"]["fills"], "sampler": ResourceSampler(client_pids=pool.pids | down_pool.pids)}
@@ -1229,9 +1121,7 @@ def main(argv=None) -> int:
             _log(f"cleanup failed: {exc.__class__.__name__}: {exc}")
 
     result["meta"] = {
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall0)),
-        "finished_at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
-        "wall_seconds": round(time.time() - wall0, 1), "waited_for_quiet_s": waited,
+        **run_times(wall0), "waited_for_quiet_s": waited,
         "interference": INTERFERENCE,
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
         "users": args.users, "videos": args.videos, "feed": args.feed, "batch": args.batch,

@@ -13,26 +13,20 @@ from __future__ import annotations
 
 import http.client
 import json
-import queue
 import random
 import signal
 import time
 from collections import Counter
 
+from bench.common import HttpStatusError, serve_jobs
+
 # Safety bounds: a job never runs longer than this, nor sends more commands than this per client.
 MAX_JOB_SECONDS = 300.0
 MAX_COMMANDS_PER_JOB = 2_000_000
 HTTP_TIMEOUT_S = 10.0
-IDLE_EXIT_S = 1800.0  # a worker that hears nothing for this long exits on its own
 
 KINDS = ("like", "unlike", "noop", "replay")
 UNLIKED, LIKED = "UNLIKED", "LIKED"
-
-
-class HttpStatusError(Exception):
-    def __init__(self, status: int, body: bytes):
-        super().__init__(f"HTTP {status}: {body[:200]!r}")
-        self.status = status
 
 
 class CommandMix:
@@ -286,19 +280,5 @@ def worker_main(index: int, tasks, results) -> None:
     from bench import naive
 
     naive.install(enabled=False)
-    results.put((index, "ready", None))
-    while True:
-        try:
-            job = tasks.get(timeout=IDLE_EXIT_S)
-        except queue.Empty:
-            break
-        if job is None:
-            break
-        try:
-            res = run_probe(job) if job["layer"] == "probe" else run_job(job)
-        except Exception as exc:
-            res = {"fatal": f"{exc.__class__.__name__}: {exc}"}
-        results.put((index, job["tag"], res))
-    from django.db import connections
-
-    connections.close_all()
+    serve_jobs(index, tasks, results, lambda job: run_probe(job) if job["layer"] == "probe" else run_job(job),
+               lambda job: job["tag"])
