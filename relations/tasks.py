@@ -37,6 +37,7 @@ def publish_outbox_task(alias: str) -> dict:
     for partition in sorted(partitions):
         nudge("counting.project_partition", partition, debounce_s=0.0)
         nudge("relations.project_relcache", partition, debounce_s=0.0)
+        nudge("relations.project_reverse", partition, debounce_s=0.0)
     return {"status": "ok", "sent": sent}
 
 
@@ -111,3 +112,22 @@ def relcache_sample_check_task() -> dict:
 
     report = relation_cache_sample_check()
     return {"sampled": report.sampled, "stale": report.stale, "repaired": report.repaired}
+
+
+@shared_task(name="relations.project_reverse", acks_late=True, ignore_result=True)
+def project_reverse_task(partition: int) -> dict:
+    """One bounded pass of the reverse-index projector over one stream partition (REV-1, REV-2)."""
+    from likes_project.eventlog.consumer import consume_partition
+    from relations.services.reverse_index import ReverseIndexProjector
+
+    report = consume_partition(ReverseIndexProjector(), partition=int(partition), batch_size=500, max_batches=10)
+    return {"status": report.status, "applied": report.applied}
+
+
+@shared_task(name="relations.project_reverse_all", ignore_result=True)
+def project_reverse_all_task() -> None:
+    """Beat sweeper: one reverse-projector pass per stream partition."""
+    from likes_project.eventlog import streams
+
+    for partition in streams.all_partitions():
+        project_reverse_task.delay(partition)

@@ -19,6 +19,7 @@ from relations import routing
 from relations import selectors as relation_selectors
 from relations.services.contracts import relation_shard_contract_ensure
 from relations.services.relation_cache import cache_generation_bootstrap, cache_generations_mirror
+from relations.services.reverse_index import reverse_index_bootstrap
 from tests import factories
 
 
@@ -36,6 +37,7 @@ def ensure_contracts() -> None:
     gen = cache_generation_bootstrap()
     # Each test starts with a healthy relation cache: the registry mirrored and the sentinel present.
     cache_generations_mirror(sentinel_for=gen.generation if gen.status == "ACTIVE" else None)
+    reverse_index_bootstrap()
 
 
 @pytest.fixture(scope="session")

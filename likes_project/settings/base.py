@@ -128,6 +128,7 @@ CELERY_TASK_ROUTES = {
     "relations.relcache_sample_check": {"queue": "maintenance"},
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
+    "relations.project_reverse*": {"queue": "reverse"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
     "counting.count_cache_check_loss": {"queue": "maintenance"},
@@ -145,6 +146,7 @@ CELERY_BEAT_SCHEDULE = {
     "relation-cache-loss-check": {"task": "relations.relcache_check_loss", "schedule": 5.0},
     "relation-cache-sampler": {"task": "relations.relcache_sample_check", "schedule": 60.0},
     "count-cache-loss-check": {"task": "counting.count_cache_check_loss", "schedule": 10.0},
+    "project-reverse-index": {"task": "relations.project_reverse_all", "schedule": 1.0},
 }
 
 # --- API ---------------------------------------------------------------------------------------

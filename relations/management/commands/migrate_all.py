@@ -10,6 +10,7 @@ from likes_project.dbcreate import database_create, database_exists
 from likes_project.eventlog.services import stream_contract_ensure
 from relations.services.contracts import relation_shard_contract_ensure
 from relations.services.relation_cache import cache_generation_bootstrap
+from relations.services.reverse_index import reverse_index_bootstrap
 
 
 class Command(BaseCommand):
@@ -56,4 +57,5 @@ class Command(BaseCommand):
             self.stdout.write(f"count cache generation {count_cache.generation} ({count_cache.status})")
         cache_gen = cache_generation_bootstrap()
         self.stdout.write(f"relation cache generation {cache_gen.generation} ({cache_gen.status})")
+        self.stdout.write(f"reverse index generation {(rev := reverse_index_bootstrap()).generation} ({rev.status})")
         self.stdout.write(self.style.SUCCESS("all aliases migrated"))
