@@ -429,3 +429,47 @@ class ReverseEventReceipt(models.Model):
 
     def __str__(self) -> str:
         return f"g{self.generation} {self.source_partition}/{self.source_offset} {self.outcome}"
+
+
+# --- likers privacy and account status (issue 5 §2, §3; read by relations.selectors_likers) -------
+
+
+class UserPrivacy(models.Model):
+    """A user's privacy settings on `default`; a missing row means the defaults (likes visible, own
+    videos' likers not public). `likes_private` hides the user from other users' likers lists;
+    `likers_public` is the author's per-author "anyone may see who liked my videos" setting."""
+
+    user_id = models.BigIntegerField(primary_key=True)
+    likes_private = models.BooleanField(default=False)
+    likers_public = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"privacy of {self.user_id} (likes_private={self.likes_private}, likers_public={self.likers_public})"
+
+
+class VideoLikersVisibility(models.Model):
+    """A per-video override of the author's `likers_public` setting."""
+
+    video_id = models.CharField(max_length=64, primary_key=True)
+    likers_public = models.BooleanField()
+
+    def __str__(self) -> str:
+        return f"{self.video_id} likers_public={self.likers_public}"
+
+
+class AccountStatusValue(models.TextChoices):
+    ACTIVE = "active"
+    BANNED = "banned"
+    DELETED = "deleted"
+
+
+class AccountStatus(models.Model):
+    """Risk-control / lifecycle status of an account; a missing row means active."""
+
+    user_id = models.BigIntegerField(primary_key=True)
+    status = models.CharField(max_length=8, choices=AccountStatusValue.choices, default=AccountStatusValue.ACTIVE)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.status}"

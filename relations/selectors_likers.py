@@ -1,0 +1,322 @@
+"""Who liked a video (issue 5 §2; REV-5 … REV-8). Reads only; never writes, never opens a transaction.
+
+The list is a k-way merge, newest first by (liked_at DESC, user_id DESC), over the R reverse shards of
+the ACTIVE reverse-index generation. Per count partition one query reads, for every shard that
+partition holds, a bounded prefetch (`limit + 1` rows) strictly after that shard's frontier (a LATERAL
+join over the shard list, one index range per shard). The heads go into a heap; a shard whose buffer
+runs dry while more rows may exist is refilled with one more bounded query.
+
+REV-7: a candidate counts as scanned only once it is POPPED from the heap; it is then returned or
+filtered by the read-time privacy rules (REV-6), and only then does its shard's frontier move to its
+raw key. Prefetched rows that were never popped are dropped at page end and read again on the next
+page. A shard with nothing popped keeps its pre-page frontier. A page ends when it is full, when every
+shard is exhausted, or after `LIKERS_SCAN_LIMIT` pops, so an all-hidden stretch gives an empty page
+whose cursor still moved (never a loop). nextCursor is null only when every shard is exhausted.
+
+Read-time privacy (REV-6, PRIV): a popped liker is hidden when they made their likes private (unless
+they are the caller), when their account is banned or deleted, or when the caller has blocked them.
+
+The cursor is signed with `CURSOR_SIGNING_KEY` (salt below), bound to the caller and the video, and
+holds the generation plus one frontier per shard of that generation: `null` (nothing popped yet),
+`[liked_at µs since epoch, user_id]` (the last popped key) or `0` (exhausted). A cursor of another
+generation answers 410 `cursor_expired` (REV-8: an old-R vector is never read against a new R); the
+retired generation's rows are not served.
+
+`indexWatermark` is an ISO-8601 UTC time: the lowest reverse-consumer checkpoint over all stream
+partitions, as the millisecond time part of its Redis stream entry id. Everything published up to that
+time is in the index; null when some partition has no checkpoint yet (nothing consumed).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import signing
+from django.db import connections
+
+from likes_project.errors import DomainError, Forbidden, InvalidInput
+from likes_project.eventlog import streams
+from likes_project.eventlog.models import ConsumerCheckpoint
+from relations import reverse_routing, selectors
+from relations.errors import VideoNotFound
+from relations.models import (
+    AccountStatus,
+    AccountStatusValue,
+    Block,
+    LikeReverseSort,
+    UserPrivacy,
+    VideoLikersVisibility,
+)
+from relations.selectors_list import iso_utc, list_limit_parse
+
+DEFAULT_SCAN_LIMIT = 1000
+RECENT_LIMIT = 3
+RECENT_SCAN_LIMIT = 50
+CURSOR_SALT = "relations.likers.cursor"
+CURSOR_FORMAT = 1
+CURSOR_MAX_CHARS = 4096  # one frontier per shard
+REVERSE_CONSUMER = "reverse"
+EXHAUSTED = 0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+__all__ = ["list_limit_parse"]
+
+
+class LikersNotVisible(Forbidden):
+    code = "likers_not_visible"
+    default_message = "The author has not made the likers of this video visible to you."
+
+
+class CursorExpired(DomainError):
+    code = "cursor_expired"
+    http_status = 410
+    default_message = "The likers index was rebuilt since this cursor was issued; start again without a cursor."
+
+
+@dataclass(frozen=True)
+class Liker:
+    user_id: int
+    username: str
+    liked_at: datetime
+
+    def as_dict(self) -> dict:
+        return {"userId": self.user_id, "username": self.username, "likedAt": iso_utc(self.liked_at)}
+
+
+@dataclass(frozen=True)
+class LikersPage:
+    items: list[Liker]
+    generation: int
+    frontiers: list  # per shard: None | (micros, user_id) | EXHAUSTED
+    popped: int
+    exhausted: bool
+
+
+def scan_limit() -> int:
+    return max(1, int(getattr(settings, "LIKERS_SCAN_LIMIT", DEFAULT_SCAN_LIMIT)))
+
+
+def _micros(value: datetime) -> int:
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def _from_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+# --- permission ------------------------------------------------------------------------------------
+
+
+def likers_permission_check(*, caller_id: int, video_id: str) -> None:
+    """404 `video_not_found` unless the caller may see the video; 403 `likers_not_visible` unless the
+    caller is the author or the likers are public (the per-video override wins over the author's
+    setting; both default to not public)."""
+    if not selectors.video_visible_to(user_id=caller_id, video_id=video_id):
+        raise VideoNotFound()
+    video = selectors.video_snapshot_get(video_id=video_id)
+    if video.author_id == caller_id:
+        return
+    override = VideoLikersVisibility.objects.filter(video_id=video_id).values_list("likers_public", flat=True).first()
+    if override is None:
+        override = UserPrivacy.objects.filter(user_id=video.author_id).values_list("likers_public", flat=True).first()
+    if not override:
+        raise LikersNotVisible()
+
+
+# --- cursor ------------------------------------------------------------------------------------------
+
+
+def _signer() -> signing.Signer:
+    return signing.Signer(key=settings.CURSOR_SIGNING_KEY, salt=CURSOR_SALT,
+                          fallback_keys=getattr(settings, "CURSOR_SIGNING_KEY_FALLBACKS", []))
+
+
+def likers_cursor_encode(*, caller_id: int, video_id: str, page: LikersPage) -> str:
+    frontiers = [f if f is None or f == EXHAUSTED else [f[0], f[1]] for f in page.frontiers]
+    payload = {"v": CURSOR_FORMAT, "u": caller_id, "vid": video_id, "g": page.generation, "f": frontiers}
+    return _signer().sign_object(payload, compress=True)
+
+
+def _valid_frontier(f) -> bool:
+    if f is None:
+        return True
+    if isinstance(f, bool):
+        return False
+    if isinstance(f, int):
+        return f == EXHAUSTED
+    return (isinstance(f, list) and len(f) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in f))
+
+
+def likers_cursor_decode(*, caller_id: int, video_id: str, cursor: str, generation: int, shards: int) -> list:
+    """The per-shard frontiers of a cursor this service issued to this caller for this video in
+    `generation`. Tampered or foreign cursors are 400 `invalid_cursor`; a cursor of another generation
+    is 410 `cursor_expired`."""
+    invalid = InvalidInput("The cursor is not valid for this list; start again without a cursor.",
+                           code="invalid_cursor")
+    if not cursor or len(cursor) > CURSOR_MAX_CHARS:
+        raise invalid
+    try:
+        payload = _signer().unsign_object(cursor)
+    except (signing.BadSignature, ValueError, TypeError, UnicodeError):
+        raise invalid from None
+    if (not isinstance(payload, dict) or payload.get("v") != CURSOR_FORMAT or payload.get("u") != caller_id
+            or payload.get("vid") != video_id):
+        raise invalid
+    gen = payload.get("g")
+    if isinstance(gen, bool) or not isinstance(gen, int):
+        raise invalid
+    if gen != generation:
+        raise CursorExpired()
+    frontiers = payload.get("f")
+    if not isinstance(frontiers, list) or len(frontiers) != shards or not all(map(_valid_frontier, frontiers)):
+        raise invalid
+    out = []
+    for f in frontiers:
+        if isinstance(f, list):
+            try:
+                _from_micros(f[0])
+            except OverflowError:
+                raise invalid from None
+            out.append((f[0], f[1]))
+        else:
+            out.append(f)
+    return out
+
+
+# --- the merge -------------------------------------------------------------------------------------
+
+
+def _prefetch(alias: str, generation: int, video_id: str, wanted: list[tuple[int, object]], count: int
+              ) -> dict[int, list[tuple[datetime, int]]]:
+    """Up to `count` sort entries per shard strictly after each shard's frontier, newest first, in
+    one query on count partition `alias` (one index range per shard through a LATERAL join)."""
+    shards = [s for s, _f in wanted]
+    times = [None if f is None else _from_micros(f[0]) for _s, f in wanted]
+    users = [None if f is None else f[1] for _s, f in wanted]
+    table = LikeReverseSort._meta.db_table
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT f.s, e.liked_at, e.user_id FROM unnest(%s::int[], %s::timestamptz[], %s::bigint[]) AS f(s, t, u) "
+            f"CROSS JOIN LATERAL (SELECT liked_at, user_id FROM {table} WHERE generation = %s AND video_id = %s "
+            "AND reverse_shard = f.s AND (f.t IS NULL OR (liked_at, user_id) < (f.t, f.u)) "
+            "ORDER BY liked_at DESC, user_id DESC LIMIT %s) e ORDER BY f.s, e.liked_at DESC, e.user_id DESC",
+            [shards, times, users, generation, video_id, count],
+        )
+        rows = cursor.fetchall()
+    out: dict[int, list[tuple[datetime, int]]] = {s: [] for s in shards}
+    for s, liked_at, user_id in rows:
+        out[s].append((liked_at, user_id))
+    return out
+
+
+def _hidden_users(*, caller_id: int, user_ids: set[int]) -> set[int]:
+    """Who among these likers the caller must not see (REV-6): private likes (except the caller),
+    banned or deleted accounts, users the caller has blocked. Three indexed queries on `default`."""
+    if not user_ids:
+        return set()
+    ids = list(user_ids)
+    hidden = set(UserPrivacy.objects.filter(user_id__in=ids, likes_private=True).values_list("user_id", flat=True))
+    hidden.discard(caller_id)
+    hidden |= set(AccountStatus.objects.filter(user_id__in=ids).exclude(status=AccountStatusValue.ACTIVE)
+                  .values_list("user_id", flat=True))
+    hidden |= set(Block.objects.filter(blocker_id=caller_id, blocked_id__in=ids).values_list("blocked_id", flat=True))
+    return hidden
+
+
+def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str | None = None,
+                     max_scan: int | None = None) -> LikersPage:
+    """One page of the video's visible likers (permission checked by the caller of this function)."""
+    gen = reverse_routing.active_generation()
+    if cursor is None:
+        frontiers: list = [None] * gen.shards
+    else:
+        frontiers = likers_cursor_decode(caller_id=caller_id, video_id=video_id, cursor=cursor,
+                                         generation=gen.generation, shards=gen.shards)
+    budget = max_scan or scan_limit()
+    batch = limit + 1
+    buffers: dict[int, list[tuple[datetime, int]]] = {}
+    more: dict[int, bool] = {}  # the shard's last fetch was full: rows may remain after the buffer
+    hidden: set[int] = set()
+    checked: set[int] = set()
+
+    def fetch(shards: list[int]) -> None:
+        by_alias: dict[str, list[tuple[int, object]]] = {}
+        for s in shards:
+            by_alias.setdefault(gen.placement[s], []).append((s, frontiers[s]))
+        fresh: set[int] = set()
+        for alias, wanted in sorted(by_alias.items()):
+            got = _prefetch(alias, gen.generation, video_id, wanted, batch)
+            for s, rows in got.items():
+                buffers[s] = rows
+                more[s] = len(rows) == batch
+                fresh |= {u for _t, u in rows}
+        todo = fresh - checked
+        hidden.update(_hidden_users(caller_id=caller_id, user_ids=todo))
+        checked.update(todo)
+
+    fetch([s for s in range(gen.shards) if frontiers[s] != EXHAUSTED])
+    heap: list[tuple[int, int, int, int]] = []  # (-micros, -user_id, shard, index in buffer)
+    for s, rows in buffers.items():
+        if rows:
+            heapq.heappush(heap, (-_micros(rows[0][0]), -rows[0][1], s, 0))
+        else:
+            frontiers[s] = EXHAUSTED
+    picked: list[tuple[datetime, int]] = []
+    popped = 0
+    while heap and len(picked) < limit and popped < budget:
+        _neg_t, _neg_u, s, i = heapq.heappop(heap)
+        liked_at, user_id = buffers[s][i]
+        popped += 1
+        frontiers[s] = (_micros(liked_at), user_id)  # REV-7: popped, and now returned or filtered
+        if user_id not in hidden:
+            picked.append((liked_at, user_id))
+        if i + 1 < len(buffers[s]):
+            nxt = buffers[s][i + 1]
+            heapq.heappush(heap, (-_micros(nxt[0]), -nxt[1], s, i + 1))
+        elif more[s]:
+            if len(picked) >= limit or popped >= budget:
+                continue  # the page is over; the shard is read again from its frontier next page
+            fetch([s])
+            if buffers[s]:
+                head = buffers[s][0]
+                heapq.heappush(heap, (-_micros(head[0]), -head[1], s, 0))
+            else:
+                frontiers[s] = EXHAUSTED
+        else:
+            frontiers[s] = EXHAUSTED
+    exhausted = all(f == EXHAUSTED for f in frontiers)
+    names = dict(get_user_model().objects.filter(pk__in=[u for _t, u in picked]).values_list("pk", "username"))
+    items = [Liker(u, names.get(u, ""), t) for t, u in picked]
+    return LikersPage(items=items, generation=gen.generation, frontiers=frontiers, popped=popped, exhausted=exhausted)
+
+
+def index_watermark() -> str | None:
+    """The lowest `reverse` consumer checkpoint over all stream partitions, as the ISO UTC time of its
+    entry id's millisecond part; null when a partition has consumed nothing yet."""
+    partitions = streams.all_partitions()
+    done = dict(ConsumerCheckpoint.objects.filter(consumer=REVERSE_CONSUMER, partition__in=partitions)
+                .values_list("partition", "last_done_id"))
+    lowest = None
+    for p in partitions:
+        entry = done.get(p, "0-0")
+        try:
+            ms = int(entry.split("-", 1)[0])
+        except ValueError:
+            return None
+        if ms <= 0:
+            return None
+        lowest = ms if lowest is None else min(lowest, ms)
+    if lowest is None:
+        return None
+    return iso_utc(_EPOCH + timedelta(milliseconds=lowest))
+
+
+def recent_likers_list(*, caller_id: int, video_id: str) -> list[Liker]:
+    """Up to 3 most recent visible likers: the same merge with limit 3 and a small scan limit. This is
+    a bounded per-request merge, not the projector-maintained summary REV-10 / issue 5 ask for."""
+    return likers_page_list(caller_id=caller_id, video_id=video_id, limit=RECENT_LIMIT,
+                            max_scan=RECENT_SCAN_LIMIT).items

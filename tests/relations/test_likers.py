@@ -1,0 +1,310 @@
+"""The likers API against real partitions and streams (issue 5 §2): the k-way merge over reverse shards,
+paging, test-matrix rows T30 … T33, the privacy matrix, permission and cursor errors. The index is
+built by the real publisher and reverse projector."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from django.conf import settings
+
+from likes_project.eventlog import streams
+from likes_project.eventlog.consumer import consume_partition
+from relations import reverse_routing
+from relations.models import AccountStatus, Block, LikeReverseSort, UserPrivacy, VideoLikersVisibility
+from relations.services.commands import relation_set_state
+from relations.services.reverse_index import ReverseIndexProjector, reverse_index_rebuild
+from tests.counting.helpers import publish_all
+
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+
+
+def cmd(user, video_id, desired):
+    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
+                              operation_id=uuid.uuid4().hex)
+
+
+def drain():
+    publish_all()
+    for p in streams.all_partitions():
+        consume_partition(ReverseIndexProjector(), partition=p)
+
+
+def expected(video_id: str) -> list[int]:
+    """The active generation's sort entries of a video, newest first by (liked_at DESC, user_id DESC)."""
+    gen = reverse_routing.active_generation().generation
+    out = []
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        out += LikeReverseSort.objects.using(alias).filter(generation=gen, video_id=video_id).values_list(
+            "liked_at", "user_id")
+    return [u for _t, u in sorted(out, reverse=True)]
+
+
+def url(video_id: str, recent: bool = False) -> str:
+    return f"/v1/videos/{video_id}/likers" + ("/recent" if recent else "")
+
+
+def page(client, video_id, *, limit=None, cursor=None):
+    params = {}
+    if limit is not None:
+        params["limit"] = limit
+    if cursor is not None:
+        params["cursor"] = cursor
+    return client.get(url(video_id), params)
+
+
+def traverse(client, video_id, limit) -> tuple[list[int], list[list[int]]]:
+    got, pages, cursor = [], [], None
+    for _ in range(200):
+        r = page(client, video_id, limit=limit, cursor=cursor)
+        assert r.status_code == 200, r.content
+        ids = [i["userId"] for i in r.json()["items"]]
+        assert len(ids) <= limit
+        pages.append(ids)
+        got += ids
+        cursor = r.json()["nextCursor"]
+        if cursor is None:
+            return got, pages
+    raise AssertionError("the traversal never ended")
+
+
+@pytest.fixture
+def author(make_user):
+    return make_user()
+
+
+def likers(make_user, make_video, author, video_id, n):
+    make_video(video_id, author)
+    users = [make_user() for _ in range(n)]
+    for u in users:
+        cmd(u, video_id, "LIKED")
+    drain()
+    return users
+
+
+# --- order and paging --------------------------------------------------------------------------------
+
+
+def test_newest_first_across_partitions_and_shards(make_user, make_video, author, api):
+    users = likers(make_user, make_video, author, "lk-order", 12)
+    gen = reverse_routing.active_generation()
+    assert {gen.alias_of(u.pk) for u in users} == set(settings.COUNT_PARTITION_ALIASES)
+    assert len({gen.shard_of(u.pk) for u in users}) >= 3
+    r = page(api.as_user(author), "lk-order", limit=100)
+    assert r.status_code == 200
+    body = r.json()
+    assert [i["userId"] for i in body["items"]] == expected("lk-order") == [u.pk for u in reversed(users)]
+    assert body["nextCursor"] is None
+    names = {u.pk: u.username for u in users}
+    assert all(i["username"] == names[i["userId"]] for i in body["items"])
+    times = [dt.datetime.fromisoformat(i["likedAt"].replace("Z", "+00:00")) for i in body["items"]]
+    assert times == sorted(times, reverse=True)
+
+
+def test_index_watermark_is_the_lowest_reverse_checkpoint(make_user, make_video, author, api):
+    from likes_project.eventlog.models import ConsumerCheckpoint
+
+    make_video("lk-wm", author)
+    client = api.as_user(author)
+    assert page(client, "lk-wm").json()["indexWatermark"] is None  # nothing consumed yet
+    parts = set()
+    for _ in range(200):  # a like on every stream partition, so every partition gets a checkpoint
+        u = make_user()
+        cmd(u, "lk-wm", "LIKED")
+        parts.add(streams.partition_for(f"{u.pk}:lk-wm"))
+        if parts == set(streams.all_partitions()):
+            break
+    assert parts == set(streams.all_partitions())
+    drain()
+    done = ConsumerCheckpoint.objects.filter(consumer="reverse").values_list("last_done_id", flat=True)
+    lowest_ms = min(int(d.split("-")[0]) for d in done)
+    mark = page(client, "lk-wm").json()["indexWatermark"]
+    got = dt.datetime.fromisoformat(mark.replace("Z", "+00:00"))
+    assert got == dt.datetime.fromtimestamp(lowest_ms / 1000, dt.UTC)
+    assert got <= dt.datetime.now(dt.UTC)
+
+
+def test_pagination_has_no_duplicates_and_no_gaps(make_user, make_video, author, api):
+    likers(make_user, make_video, author, "lk-page", 11)
+    for limit in (1, 2, 3, 5):
+        got, pages = traverse(api.as_user(author), "lk-page", limit)
+        assert got == expected("lk-page")
+        assert all(len(p) == limit for p in pages[:-1])
+
+
+def test_an_empty_video_answers_an_empty_final_page(make_video, author, api):
+    make_video("lk-empty", author)
+    r = page(api.as_user(author), "lk-empty")
+    assert r.status_code == 200
+    assert (r.json()["items"], r.json()["nextCursor"]) == ([], None)
+
+
+def test_t30_unlike_and_relike_during_paging(make_user, make_video, author, api):
+    users = likers(make_user, make_video, author, "lk-30", 8)
+    client = api.as_user(author)
+    first = page(client, "lk-30", limit=3)
+    seen = [i["userId"] for i in first.json()["items"]]
+    assert seen == [u.pk for u in reversed(users)][:3]
+    unseen = [u for u in users if u.pk not in seen]
+    gone = unseen[-1]  # newest of the unseen: it would have been on the next page
+    mover = unseen[0]  # oldest: moves to the top, above every frontier
+    again = next(u for u in users if u.pk == seen[1])  # already seen: re-liked to the top
+    cmd(gone, "lk-30", "UNLIKED")
+    for u in (mover, again):
+        cmd(u, "lk-30", "UNLIKED")
+        cmd(u, "lk-30", "LIKED")
+    drain()
+    rest, cursor = [], first.json()["nextCursor"]
+    while cursor is not None:
+        r = page(client, "lk-30", limit=3, cursor=cursor)
+        assert r.status_code == 200
+        rest += [i["userId"] for i in r.json()["items"]]
+        cursor = r.json()["nextCursor"]
+    traversal = seen + rest
+    assert len(traversal) == len(set(traversal))  # no duplicates within the traversal
+    assert gone.pk not in traversal
+    assert set(traversal) <= {u.pk for u in users}
+    refreshed, _ = traverse(client, "lk-30", 3)
+    assert refreshed == expected("lk-30")
+    assert refreshed[:2] == [again.pk, mover.pk] and gone.pk not in refreshed
+    assert len(refreshed) == 7
+
+
+def test_t31_an_all_hidden_page_is_empty_and_the_cursor_advances(make_user, make_video, author, api, settings):
+    users = likers(make_user, make_video, author, "lk-31", 6)
+    newest = list(reversed(users))
+    for u in newest[:3]:
+        UserPrivacy.objects.create(user_id=u.pk, likes_private=True)
+    settings.LIKERS_SCAN_LIMIT = 3
+    client = api.as_user(author)
+    r1 = page(client, "lk-31", limit=2)
+    assert r1.status_code == 200
+    assert r1.json()["items"] == [] and r1.json()["nextCursor"] is not None
+    r2 = page(client, "lk-31", limit=2, cursor=r1.json()["nextCursor"])
+    assert [i["userId"] for i in r2.json()["items"]] == [u.pk for u in newest[3:5]]
+    got, _ = traverse(client, "lk-31", 2)
+    assert got == [u.pk for u in newest[3:]]
+    for u in newest[3:]:
+        UserPrivacy.objects.create(user_id=u.pk, likes_private=True)
+    got, pages = traverse(client, "lk-31", 2)  # everything hidden: ends, never loops
+    assert got == [] and len(pages) == 2
+
+
+def _three_shards(make_user, gen, per_shard: int):
+    buckets: dict[int, list] = {}
+    for _ in range(400):
+        u = make_user()
+        buckets.setdefault(gen.shard_of(u.pk), []).append(u)
+        full = [s for s, us in buckets.items() if len(us) >= per_shard]
+        if len(full) >= 3:
+            return [buckets[s][:per_shard] for s in full[:3]]
+    raise AssertionError("could not find three shards")
+
+
+def test_t32_prefetched_but_unpopped_rows_are_read_again(make_user, make_video, author, api):
+    gen = reverse_routing.active_generation()
+    a, b, c = _three_shards(make_user, gen, 4)
+    make_video("lk-32", author)
+    order = [a[0], b[0], c[0], a[1], a[2], b[1], c[1], c[2], a[3], b[2], b[3], c[3]]
+    for u in order:
+        cmd(u, "lk-32", "LIKED")
+    drain()
+    want = [u.pk for u in reversed(order)]
+    assert expected("lk-32") == want
+    client = api.as_user(author)
+    r1 = page(client, "lk-32", limit=2)
+    assert [i["userId"] for i in r1.json()["items"]] == want[:2]  # c3 and b3; c2, b2, a3 were prefetched
+    r2 = page(client, "lk-32", limit=2, cursor=r1.json()["nextCursor"])
+    assert [i["userId"] for i in r2.json()["items"]] == want[2:4]
+    got, pages = traverse(client, "lk-32", 2)
+    assert got == want and len(pages) == 6
+
+
+def test_t33_a_rebuild_into_a_new_r_expires_old_cursors(make_user, make_video, author, api):
+    likers(make_user, make_video, author, "lk-33", 6)
+    client = api.as_user(author)
+    old = page(client, "lk-33", limit=2).json()["nextCursor"]
+    assert page(client, "lk-33", limit=2, cursor=old).status_code == 200
+    report = reverse_index_rebuild(shards=3)
+    assert report.status == "ACTIVE" and reverse_routing.active_generation().shards == 3
+    r = page(client, "lk-33", limit=2, cursor=old)
+    assert r.status_code == 410 and r.json()["code"] == "cursor_expired"
+    got, _ = traverse(client, "lk-33", 2)
+    assert got == expected("lk-33") and len(got) == 6
+
+
+# --- permission and privacy ---------------------------------------------------------------------------
+
+
+def test_only_the_author_sees_likers_unless_made_public(make_user, make_video, author, api):
+    likers(make_user, make_video, author, "lk-perm", 2)
+    other = make_user()
+    assert page(api.as_user(author), "lk-perm").status_code == 200
+    r = page(api.as_user(other), "lk-perm")
+    assert r.status_code == 403 and r.json()["code"] == "likers_not_visible"
+    assert api.as_user(other).get(url("lk-perm", recent=True)).status_code == 403
+    UserPrivacy.objects.create(user_id=author.pk, likers_public=True)
+    assert page(api.as_user(other), "lk-perm").status_code == 200
+    VideoLikersVisibility.objects.create(video_id="lk-perm", likers_public=False)  # the per-video override wins
+    assert page(api.as_user(other), "lk-perm").status_code == 403
+    UserPrivacy.objects.filter(user_id=author.pk).update(likers_public=False)
+    VideoLikersVisibility.objects.filter(video_id="lk-perm").update(likers_public=True)
+    r = page(api.as_user(other), "lk-perm")
+    assert r.status_code == 200 and len(r.json()["items"]) == 2
+    assert api.anonymous().get(url("lk-perm")).status_code == 401
+
+
+def test_privacy_matrix(make_user, make_video, author, api):
+    plain, private, banned, deleted, blocked = likers(make_user, make_video, author, "lk-priv", 5)
+    viewer = make_user()
+    UserPrivacy.objects.create(user_id=author.pk, likers_public=True)
+    UserPrivacy.objects.create(user_id=private.pk, likes_private=True)
+    AccountStatus.objects.create(user_id=banned.pk, status="banned")
+    AccountStatus.objects.create(user_id=deleted.pk, status="deleted")
+    Block.objects.create(blocker_id=viewer.pk, blocked_id=blocked.pk)
+
+    def ids(user):
+        got, _ = traverse(api.as_user(user), "lk-priv", 2)
+        return got
+
+    assert ids(author) == [blocked.pk, plain.pk]  # the author too does not see private/banned/deleted
+    assert ids(viewer) == [plain.pk]  # plus the liker the viewer blocked
+    assert ids(private) == [blocked.pk, private.pk, plain.pk]  # a private liker sees themself
+    assert ids(plain) == [blocked.pk, plain.pk]
+    AccountStatus.objects.filter(user_id=banned.pk).update(status="active")
+    assert ids(viewer) == [banned.pk, plain.pk]
+
+
+def test_recent_likers_are_the_three_newest_visible(make_user, make_video, author, api):
+    users = likers(make_user, make_video, author, "lk-recent", 6)
+    newest = list(reversed(users))
+    UserPrivacy.objects.create(user_id=newest[1].pk, likes_private=True)
+    r = api.as_user(author).get(url("lk-recent", recent=True))
+    assert r.status_code == 200
+    assert [i["userId"] for i in r.json()["items"]] == [newest[0].pk, newest[2].pk, newest[3].pk]
+    assert "nextCursor" not in r.json() and "indexWatermark" in r.json()
+
+
+def test_an_invisible_video_is_404(make_user, make_video, author, api):
+    make_video("lk-private", author, visibility="private")
+    other = make_user()
+    UserPrivacy.objects.create(user_id=author.pk, likers_public=True)
+    for path in (url("lk-private"), url("lk-private", recent=True), url("lk-none")):
+        r = api.as_user(other).get(path)
+        assert r.status_code == 404 and r.json()["code"] == "video_not_found"
+    assert page(api.as_user(author), "lk-private").status_code == 200
+
+
+def test_tampered_and_foreign_cursors_are_400(make_user, make_video, author, api):
+    likers(make_user, make_video, author, "lk-cur", 4)
+    make_video("lk-cur2", author)
+    client = api.as_user(author)
+    cursor = page(client, "lk-cur", limit=1).json()["nextCursor"]
+    assert page(client, "lk-cur", limit=1, cursor=cursor).status_code == 200
+    tampered = cursor[:-3] + ("AAA" if cursor[-3:] != "AAA" else "BBB")
+    for bad, vid in ((tampered, "lk-cur"), ("garbage", "lk-cur"), (cursor, "lk-cur2")):
+        r = page(client, vid, limit=1, cursor=bad)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_cursor"
+    assert page(client, "lk-cur", limit=0).status_code == 400
