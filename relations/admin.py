@@ -328,3 +328,68 @@ class CacheGenerationAdmin(ReadOnlyAdmin):
 
     def has_rebuild_permission(self, request):
         return request.user.has_perm("relations.change_cachegeneration")
+
+
+# --- account deletion (issue 5 §3) -------------------------------------------------------------------
+# /admin/relations/account-delete/ (URL name `admin:relations_account_delete`): staff holding
+# relations.change_accountstatus type a username and confirm; the same service as
+# `manage.py delete_account` runs in the request and audits it ("account.delete", channel admin). For a
+# user with very many likes run the command instead (it prints progress and can be re-run to resume).
+
+from relations.services.accounts import ACCOUNT_DELETE_PERMISSION, account_delete  # noqa: E402
+
+
+class AccountDeleteForm(LikesExportForm):
+    confirm = forms.BooleanField(label="I understand this cannot be undone",
+                                 help_text="The account is disabled at once and every like it holds is withdrawn.")
+
+
+ACCOUNT_DELETE_TEMPLATE = LIKES_EXPORT_TEMPLATE.replace(
+    """<p>Downloads every video the user likes, exactly as of one database snapshot (JSON lines; the first line
+holds the as-of time). Taken-down, deleted and unknown videos are included with <code>listed: false</code>.
+The export is recorded in the audit log.</p>""",
+    """<p>Marks the account deleted (hidden from every list, login and API token disabled), then withdraws
+every like it holds with a versioned unlike; counts and likers lists follow through the projectors.
+Re-running it is harmless. The deletion is recorded in the audit log.</p>""",
+).replace('value="Export likes"', 'value="Delete account"')
+
+
+@functools.cache
+def _account_delete_template():
+    return engines["django"].from_string(ACCOUNT_DELETE_TEMPLATE)
+
+
+@require_http_methods(["GET", "POST"])
+def account_delete_view(request, *, admin_site):
+    """Wrapped by `admin_site.admin_view` (active staff, CSRF); the deletion permission is checked here."""
+    if not request.user.has_perm(ACCOUNT_DELETE_PERMISSION):
+        raise PermissionDenied
+    form = AccountDeleteForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        user = form.cleaned_data["username"]
+        try:
+            result = account_delete(user_id=user.pk, actor=admin_actor(request.user))
+        except (DomainError, DatabaseError) as exc:
+            form.add_error(None, getattr(exc, "message", None) or f"The deletion failed: {exc.__class__.__name__}.")
+        else:
+            messages.success(request, f"Deleted account {user.username}: {result.unliked} of {result.scanned} likes "
+                                      f"withdrawn.")
+            form = AccountDeleteForm()
+    context = {**admin_site.each_context(request), "title": "Delete an account's likes", "subtitle": None,
+               "form": form}
+    request.current_app = admin_site.name
+    return TemplateResponse(request, _account_delete_template(), context)
+
+
+def _with_account_delete_url(get_urls):
+    @functools.wraps(get_urls)
+    def urls_with_account_delete():
+        view = admin.site.admin_view(functools.partial(account_delete_view, admin_site=admin.site))
+        return [path("relations/account-delete/", view, name="relations_account_delete"), *get_urls()]
+
+    urls_with_account_delete.adds_account_delete = True
+    return urls_with_account_delete
+
+
+if not getattr(admin.site.get_urls, "adds_account_delete", False):
+    admin.site.get_urls = _with_account_delete_url(admin.site.get_urls)

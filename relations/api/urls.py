@@ -5,6 +5,7 @@ from relations.api import views
 from relations.api.batch_views import BatchQueryView
 from relations.api.likers_views import LikersView, RecentLikersView
 from relations.api.list_views import MyLikesView
+from relations.api.settings_views import MyPrivacyView, UserLikesView, VideoLikersVisibilityView
 
 urlpatterns = [
     path("videos/<anyseg:video_id>/like-relation", views.LikeRelationView.as_view(), name="like-relation"),
@@ -13,6 +14,10 @@ urlpatterns = [
     path("videos/<anyseg:video_id>/likers", LikersView.as_view(), name="video-likers"),
     path("videos/<anyseg:video_id>/likers/recent", RecentLikersView.as_view(), name="video-likers-recent"),
     path("me/likes", MyLikesView.as_view(), name="my-likes"),
+    path("me/privacy", MyPrivacyView.as_view(), name="my-privacy"),
+    path("videos/<anyseg:video_id>/likers-visibility", VideoLikersVisibilityView.as_view(),
+         name="video-likers-visibility"),
+    path("users/<str:username>/likes", UserLikesView.as_view(), name="user-likes"),
 ]
 
 internal_urlpatterns = [
