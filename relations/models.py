@@ -473,3 +473,30 @@ class AccountStatus(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} {self.status}"
+
+
+class LikeReverseRecent(models.Model):
+    """The "recent likers" summary (REV-10): per count partition, the newest `RECENT_KEEP` liked
+    (generation, video, user) rows of that partition's reverse shards, maintained by the reverse projector
+    in the same local transaction as the sort entries (insert on LIKED, delete on unlike/tombstone/move,
+    refill from the partition's sort entries when a kept row leaves, pruned to the newest K). `/likers/recent`
+    reads the K newest rows of every partition and merges them; it never reads LIKE_REVERSE_SORT."""
+
+    db_family = COUNT_PARTITION
+
+    generation = models.PositiveIntegerField()
+    video_id = models.CharField(max_length=64)
+    user_id = models.BigIntegerField()
+    liked_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["generation", "video_id", "user_id"], name="uniq_reverse_recent_user"),
+        ]
+        indexes = [
+            models.Index("generation", "video_id", models.F("liked_at").desc(), models.F("user_id").desc(),
+                         name="reverse_recent_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"g{self.generation} {self.video_id} recent {self.liked_at} {self.user_id}"

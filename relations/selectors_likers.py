@@ -47,15 +47,16 @@ from relations.models import (
     AccountStatus,
     AccountStatusValue,
     Block,
+    LikeReverseRecent,
     LikeReverseSort,
     UserPrivacy,
     VideoLikersVisibility,
 )
 from relations.selectors_list import iso_utc, list_limit_parse
+from relations.services.reverse_index import RECENT_KEEP
 
 DEFAULT_SCAN_LIMIT = 1000
 RECENT_LIMIT = 3
-RECENT_SCAN_LIMIT = 50
 CURSOR_SALT = "relations.likers.cursor"
 CURSOR_FORMAT = 1
 CURSOR_MAX_CHARS = 4096  # one frontier per shard
@@ -316,7 +317,19 @@ def index_watermark() -> str | None:
 
 
 def recent_likers_list(*, caller_id: int, video_id: str) -> list[Liker]:
-    """Up to 3 most recent visible likers: the same merge with limit 3 and a small scan limit. This is
-    a bounded per-request merge, not the projector-maintained summary REV-10 / issue 5 ask for."""
-    return likers_page_list(caller_id=caller_id, video_id=video_id, limit=RECENT_LIMIT,
-                            max_scan=RECENT_SCAN_LIMIT).items
+    """Up to 3 most recent visible likers from the projector-maintained summary (REV-10): one bounded
+    indexed query per count partition reads that partition's newest `RECENT_KEEP` summary rows of the
+    video in the ACTIVE generation; the rows are merged newest first and the read-time privacy filter of
+    the list (REV-6) is applied. The sort index is never read here. K > 3 leaves headroom for hidden
+    likers; when more than K - 3 of a partition's kept likers are hidden the summary may return fewer than
+    3 even though older visible likers exist (the full list still pages through them)."""
+    gen = reverse_routing.active_generation()
+    rows: list[tuple[datetime, int]] = []
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        rows += LikeReverseRecent.objects.using(alias).filter(generation=gen.generation, video_id=video_id).order_by(
+            "-liked_at", "-user_id").values_list("liked_at", "user_id")[:RECENT_KEEP]
+    rows.sort(reverse=True)
+    hidden = _hidden_users(caller_id=caller_id, user_ids={u for _t, u in rows})
+    picked = [(t, u) for t, u in rows if u not in hidden][:RECENT_LIMIT]
+    names = dict(get_user_model().objects.filter(pk__in=[u for _t, u in picked]).values_list("pk", "username"))
+    return [Liker(u, names.get(u, ""), t) for t, u in picked]

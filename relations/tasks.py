@@ -131,3 +131,22 @@ def project_reverse_all_task() -> None:
 
     for partition in streams.all_partitions():
         project_reverse_task.delay(partition)
+
+
+@shared_task(name="relations.retire_deleted_videos", acks_late=True, ignore_result=True)
+def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20) -> dict:
+    """Beat job: retire the reverse-index rows (state, sort, recent) of deleted videos, a bounded chunk
+    per partition and table per round; idempotent (issue 5 §3)."""
+    from relations.services.reverse_index import reverse_index_retire_deleted
+
+    total: dict[str, dict[str, int]] = {}
+    report = None
+    for _ in range(max(1, int(rounds))):
+        report = reverse_index_retire_deleted(limit=int(limit))
+        for alias, counts in report.deleted.items():
+            for table, n in counts.items():
+                total.setdefault(alias, {}).setdefault(table, 0)
+                total[alias][table] += n
+        if not report.more:
+            break
+    return {"videos": report.videos, "deleted": total, "more": report.more}

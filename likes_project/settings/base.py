@@ -129,6 +129,7 @@ CELERY_TASK_ROUTES = {
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
     "relations.project_reverse*": {"queue": "reverse"},
+    "relations.retire_deleted_videos": {"queue": "maintenance"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
     "counting.count_cache_check_loss": {"queue": "maintenance"},
@@ -147,6 +148,7 @@ CELERY_BEAT_SCHEDULE = {
     "relation-cache-sampler": {"task": "relations.relcache_sample_check", "schedule": 60.0},
     "count-cache-loss-check": {"task": "counting.count_cache_check_loss", "schedule": 10.0},
     "project-reverse-index": {"task": "relations.project_reverse_all", "schedule": 1.0},
+    "retire-deleted-videos": {"task": "relations.retire_deleted_videos", "schedule": 600.0},
 }
 
 # --- API ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ keeps recording versions and tombstones whatever the video's status.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import random
 from collections import defaultdict
@@ -35,17 +36,21 @@ from relations import reverse_routing, routing
 from relations.models import (
     LikeRelation,
     LikeReverseProjection,
+    LikeReverseRecent,
     LikeReverseSort,
     RelationState,
     ReverseEventReceipt,
     ReverseGenerationStatus,
     ReverseIndexGeneration,
+    VideoSnapshot,
+    VideoStatus,
 )
 
 logger = logging.getLogger(__name__)
 
 LIKED, UNLIKED = RelationState.LIKED.value, RelationState.UNLIKED.value
 CONSUMER = "reverse"
+RECENT_KEEP = 20  # K: rows of the recent-likers summary kept per (generation, video) on each partition
 
 
 def _t(model) -> str:
@@ -152,6 +157,7 @@ def _ensure_state_rows(alias: str, items: list[Item], now) -> None:
 def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
     """Inside the caller's transaction: lock the state rows, fold, then move the sort entries (exact
     delete with the stored liked_at, then insert) and update the state/tombstone rows."""
+    _lock_videos(cursor, {(it.generation, it.video_id) for it in items})
     keys = sorted({it.key for it in items})
     cursor.execute(
         f"SELECT generation, video_id, user_id, state, relation_version, liked_at, reverse_shard "
@@ -193,7 +199,63 @@ def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
             "updated_at = %s WHERE generation = %s AND video_id = %s AND user_id = %s",
             updates,
         )
+    _recent_write(cursor, deletes, inserts)
     return verdicts
+
+
+def _recent_lock_key(generation: int, video_id: str) -> int:
+    digest = hashlib.sha256(f"likes-reverse-recent:{generation}:{video_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _lock_videos(cursor, videos: set[tuple[int, str]]) -> None:
+    """Transaction-scoped advisory locks on the (generation, video)s of a group, in key order, taken
+    before any row lock: two groups touching the same video's recent summary on one partition are
+    serialised, so a refill can never re-insert a liker another group is removing."""
+    keys = sorted({_recent_lock_key(g, v) for g, v in videos})
+    if keys:
+        cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS t(k)", [keys])
+
+
+def _recent_write(cursor, deletes: list[tuple], inserts: list[tuple]) -> None:
+    """Keep the recent-likers summary in step with the sort entries just written (same transaction):
+    remove the rows of entries that went away, add the new entries, refill from this partition's sort
+    entries where a removed row was among the kept ones, then prune every touched video to the newest
+    RECENT_KEEP rows. Every read is bounded (K rows per shard of this partition)."""
+    table = _t(LikeReverseRecent)
+    touched = {(g, v) for g, v, _s, _t_, _u in deletes} | {(g, v) for g, v, _s, _t_, _u in inserts}
+    if not touched:
+        return
+    refill: set[tuple[int, str]] = set()
+    for g, video_id, _shard, _at, user_id in deletes:
+        cursor.execute(f"DELETE FROM {table} WHERE generation = %s AND video_id = %s AND user_id = %s",
+                       [g, video_id, user_id])
+        if cursor.rowcount:
+            refill.add((g, video_id))
+    if inserts:
+        cursor.executemany(
+            f"INSERT INTO {table} (generation, video_id, user_id, liked_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (generation, video_id, user_id) DO UPDATE SET liked_at = EXCLUDED.liked_at",
+            [(g, video_id, user_id, at) for g, video_id, _s, at, user_id in inserts],
+        )
+    alias = cursor.db.alias
+    for g, video_id in sorted(refill):
+        gen = reverse_routing.load_generation(g)
+        local = [s for s in range(gen.shards) if gen.placement[s] == alias]
+        cursor.execute(
+            f"INSERT INTO {table} (generation, video_id, user_id, liked_at) "
+            "SELECT %s, %s, e.user_id, e.liked_at FROM unnest(%s::int[]) AS f(s) CROSS JOIN LATERAL "
+            f"(SELECT liked_at, user_id FROM {_t(LikeReverseSort)} WHERE generation = %s AND video_id = %s "
+            "AND reverse_shard = f.s ORDER BY liked_at DESC, user_id DESC LIMIT %s) e "
+            "ON CONFLICT (generation, video_id, user_id) DO NOTHING",
+            [g, video_id, local, g, video_id, RECENT_KEEP],
+        )
+    for g, video_id in sorted(touched):
+        cursor.execute(
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE generation = %s AND video_id = %s "
+            "ORDER BY liked_at DESC, user_id DESC OFFSET %s)",
+            [g, video_id, RECENT_KEEP],
+        )
 
 
 def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, str]]:
@@ -301,6 +363,55 @@ class ReverseIndexProjector:
             else:
                 result.stale += 1
         return result
+
+
+# --- retirement of deleted videos (issue 5 §3) ----------------------------------------------------
+
+
+@dataclass
+class ReverseRetireReport:
+    videos: int = 0  # deleted videos considered
+    deleted: dict[str, dict[str, int]] = field(default_factory=dict)  # alias -> table -> rows deleted
+    more: bool = False  # a chunk was full: rows may remain, run again
+
+
+RETIRE_VIDEO_BATCH = 500
+
+
+def reverse_index_retire_deleted(*, limit: int = 1000) -> ReverseRetireReport:
+    """Delete the reverse rows (state/tombstone, sort, recent; every generation) of videos whose
+    VideoSnapshot status is `deleted`, on every count partition, at most `limit` rows per table per
+    partition per batch of deleted videos. A job, never a request (issue 5 §3).
+
+    Transaction: each chunk is one short autocommit statement per partition and table; the recent and sort
+    rows go first, so a partly retired video never serves a liker whose state row is gone. Idempotency:
+    deleting what is already gone deletes nothing; run again while `more` is true. The count vbuckets are
+    left alone (the count endpoints already answer 404 for a deleted video). A late event for a deleted
+    video may re-create rows (the projector records versions whatever the status); the next run removes
+    them, and nothing serves them meanwhile (the likers endpoints 404 for a deleted video)."""
+    report = ReverseRetireReport()
+    limit = max(1, int(limit))
+    ids = list(VideoSnapshot.objects.filter(status=VideoStatus.DELETED).order_by("video_id")
+               .values_list("video_id", flat=True))
+    report.videos = len(ids)
+    tables = [("recent", LikeReverseRecent), ("sort", LikeReverseSort), ("state", LikeReverseProjection)]
+    generations = list(ReverseIndexGeneration.objects.order_by("generation").values_list("generation", flat=True))
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        counts = report.deleted.setdefault(alias, {name: 0 for name, _m in tables})
+        for start in range(0, len(ids), RETIRE_VIDEO_BATCH):
+            batch = ids[start:start + RETIRE_VIDEO_BATCH]
+            for g in generations:
+                for name, model in tables:
+                    with connections[alias].cursor() as cursor:
+                        cursor.execute(  # (generation, video_id, ...) unique indexes bound each chunk
+                            f"DELETE FROM {_t(model)} WHERE id IN (SELECT id FROM {_t(model)} WHERE generation = %s "
+                            "AND video_id = ANY(%s) LIMIT %s)",
+                            [g, batch, limit],
+                        )
+                        n = cursor.rowcount
+                    counts[name] += n
+                    report.more = report.more or n >= limit
+    return report
 
 
 # --- shadow-generation rebuild (REV-4) -----------------------------------------------------------
