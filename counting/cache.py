@@ -235,3 +235,9 @@ def views_read(generation: int, video_ids: list[str]) -> dict[str, tuple[int, in
 def view_read(generation: int, video_id: str) -> tuple[int, int, str] | None:
     """(display count, snapshot id, generatedAt) or None on a miss."""
     return views_read(generation, [video_id]).get(video_id)
+
+
+def views_delete(generations: list[int], video_ids: list[str]) -> int:
+    """Drop the view keys of these videos in these count-cache generations (retired videos)."""
+    keys = [view_key(g, v) for g in generations for v in video_ids]
+    return int(cache_redis().delete(*keys)) if keys else 0

@@ -136,7 +136,9 @@ def project_reverse_all_task() -> None:
 @shared_task(name="relations.retire_deleted_videos", acks_late=True, ignore_result=True)
 def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20) -> dict:
     """Beat job: retire the reverse-index rows (state, sort, recent) of deleted videos, a bounded chunk
-    per partition and table per round; idempotent (issue 5 §3)."""
+    per partition and table per round, and their display counts; idempotent (issue 5 §3)."""
+    from counting.services.retire import count_display_retire
+    from relations.models import VideoSnapshot, VideoStatus
     from relations.services.reverse_index import reverse_index_retire_deleted
 
     total: dict[str, dict[str, int]] = {}
@@ -149,4 +151,6 @@ def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20) -> dict:
                 total[alias][table] += n
         if not report.more:
             break
-    return {"videos": report.videos, "deleted": total, "more": report.more}
+    deleted_ids = list(VideoSnapshot.objects.filter(status=VideoStatus.DELETED).values_list("video_id", flat=True))
+    counts = count_display_retire(video_ids=deleted_ids)
+    return {"videos": report.videos, "deleted": total, "more": report.more, "counts": counts}

@@ -209,3 +209,29 @@ def test_metrics_show_the_reverse_consumer_lag(make_user, make_video, client):
     p = str(streams.partition_for(f"{v.pk}:rs-lag"))
     text = client.get("/metrics").content.decode()
     assert _lag_lines(text, "likes_consumer_lag_entries")[p] >= 1
+
+
+def test_retirement_also_stops_serving_a_deleted_videos_count(make_user, make_video):
+    from counting import cache as count_cache
+    from counting.models import CountCacheGeneration, VideoDisplayCount
+    from counting.tasks import display_snapshot_task
+    from tests.counting.helpers import drain
+
+    author = make_user()
+    make_video("ret-gone", author)
+    make_video("ret-kept", author)
+    for video_id in ("ret-gone", "ret-kept"):
+        relation_set_state(user_id=make_user().pk, video_id=video_id, desired_state="LIKED",
+                           operation_id=uuid.uuid4().hex)
+    drain()
+    display_snapshot_task()
+    gen = CountCacheGeneration.objects.get(status="ACTIVE").generation
+    assert count_cache.view_read(gen, "ret-gone") is not None
+    make_video("ret-gone", author, status="deleted")
+    result = retire_deleted_videos_task()
+    assert result["counts"]["snapshots"] == 1 and result["counts"]["views"] == 1
+    assert not VideoDisplayCount.objects.filter(video_id="ret-gone").exists()
+    assert count_cache.view_read(gen, "ret-gone") is None
+    assert VideoDisplayCount.objects.filter(video_id="ret-kept").exists()  # others untouched
+    assert count_cache.view_read(gen, "ret-kept") is not None
+    assert retire_deleted_videos_task()["counts"] == {"snapshots": 0, "views": 0, "dirty": 0}
