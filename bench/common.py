@@ -170,7 +170,7 @@ class ResourceSampler:
             conn = None
         try:
             while not self._stop.is_set() and time.time() < t_measure:
-                time.sleep(0.02)
+                time.sleep(0.02)  # the sampler's tick; this is a measurement pacer, not a test wait
             self.cpu0 = (time.time(), _read_proc_stat(), _read_cpu_by_pid())
             # The window's CPU ends just before t_end: service-layer clients close their connections right
             # after it, and an exited backend's CPU can no longer be read.
@@ -191,7 +191,7 @@ class ResourceSampler:
                             self.waits[f"{wtype}:{wevent}" if wtype else "CPU (running)"] += 1
                         elif state and state.startswith("idle in transaction"):
                             self.waits["idle in transaction (waiting for the client)"] += 1
-                time.sleep(max(0.0, min(self.interval, t_cpu_end - time.time())))
+                time.sleep(max(0.0, min(self.interval, t_cpu_end - time.time())))  # sample at a fixed interval (pacing)
             self.cpu1 = (time.time(), _read_proc_stat(), _read_cpu_by_pid())
         finally:
             if conn is not None:
@@ -344,7 +344,7 @@ class Gunicorn:
                     time.sleep(1.0)  # let the last worker finish importing the app
                     _log(f"gunicorn {self.app} ready on 127.0.0.1:{self.port} (pid {self.proc.pid})")
                     return
-            time.sleep(0.2)
+            time.sleep(0.2)  # poll gunicorn's health endpoint (bounded by its deadline)
         raise RuntimeError(f"gunicorn did not become ready within 60s; see {self.log_path}")
 
     def __exit__(self, *exc) -> None:
@@ -390,7 +390,7 @@ def wait_for_quiet(max_wait: float, count, *, tag: str, log, ndigits: int | None
             raise SystemExit(f"[{tag}] refusing: {n} other connections to the {BENCH_DB_PREFIX}* databases "
                              f"after {max_wait:.0f}s (another benchmark running?)")
         log(f"{n} other connections to the bench databases; waiting (up to {max_wait:.0f}s)")
-        time.sleep(5)
+        time.sleep(5)  # poll for other benchmarks to leave (bounded by max_wait)
     return round(time.time() - t0, ndigits)
 
 

@@ -256,7 +256,7 @@ def _sleep_until(t: float, parent_pid: int) -> None:
         delay = t - time.time()
         if delay <= 0 or not _alive(parent_pid):
             return
-        time.sleep(min(delay, 0.5))
+        time.sleep(min(delay, 0.5))  # wait for the shared start time (pacing)
 
 
 def role_commands(job: dict, stop, parent_pid: int) -> dict:
@@ -284,7 +284,7 @@ def role_publisher(job: dict, stop, parent_pid: int) -> dict:
         except Exception as exc:
             errors[exc.__class__.__name__] += 1
             _reset_connections()
-            time.sleep(0.1)
+            time.sleep(0.1)  # back off after a store error
             continue
         now = time.time()
         c["sent"] += rep.sent
@@ -297,7 +297,7 @@ def role_publisher(job: dict, stop, parent_pid: int) -> dict:
             c["batches"] += 1
         else:
             c["idle_polls"] += 1
-            time.sleep(job["idle_s"])
+            time.sleep(job["idle_s"])  # idle poll of the outbox (the loop measures a pipeline)
     return {**c, "errors": dict(errors)}
 
 
@@ -381,7 +381,7 @@ def _projector_loop(job: dict, stop, parent_pid: int) -> dict:
                 heads = _stream_heads(parts)
             except Exception as exc:
                 errors[exc.__class__.__name__] += 1
-                time.sleep(0.1)
+                time.sleep(0.1)  # back off after a Redis error
                 continue
             due = [p for p in parts if heads[p] is not None and heads[p] != seen[p]]
         else:
@@ -419,7 +419,7 @@ def _projector_loop(job: dict, stop, parent_pid: int) -> dict:
         if held or unfinished:
             time.sleep(0.05)  # a blocked head or a busy lease: back off a little
         elif not progressed:
-            time.sleep(job["idle_s"])
+            time.sleep(job["idle_s"])  # idle poll of the streams
     return {**c, "statuses": dict(statuses), "errors": dict(errors), "t_first": t_first,
             "t_last_progress": t_last_progress, "partitions": parts}
 
@@ -446,7 +446,7 @@ def role_snapshot(job: dict, stop, parent_pid: int) -> dict:
             _reset_connections()
         elapsed = time.perf_counter() - t0
         durations.append(elapsed * 1000)
-        time.sleep(max(0.0, job["interval_s"] - elapsed))
+        time.sleep(max(0.0, job["interval_s"] - elapsed))  # the snapshot loop's fixed interval (pacing)
     durations.sort()
     return {**c, "errors": dict(errors), "p50_ms": _r(percentile(durations, 0.5)),
             "p99_ms": _r(percentile(durations, 0.99))}
@@ -537,7 +537,7 @@ def role_probe(job: dict, stop, parent_pid: int) -> dict:
                         c["timeouts"] += 1
                     retired.add(v)
                     del outstanding[v]
-        time.sleep(poll)
+        time.sleep(poll)  # the probe's poll interval (what it measures)
     return {**c, "errors": dict(errors), "display_ms": lat_display, "view_ms": lat_view,
             "view_path": "selectors._load" if load_uncached is not None else None, "retired": len(retired)}
 
@@ -1000,7 +1000,7 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
         pending = pipeline_pending()
         if not pending or time.time() - t_drain0 > args.drain_timeout:
             break
-        time.sleep(0.25)
+        time.sleep(0.25)  # poll the drain (bounded by --drain-timeout)
     drain_s = time.time() - t_drain0
     pool.stop.set()
     try:
@@ -1019,7 +1019,7 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
     for r in cmd.values():
         cmd_errors.update(r["errors"])
     durable = receipts_and_lags(t_measure, t_end)
-    time.sleep(max(0.0, t_end + 1.5 - time.time()))
+    time.sleep(max(0.0, t_end + 1.5 - time.time()))  # let the last window close before reading receipts
     deadlocks = pg_deadlocks() - deadlocks0
     display = sorted(probe["display_ms"])
     view = sorted(probe["view_ms"])
@@ -1185,7 +1185,7 @@ def run_capacity(pool, layout, sampler, args, *, rows: list[dict], saved: dict, 
                      f"{rep['elapsed_s']}s = {rep['applied_per_s']} applied/s, held back {rep['held_back']}, "
                      f"group failures {rep['group_failures'] or 0}, {'EXACT' if rep['exact'] else 'MISMATCH'}")
     if previous is not None:
-        time.sleep(1.5)
+        time.sleep(1.5)  # let the previous round's backends exit
         previous["pg_deadlocks"] = pg_deadlocks() - deadlocks
     for r in rows:
         r["capacity"] = {}

@@ -304,7 +304,7 @@ def run_batch_job(job: dict) -> dict:
     t_end = min(job["t_end"], time.time() + MAX_JOB_SECONDS)
     delay = t_start - time.time()
     if delay > 0:
-        time.sleep(min(delay, 30.0))
+        time.sleep(min(delay, 30.0))  # all clients start at the same instant (pacing)
     latencies: list[float] = []
     errors: Counter = Counter()
     io: Counter = Counter()

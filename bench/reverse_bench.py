@@ -321,7 +321,7 @@ def run_drain_job(job: dict) -> dict:
 
     projector = ReverseIndexProjector()
     while time.time() < job["start_at"]:
-        time.sleep(0.005)
+        time.sleep(0.005)  # all consumers start at the same instant (pacing)
     t0 = time.time()
     deadline = t0 + job["max_seconds"]
     totals = {"dispatched": 0, "applied": 0, "duplicates": 0, "stale": 0, "dead": 0, "busy": 0, "passes": 0}

@@ -164,7 +164,7 @@ def run_job(job: dict) -> dict:
     t_end = min(t_end, time.time() + MAX_JOB_SECONDS)
     delay = t_start - time.time()
     if delay > 0:
-        time.sleep(min(delay, 30.0))
+        time.sleep(min(delay, 30.0))  # all clients start at the same instant (pacing)
 
     latencies: list[float] = []
     errors: Counter = Counter()

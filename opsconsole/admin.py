@@ -37,7 +37,7 @@ class ServiceWriteAdmin(admin.ModelAdmin):
     and nothing (not even the admin LogEntry) is written for that save."""
 
     def save_via_service(self, request, obj, form, change) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError  # each admin names the service that saves its model
 
     def save_model(self, request, obj, form, change):
         try:

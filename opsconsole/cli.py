@@ -23,7 +23,7 @@ class DomainCommand(BaseCommand):
             raise CommandError(f"{exc.code}: {exc.message}") from exc
 
     def run(self, *args, **options):  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError  # every command implements run()
 
 
 def user_by_username(username: str):

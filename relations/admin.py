@@ -121,7 +121,7 @@ class SocialEdgeAdmin(ServiceWriteAdmin):
         return False
 
     def set_edge(self, request, obj, *, present: bool) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError  # subclasses (friendships, blocks) call their service
 
     def delete_model(self, request, obj):
         try:
