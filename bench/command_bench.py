@@ -115,7 +115,7 @@ def prepare(args) -> tuple[list[tuple[int, str]], list[str]]:
     from django.db import connections
     from rest_framework.authtoken.models import Token
 
-    from opsconsole.services import Actor
+    from likes_project.audit.services import Actor
     from relations import routing
     from relations.models import VideoSnapshot
     from relations.services.videos import video_snapshot_upsert

@@ -675,7 +675,7 @@ def prepare_pipeline(args) -> tuple[int, dict[str, list[str]]]:
     from django.contrib.auth import get_user_model
     from django.db import connections
 
-    from opsconsole.services import Actor
+    from likes_project.audit.services import Actor
     from relations.models import VideoSnapshot
     from relations.services.videos import video_snapshot_upsert
 

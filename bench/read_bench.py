@@ -7,7 +7,7 @@ Redis db 14 with the prefix likes-bench, rate limiting off) and sets LIKES_NUDGE
      concurrent clients, in three cases: warm relation cache, cold relation cache, Redis down;
      at the service layer (spawned processes calling videos_visible_to + relation_states_get +
      display_counts_get, the functions the view calls) and over HTTP against gunicorn;
-  2. the my-likes page (relations.selectors_list.liked_page_list) of a user with 50,000 likes at page 1
+  2. the my-likes page (relations.selectors_my_likes.liked_page_list) of a user with 50,000 likes at page 1
      and page 500, next to an OFFSET baseline in the same run;
   3. relation_cache_rebuild() end to end over 1,000,000 relations (or 250,000, extrapolated, when a
      calibration says 1,000,000 would take longer than the budget), with the Redis memory it uses.
@@ -623,10 +623,10 @@ def _explain(alias: str, sql: str, params: list) -> dict:
 
 def run_list(args, user_id: int) -> dict:
     """The my-likes page at page 1 and page `--list-page` (limit `--list-limit`) of a user with `--list-likes`
-    LIKED relations: ours (keyset, relations.selectors_list) against LIMIT/OFFSET, interleaved in one run."""
+    LIKED relations: ours (keyset, relations.selectors_my_likes) against LIMIT/OFFSET, interleaved in one run."""
     from django.db import connections, transaction
 
-    from relations import routing, selectors_list
+    from relations import routing, selectors_my_likes
     from relations.models import LikeRelation
 
     alias = routing.alias_for_user(user_id)
@@ -650,10 +650,10 @@ def run_list(args, user_id: int) -> dict:
     _log(f"my-likes data: user {user_id} on {alias}, {n} LIKED relations + snapshots in {prep_s}s")
 
     def ours(cursor: str | None):
-        after = None if cursor is None else selectors_list.list_cursor_decode(user_id=user_id, cursor=cursor)
-        page = selectors_list.liked_page_list(user_id=user_id, limit=limit, after=after)
+        after = None if cursor is None else selectors_my_likes.list_cursor_decode(user_id=user_id, cursor=cursor)
+        page = selectors_my_likes.liked_page_list(user_id=user_id, limit=limit, after=after)
         if page.next_key is not None:
-            selectors_list.list_cursor_encode(user_id=user_id, key=page.next_key)
+            selectors_my_likes.list_cursor_encode(user_id=user_id, key=page.next_key)
         return page
 
     offset_sql = (f"SELECT updated_at, video_id, state_changed_at, relation_version FROM {t} "
@@ -671,7 +671,7 @@ def run_list(args, user_id: int) -> dict:
     for _ in range(deep - 1):
         if page.next_key is None:
             raise RuntimeError("the list ended before the deep page")
-        cursor = selectors_list.list_cursor_encode(user_id=user_id, key=page.next_key)
+        cursor = selectors_my_likes.list_cursor_encode(user_id=user_id, key=page.next_key)
         page = ours(cursor)
     walk_s = time.perf_counter() - t0
     want_first = f"{LIST_PREFIX}{(deep - 1) * limit:06d}"
@@ -685,7 +685,7 @@ def run_list(args, user_id: int) -> dict:
     def offset_filtered(page_no: int):
         # The OFFSET page plus the same visibility filter ours applies (one snapshot query on default).
         rows = offset(page_no)
-        listed = selectors_list.listed_video_ids([r[1] for r in rows])
+        listed = selectors_my_likes.listed_video_ids([r[1] for r in rows])
         return [r for r in rows if r[1] in listed]
 
     variants = {("ours", 1): lambda: ours(None), ("ours", deep): lambda: ours(cursor),
@@ -717,8 +717,8 @@ def run_list(args, user_id: int) -> dict:
         a, b = by[(v, deep)][q], by[(v, 1)][q]
         return round(a / b, 2) if a and b else None
 
-    key_deep = selectors_list.list_cursor_decode(user_id=user_id, cursor=cursor)
-    ours_sql, ours_params = selectors_list.liked_rows_scan_queryset(
+    key_deep = selectors_my_likes.list_cursor_decode(user_id=user_id, cursor=cursor)
+    ours_sql, ours_params = selectors_my_likes.liked_rows_scan_queryset(
         alias=alias, user_id=user_id, after=key_deep, count=limit + 1).query.sql_with_params()
     explain = {"ours_page_deep": _explain(alias, ours_sql, list(ours_params)),
                "offset_page_deep": _explain(alias, offset_sql, [user_id, limit, (deep - 1) * limit])}

@@ -2,5 +2,18 @@ from django.apps import AppConfig
 
 
 class CountingConfig(AppConfig):
+    """The projections of the relation facts: counts, display snapshots, the count cache, and the
+    who-liked reverse index with its API."""
+
     name = "counting"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from counting import observability
+        from counting.services.count_cache.rebuild import JOB_KIND as COUNT_CACHE_REBUILD
+        from counting.services.reverse.rebuild import JOB_KIND as REVERSE_REBUILD
+        from likes_project.opsjobs.services import job_kind_register
+
+        for kind in (COUNT_CACHE_REBUILD, REVERSE_REBUILD):
+            job_kind_register(kind)
+        observability.register()

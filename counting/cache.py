@@ -13,7 +13,7 @@ generation: a rebuild writes a new namespace and a CAS of the durable row switch
   of a Redis Cluster (CCACHE-2; `like:count:{videoId}:vb-37` would put all of them on one slot).
 - Generation registry: `<prefix>:count:gens` (hash generation -> status), a mirror of the durable
   COUNT_CACHE_GENERATION rows, written after each commit that changes a status. BUCKET_WRITE_LUA
-  reads it and writes only ACTIVE and REBUILDING generations, so a task of a RETIRED/FAILED
+  reads it and writes only live generations (ACTIVE, or building), so a task of a RETIRED/FAILED
   generation that arrives late cannot write (CCACHE-3 step 3, T7). A missing registry refuses
   every write (NO_REGISTRY) until the service restores it from the table.
 
@@ -97,15 +97,17 @@ def keyslot(key: str | bytes) -> int:
 
 # KEYS[1] bucket key, KEYS[2] generation registry.
 # ARGV: generation, activeCount, bucketVersion, routeEpoch, ttl_ms.
-# Accept only when the generation is registered ACTIVE or REBUILDING, and (routeEpoch, bucketVersion)
-# is not below the stored pair: a newer route epoch wins, and within one epoch the version decides.
+# Accept only when the generation is registered live (ACTIVE, or one of the building states), and
+# (routeEpoch, bucketVersion) is not below the stored pair: a newer route epoch wins, and within one
+# epoch the version decides.
 BUCKET_WRITE_LUA = """
 local status = redis.call('HGET', KEYS[2], ARGV[1])
 if not status then
   if redis.call('EXISTS', KEYS[2]) == 0 then return 'NO_REGISTRY' end
   return 'GEN_UNKNOWN'
 end
-if status ~= 'ACTIVE' and status ~= 'REBUILDING' then return 'GEN_' .. status end
+if status ~= 'ACTIVE' and status ~= 'SHADOW' and status ~= 'BACKFILLING' and status ~= 'CATCHING_UP'
+   and status ~= 'VERIFYING' then return 'GEN_' .. status end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local _, ver, epoch = string.match(cur, '^(%-?%d+)|(%d+)|(%d+)|')

@@ -1,6 +1,8 @@
-"""(videoId, userId) -> virtual bucket -> physical count partition (BKT-1, PROJ-10).
+"""Where the count partitions' rows live: (videoId, userId) -> virtual bucket -> physical count
+partition (BKT-1, PROJ-10), and user -> reverse shard -> count partition for the who-liked index
+(REV-4).
 
-The only module that knows where a count row lives. The bucket space comes from the generation's
+The only module that knows where a count-partition row lives. The bucket space comes from the generation's
 stored contract, never from a code constant; the route comes from the generation's active manifest
 (materialised in COUNT_BUCKET_ROUTE). Both are cached in-process and re-checked every few seconds so
 that a CAS of `active_manifest_id` is seen; a partition fence catches anything in between.
@@ -8,13 +10,16 @@ that a CAS of `active_manifest_id` is seen; a partition fence catches anything i
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 
-from likes_project.hashing import HASH_SHA256_BE64, length_prefixed_utf8, stable_hash
+from django.conf import settings
 
-__all__ = ["HASH_SHA256_BE64"]
+from likes_project.generations import LIVE
+from likes_project.hashing import HASH_SHA256_BE64, length_prefixed_utf8, stable_hash
+from likes_project.l1cache import RefreshedValue
+from relations.routing import ENCODING_DECIMAL_ASCII, encode_user_id
+
+__all__ = ["ENCODING_DECIMAL_ASCII", "HASH_SHA256_BE64"]
 
 ENCODING_LP_UTF8_V1 = "lp-utf8-v1"  # length-prefixed UTF-8 of video id, then decimal user id
 ROUTE_REFRESH_S = 5.0
@@ -82,20 +87,89 @@ def load_generation(generation: int | None = None) -> GenerationRoutes:
                             tuple(routes[vb] for vb in range(space.virtual_buckets)))
 
 
-_lock = threading.Lock()
-_cached: tuple[float, GenerationRoutes] | None = None
+_ACTIVE = RefreshedValue("count_routes", lambda: load_generation(), refresh_s=ROUTE_REFRESH_S)
 
 
 def active() -> GenerationRoutes:
     """The active generation with its routes (cached; re-read after ROUTE_REFRESH_S)."""
-    global _cached
-    with _lock:
-        if _cached is None or time.monotonic() - _cached[0] > ROUTE_REFRESH_S:
-            _cached = (time.monotonic(), load_generation())
-        return _cached[1]
+    return _ACTIVE.get()
 
 
 def reset_cache() -> None:
-    global _cached
-    with _lock:
-        _cached = None
+    _ACTIVE.reset()
+
+
+# --- the reverse (who liked) index: user -> reverse shard -> count partition (REV-4) ----------------
+
+REVERSE_V1_SEED = "likes-reverse-v1"
+REVERSE_V1_SHARDS = 8
+
+
+class NoActiveReverseGeneration(RuntimeError):
+    """No ACTIVE reverse-index generation: run `python manage.py migrate_all`."""
+
+
+class ReverseContractInvalid(RuntimeError):
+    """A generation whose placement does not cover 0..R-1 on configured count partitions."""
+
+
+@dataclass(frozen=True)
+class ReverseGeneration:
+    generation: int
+    status: str
+    hash_algorithm: str
+    hash_seed: str
+    user_id_encoding: str
+    shards: int
+    placement: tuple[str, ...]  # index = reverse shard
+
+    def shard_of(self, user_id: int) -> int:
+        return reverse_shard(self, user_id)
+
+    def alias_of(self, user_id: int) -> str:
+        return self.placement[reverse_shard(self, user_id)]
+
+
+def reverse_shard(gen: ReverseGeneration, user_id: int) -> int:
+    key = encode_user_id(gen.user_id_encoding, user_id)
+    return stable_hash(gen.hash_algorithm, gen.hash_seed, key) % gen.shards
+
+
+def round_robin_placement(shards: int, aliases: list[str] | None = None) -> list[str]:
+    aliases = list(aliases or settings.COUNT_PARTITION_ALIASES)
+    return [aliases[s % len(aliases)] for s in range(shards)]
+
+
+def reverse_from_row(row) -> ReverseGeneration:
+    placement = tuple(row.placement or ())
+    if len(placement) != row.shards:
+        raise ReverseContractInvalid(f"generation {row.generation} places {len(placement)} of {row.shards} shards")
+    unknown = sorted(set(placement) - set(settings.COUNT_PARTITION_ALIASES))
+    if unknown:
+        raise ReverseContractInvalid(f"generation {row.generation} names unknown count partitions {unknown}")
+    return ReverseGeneration(row.generation, row.status, row.hash_algorithm, row.hash_seed, row.user_id_encoding,
+                             row.shards, placement)
+
+
+def reverse_generation_load(generation: int) -> ReverseGeneration:
+    from counting.models import ReverseIndexGeneration
+
+    return reverse_from_row(ReverseIndexGeneration.objects.get(generation=generation))
+
+
+def reverse_active() -> ReverseGeneration:
+    from counting.models import ReverseIndexGeneration
+
+    row = ReverseIndexGeneration.objects.filter(status="ACTIVE").first()
+    if row is None:
+        raise NoActiveReverseGeneration("no active reverse index generation; run `python manage.py migrate_all`")
+    return reverse_from_row(row)
+
+
+def reverse_live() -> list[ReverseGeneration]:
+    """The generations the projector writes: ACTIVE and, during a rebuild, the building one. Read on
+    every batch (one indexed query) so a new generation is captured from its creation on."""
+    from counting.models import ReverseIndexGeneration
+
+    rows = ReverseIndexGeneration.objects.filter(status__in=LIVE).order_by("generation")
+    return [reverse_from_row(r) for r in rows]

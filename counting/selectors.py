@@ -7,20 +7,20 @@ the durable display snapshot. Never COUNT(*), never a write.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import DatabaseError
 from redis.exceptions import RedisError
 
-from counting import cache
-from counting.models import CountCacheGeneration, CountCacheStatus, VideoDisplayCount
+from counting import cache, routing
+from counting.models import CountCacheGeneration, DirtyVideo, VideoDisplayCount, VideoLikeCountVbucket
 from likes_project import metrics
-from likes_project.errors import DegradedOverloaded
-from likes_project.l1cache import L1Cache
+from likes_project.fallback import FallbackLimiter
+from likes_project.generations import BUILDING, LIVE, GenerationStatus
+from likes_project.l1cache import L1Cache, RefreshedValue
 
 logger = logging.getLogger(__name__)
 
@@ -42,41 +42,33 @@ class DisplayCount:
 @dataclass(frozen=True)
 class CacheGenerations:
     active: int | None
-    rebuilding: int | None
+    building: int | None  # the generation a rebuild is writing (SHADOW ... VERIFYING)
 
 
-_gen_lock = threading.Lock()
-_gen_cached: tuple[float, CacheGenerations] | None = None
+def _load_generations() -> CacheGenerations:
+    rows = dict(CountCacheGeneration.objects.filter(status__in=LIVE).values_list("status", "generation"))
+    building = next((rows[s] for s in BUILDING if s in rows), None)
+    return CacheGenerations(rows.get(GenerationStatus.ACTIVE), building)
+
+
+_GENERATIONS = RefreshedValue("count_cache_generations", _load_generations,
+                              refresh_s=lambda: getattr(settings, "COUNT_CACHE_GENERATION_REFRESH_S", 2.0))
 
 
 def count_cache_generations_get(*, fresh: bool = False) -> CacheGenerations:
-    """The ACTIVE and REBUILDING count-cache generations. Cached per process for
+    """The ACTIVE and the building count-cache generations. Cached per process for
     COUNT_CACHE_GENERATION_REFRESH_S; `fresh=True` reads the table (writers that must not act on a
     stale answer, e.g. the display snapshot job deciding which views to write)."""
-    global _gen_cached
-    refresh = getattr(settings, "COUNT_CACHE_GENERATION_REFRESH_S", 2.0)
-    now = time.monotonic()
-    if not fresh:
-        with _gen_lock:
-            if _gen_cached is not None and now - _gen_cached[0] < refresh:
-                return _gen_cached[1]
-    rows = dict(CountCacheGeneration.objects.filter(
-        status__in=[CountCacheStatus.ACTIVE, CountCacheStatus.REBUILDING]).values_list("status", "generation"))
-    gens = CacheGenerations(rows.get(CountCacheStatus.ACTIVE), rows.get(CountCacheStatus.REBUILDING))
-    with _gen_lock:
-        _gen_cached = (now, gens)
-    return gens
+    return _GENERATIONS.get(fresh=fresh)
 
 
 def reset_generation_cache() -> None:
-    global _gen_cached
-    with _gen_lock:
-        _gen_cached = None
+    _GENERATIONS.reset()
 
 
 def count_cache_rebuild_running() -> bool:
     """True while a count-cache rebuild holds a pinned manifest (route cutover must wait, CCACHE-3 step 2)."""
-    return CountCacheGeneration.objects.filter(status=CountCacheStatus.REBUILDING).exists()
+    return CountCacheGeneration.objects.filter(status__in=BUILDING).exists()
 
 
 # --- L1 and the database fallback limiter --------------------------------------------------------
@@ -98,26 +90,8 @@ def display_l1() -> L1Cache:
         return _l1
 
 
-_fallback_lock = threading.Lock()
-_fallback_sem: threading.BoundedSemaphore | None = None
-
-
-@contextlib.contextmanager
-def _snapshot_read_slot():
-    """Bound the durable snapshot reads this process runs at once: with Redis down every count read
-    lands on `default`, and a burst must queue briefly, then fail with 503, not drain the pool."""
-    global _fallback_sem
-    with _fallback_lock:
-        if _fallback_sem is None:
-            _fallback_sem = threading.BoundedSemaphore(getattr(settings, "DB_FALLBACK_CONCURRENCY", 32))
-        sem = _fallback_sem
-    if not sem.acquire(timeout=getattr(settings, "COUNT_DB_FALLBACK_WAIT_S", 0.5)):
-        metrics.inc("likes_db_fallback_rejected_total", store="count_snapshot")
-        raise DegradedOverloaded(headers={"Retry-After": "1"})
-    try:
-        yield
-    finally:
-        sem.release()
+# With Redis down every count read lands on `default`: a burst queues briefly, then fails with 503.
+SNAPSHOT_FALLBACK = FallbackLimiter("count_snapshot", wait_s=lambda: getattr(settings, "COUNT_DB_FALLBACK_WAIT_S", 0.5))
 
 
 # --- reads -------------------------------------------------------------------------------------
@@ -148,7 +122,7 @@ def _load(generation: int | None, video_ids: list[str]) -> dict[str, DisplayCoun
     if missing:
         if generation is not None:
             metrics.inc("likes_cache_misses_total", len(missing), cache="count_view")
-        with _snapshot_read_slot():
+        with SNAPSHOT_FALLBACK.slot():
             rows = VideoDisplayCount.objects.filter(video_id__in=missing).values_list(
                 "video_id", "display_count", "generated_at", "snapshot_id")
             for video_id, display, generated_at, snapshot_id in rows:
@@ -180,3 +154,68 @@ def display_counts_get(*, video_ids: list[str]) -> dict[str, DisplayCount]:
 
 def display_count_get(*, video_id: str) -> DisplayCount:
     return display_counts_get(video_ids=[video_id])[video_id]
+
+
+# --- vbuckets per video (the console's page) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VbucketRow:
+    alias: str
+    virtual_bucket: int
+    bucket_space_version: int
+    active_count: int
+    bucket_version: int
+    frozen: bool
+    updated_at: object
+    routed_partition: str
+    routed: bool  # this partition is the one the active manifest routes the bucket to
+
+
+@dataclass
+class VideoVbuckets:
+    video_id: str
+    generation: int
+    manifest_id: int
+    rows: list[VbucketRow] = field(default_factory=list)
+    routed_sum: int = 0  # what a display snapshot sums: routed buckets only (ROUTE-6)
+    unrouted_rows: int = 0
+    unrouted_sum: int = 0
+    dirty_marks: int = 0
+    unreadable: list[str] = field(default_factory=list)  # partitions that did not answer
+    snapshot: VideoDisplayCount | None = None
+
+    @property
+    def snapshot_matches(self) -> bool | None:
+        if self.snapshot is None or self.unreadable:
+            return None
+        return self.snapshot.raw_active_count == self.routed_sum
+
+
+def video_vbuckets_get(*, video_id: str) -> VideoVbuckets:
+    """Every vbucket row of `video_id` in the active generation, from every count partition, with
+    the route the active manifest gives its bucket. Reads only."""
+    gen = routing.active()
+    out = VideoVbuckets(video_id, gen.generation, gen.manifest_id)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        try:
+            rows = list(VideoLikeCountVbucket.objects.using(alias)
+                        .filter(generation=gen.generation, video_id=video_id).order_by("virtual_bucket"))
+            out.dirty_marks += DirtyVideo.objects.using(alias).filter(generation=gen.generation,
+                                                                      video_id=video_id).count()
+        except DatabaseError:
+            out.unreadable.append(alias)
+            continue
+        for r in rows:
+            routed_to = gen.routes[r.virtual_bucket].partition if r.virtual_bucket < len(gen.routes) else "?"
+            out.rows.append(VbucketRow(alias, r.virtual_bucket, r.bucket_space_version, r.active_count,
+                                       r.bucket_version, r.frozen, r.updated_at, routed_to, routed_to == alias))
+    out.rows.sort(key=lambda r: (r.virtual_bucket, r.alias))
+    for r in out.rows:
+        if r.routed:
+            out.routed_sum += r.active_count
+        else:
+            out.unrouted_rows += 1
+            out.unrouted_sum += r.active_count
+    out.snapshot = VideoDisplayCount.objects.filter(video_id=video_id).first()
+    return out

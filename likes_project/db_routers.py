@@ -16,6 +16,17 @@ COUNT_PARTITION = "count_partition"
 DEFAULT = "default"
 
 
+# Models whose earliest migrations live in another app than the model does now (they moved with
+# SeparateDatabaseAndState and kept their tables): those historical migrations must still run on
+# the model's alias family, which the live registry no longer tells under the old app label.
+MOVED_MODEL_FAMILIES = {
+    ("relations", "likereverseprojection"): COUNT_PARTITION,
+    ("relations", "likereversesort"): COUNT_PARTITION,
+    ("relations", "reverseeventreceipt"): COUNT_PARTITION,
+    ("relations", "likereverserecent"): COUNT_PARTITION,
+}
+
+
 class ShardAliasRequired(RuntimeError):
     """A sharded model was queried without an explicit alias."""
 
@@ -59,6 +70,7 @@ class AliasFamilyRouter:
         try:
             model = apps.get_model(app_label, model_name)
         except LookupError:
-            # A model deleted from code: its historical migrations still run on default only.
-            return alias_family == DEFAULT
+            # A model that moved to another app, or was deleted from code: its historical migrations
+            # run on the family it had (default unless listed).
+            return MOVED_MODEL_FAMILIES.get((app_label, model_name.lower()), DEFAULT) == alias_family
         return family_of_model(model) == alias_family

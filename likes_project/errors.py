@@ -36,6 +36,11 @@ class NotFound(DomainError):
     default_message = "Not found."
 
 
+class UserNotFound(NotFound):
+    code = "user_not_found"
+    default_message = "No such user."
+
+
 class Forbidden(DomainError):
     code = "forbidden"
     http_status = 403

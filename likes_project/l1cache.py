@@ -1,4 +1,7 @@
-"""A small in-process (per worker) cache in front of Redis: L1 of consistency-techniques §9.
+"""Small in-process (per worker) caches: the L1 in front of Redis (consistency-techniques §9), and
+`RefreshedValue`, one value re-read every few seconds (generation and route tables).
+
+The L1:
 
 For non-personal, read-hot, staleness-tolerant values only (display counts, snapshots, manifest
 ids). Never for a user's own state: a worker process cannot see another worker's write, so an L1
@@ -173,9 +176,52 @@ class L1Cache:
                 metrics.inc(f"likes_l1_{what}_total", n, cache=self.name)
 
 
+
+
+class RefreshedValue:
+    """One value per process, loaded by `loader()` and kept for `refresh_s` seconds (a callable is
+    read on every get, so a setting can change it): the generation or route tables every request
+    consults. `get(fresh=True)` reloads now (a writer that must not act on a stale answer); `reset()`
+    forgets the value (after this process changed the table). Thread-safe; `clear_all()` resets it."""
+
+    def __init__(self, name: str, loader: Callable[[], Any], *, refresh_s: float | Callable[[], float],
+                 clock: Callable[[], float] = time.monotonic):
+        self.name = name
+        self.loader = loader
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._value: tuple[float, Any] | None = None
+        with _registry_lock:
+            _refreshed.add(self)
+
+    def get(self, *, fresh: bool = False) -> Any:
+        refresh = self.refresh_s() if callable(self.refresh_s) else self.refresh_s
+        now = self.clock()
+        if not fresh:
+            with self._lock:
+                if self._value is not None and now - self._value[0] < refresh:
+                    return self._value[1]
+        value = self.loader()
+        with self._lock:
+            self._value = (now, value)
+        return value
+
+    def reset(self) -> None:
+        with self._lock:
+            self._value = None
+
+    # cleared with the L1s
+    def clear(self) -> None:
+        self.reset()
+
+
+_refreshed: weakref.WeakSet[RefreshedValue] = weakref.WeakSet()
+
+
 def clear_all() -> None:
-    """Empty every L1 of this process (tests; an operator-triggered reset)."""
+    """Empty every L1 and refreshed value of this process (tests; an operator-triggered reset)."""
     with _registry_lock:
-        caches = list(_registry)
+        caches = [*_registry, *_refreshed]
     for cache in caches:
         cache.clear()

@@ -1,7 +1,9 @@
 """Gauges computed at scrape time (issue 3 §5), rendered in Prometheus text format after the
 in-process counters of `likes_project.metrics`.
 
-Each part reads one store. A part whose store fails is left out and reported as
+The core reads the event log's gauges itself (streams, consumer lag, dead letters); each app registers
+the parts that read its own stores (`register_part`, from its AppConfig.ready), so this module never
+imports an app. Each part reads one store. A part whose store fails is left out and reported as
 `likes_metrics_scrape_errors{part="..."} 1` instead: a scrape never fails because a shard, a count
 partition or Redis is down (that is exactly when the other gauges matter). Reads only; nothing
 here writes or opens a transaction.
@@ -14,21 +16,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db.models import Count, Min
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from counting import routing as count_routing
-from counting.models import DirtyVideo
 from likes_project.eventlog import streams
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter, DeadLetterStatus
 from likes_project.redis_client import stream_redis
-from relations.models import OutboxEvent, OutboxStatus
 
 logger = logging.getLogger(__name__)
 
-PENDING_OUTBOX_STATUSES = (OutboxStatus.NEW, OutboxStatus.RETRY, OutboxStatus.UNCERTAIN)
 # Counting the entries after a checkpoint means reading them; past this many the gauge saturates.
 LAG_ENTRIES_CAP = 10_000
 
@@ -52,26 +49,11 @@ class Scrape:
         return self.families.setdefault(name, Family(name, help_text))
 
 
-def _age_seconds(oldest, now) -> float:
+def age_seconds(oldest, now) -> float:
     return max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
 
 
 # --- parts: each adds samples to a Scrape it is given only once all its reads have succeeded ----
-
-
-def _outbox(alias: str) -> Callable[[Scrape], None]:
-    def part(scrape: Scrape) -> None:
-        rows = dict(OutboxEvent.objects.using(alias).order_by().values_list("status").annotate(n=Count("id")))
-        oldest = (OutboxEvent.objects.using(alias).filter(status__in=PENDING_OUTBOX_STATUSES)
-                  .aggregate(oldest=Min("created_at"))["oldest"])
-        family = scrape.family("likes_outbox_rows", "Outbox rows by status per relation shard.")
-        for status in OutboxStatus.values:
-            family.add(rows.get(status, 0), shard=alias, status=status)
-        scrape.family("likes_outbox_oldest_pending_age_seconds",
-                      "Age of the oldest NEW/RETRY/UNCERTAIN outbox row per relation shard (0 when none)."
-                      ).add(_age_seconds(oldest, timezone.now()), shard=alias)
-
-    return part
 
 
 def _streams(scrape: Scrape) -> None:
@@ -129,33 +111,21 @@ def _dead_letters(scrape: Scrape) -> None:
     for consumer, status, n in sorted(counts):
         family.add(n, consumer=consumer, status=status)
     scrape.family("likes_dead_letter_oldest_age_seconds",
-                  "Age of the oldest NEW dead letter (0 when none).").add(_age_seconds(oldest, timezone.now()))
+                  "Age of the oldest NEW dead letter (0 when none).").add(age_seconds(oldest, timezone.now()))
 
 
-def _snapshot_staleness(scrape: Scrape) -> None:
-    # One gauge over every count partition: a partition that cannot be read would make it lie low,
-    # so any failure drops the whole gauge.
-    generation = count_routing.active().generation
-    oldest = None
-    for alias in settings.COUNT_PARTITION_ALIASES:
-        at = (DirtyVideo.objects.using(alias).filter(generation=generation)
-              .aggregate(oldest=Min("first_dirty_at"))["oldest"])
-        if at is not None and (oldest is None or at < oldest):
-            oldest = at
-    scrape.family("likes_display_snapshot_oldest_dirty_age_seconds",
-                  "Age of the oldest change not yet in a display snapshot (0 when none)."
-                  ).add(_age_seconds(oldest, timezone.now()))
+_PARTS: list[tuple[str, Callable[[Scrape], None]]] = []
+
+
+def register_part(name: str, part: Callable[[Scrape], None]) -> None:
+    """Add a gauge part (an app's AppConfig.ready does, for its own stores); a name is registered once."""
+    if name not in {n for n, _p in _PARTS}:
+        _PARTS.append((name, part))
 
 
 def collect() -> Scrape:
     scrape = Scrape()
-    parts: list[tuple[str, Callable[[Scrape], None]]] = [
-        *((f"outbox:{alias}", _outbox(alias)) for alias in settings.RELATION_SHARD_ALIASES),
-        ("streams", _streams),
-        ("consumer_lag", _consumer_lag),
-        ("dead_letters", _dead_letters),
-        ("snapshot_staleness", _snapshot_staleness),
-    ]
+    parts = [("streams", _streams), ("consumer_lag", _consumer_lag), ("dead_letters", _dead_letters), *_PARTS]
     redis_down = False
     for name, part in parts:
         if redis_down and name == "consumer_lag":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from likes_project.errors import DomainError
-from opsconsole import selectors
+from relations import selectors_lookup as selectors
 from relations import validation
 from relations.models import OutboxStatus
 

@@ -1,26 +1,19 @@
-"""Operations console state on `default`: the audit log of every operational action."""
+"""The operations console owns no table yet: the audit log moved to the core (`likes_project.audit`).
+`ConsolePermission` only carries the console's own permissions, so their names stay
+`opsconsole.<codename>`."""
 
 from __future__ import annotations
 
 from django.db import models
 
 
-class AuditRecord(models.Model):
-    """One operational action: who did what to which target, with which parameters and outcome.
-    Append-only: the admin shows it read-only."""
-
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.CharField(max_length=150)
-    channel = models.CharField(max_length=16)  # admin | cli | api | system
-    action = models.CharField(max_length=64, db_index=True)
-    target_type = models.CharField(max_length=32)
-    target_id = models.CharField(max_length=128, db_index=True)
-    params = models.JSONField(default=dict)
-    outcome = models.CharField(max_length=32, default="applied")
+class ConsolePermission(models.Model):
+    """Holds the console's permissions; no table (managed = False), never queried."""
 
     class Meta:
-        ordering = ["-at"]
+        managed = False
+        default_permissions = ()
         permissions = [("view_relation_lookup", "Can look up relations, commands and outbox rows")]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"
+        return "operations console permissions"

@@ -1,52 +1,33 @@
-"""Audit trail and operator identity for every operational action (OPS, non-negotiable 6)."""
+"""Operator-level services that span every app (the top layer may import them all)."""
 
 from __future__ import annotations
 
-import getpass
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from django.contrib.auth import get_user_model
-from django.db import transaction
-
-from likes_project.errors import Forbidden, InvalidInput
-from opsconsole.models import AuditRecord
-
-
-@dataclass(frozen=True)
-class Actor:
-    name: str
-    channel: str  # admin | cli | api | system
+from counting.services.bootstrap import count_projection_bootstrap
+from counting.services.count_cache.layers import count_cache_generation_bootstrap
+from counting.services.reverse.rebuild import reverse_index_bootstrap
+from likes_project.eventlog.services import stream_contract_ensure
+from relations.services.contracts import relation_shard_contract_ensure
+from relations.services.relation_cache import cache_generation_bootstrap
 
 
-SYSTEM_VIDEO_SERVICE = Actor(name="video-service", channel="api")
-
-
-def audit_record(*, actor: Actor, action: str, target_type: str, target_id: str, params: dict,
-                 outcome: str = "applied") -> None:
-    """Append one audit row. Must run inside the caller's transaction on `default`, so the audit row
-    and the change it describes commit together."""
-    conn = transaction.get_connection("default")
-    if not conn.in_atomic_block:
-        raise RuntimeError("audit_record must run inside the action's transaction on default")
-    AuditRecord.objects.create(
-        actor=actor.name, channel=actor.channel, action=action, target_type=target_type,
-        target_id=str(target_id), params=params, outcome=outcome,
-    )
-
-
-def cli_actor_resolve(*, username: str | None, permission: str) -> Actor:
-    """The operator behind a management command. With `--actor`, the named account must be active
-    and hold `permission`; without it the OS account running the command (which already has shell
-    access to the service) is recorded."""
-    if not username:
-        return Actor(name=f"os:{getpass.getuser()}", channel="cli")
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None or not user.is_active:
-        raise InvalidInput(f"--actor {username!r} is not an active user.", code="unknown_actor")
-    if not user.has_perm(permission):
-        raise Forbidden(f"{username!r} lacks the permission {permission}.", code="permission_denied")
-    return Actor(name=username, channel="cli")
-
-
-def admin_actor(user) -> Actor:
-    return Actor(name=user.get_username(), channel="admin")
+def contracts_ensure(say: Callable[[str], None] = lambda line: None) -> None:
+    """Create the frozen contracts and first generations every part needs, where missing: the relation
+    shard contract, the stream partitioning, the count projection (bucket space, generation, sealed
+    manifest, routes, fences), the count cache, the relation cache and the reverse index. Idempotent:
+    what exists is kept as it is (a contract is never changed in place)."""
+    ensured = relation_shard_contract_ensure()
+    say(f"relation shard contract v{ensured.version} {'created' if ensured.created else 'present'}")
+    stream = stream_contract_ensure()
+    say(f"stream contract v{stream.version}: {stream.partitions} partitions")
+    boot = count_projection_bootstrap()
+    say(f"count projection generation {boot.generation} (bucket space v{boot.bucket_space_version}, "
+        f"manifest {boot.manifest_id}) {'created' if boot.created else 'present'}")
+    count_cache = count_cache_generation_bootstrap()
+    if count_cache is not None:
+        say(f"count cache generation {count_cache.generation} ({count_cache.status})")
+    cache_gen = cache_generation_bootstrap()
+    say(f"relation cache generation {cache_gen.generation} ({cache_gen.status})")
+    rev = reverse_index_bootstrap()
+    say(f"reverse index generation {rev.generation} ({rev.status})")

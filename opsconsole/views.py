@@ -9,8 +9,8 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_safe
 
 from likes_project.errors import DomainError
-from opsconsole import selectors
 from opsconsole.forms import CommandLookupForm, OutboxLookupForm, RelationLookupForm
+from relations import selectors_lookup as selectors
 
 LOOKUP_PERMISSION = "opsconsole.view_relation_lookup"
 

@@ -210,10 +210,12 @@ def _relation_ttl_ms() -> int:
 
 
 # KEYS[1] relation hash, KEYS[2] generation registry. ARGV: generation, video id, state, version, ttl ms.
-# Returns 1 written, 0 refused (a higher version is cached), -1 refused (generation not ACTIVE/REBUILDING).
+# Returns 1 written, 0 refused (a higher version is cached), -1 refused (the generation is not live: ACTIVE,
+# or building: SHADOW, BACKFILLING, CATCHING_UP, VERIFYING; see likes_project.generations).
 RELATION_WRITE = """
 local status = redis.call('HGET', KEYS[2], ARGV[1])
-if status ~= 'ACTIVE' and status ~= 'REBUILDING' then return -1 end
+if status ~= 'ACTIVE' and status ~= 'SHADOW' and status ~= 'BACKFILLING' and status ~= 'CATCHING_UP'
+   and status ~= 'VERIFYING' then return -1 end
 local cur = redis.call('HGET', KEYS[1], ARGV[2])
 if cur then
   local v = tonumber(string.match(cur, '^[A-Z]+|(%d+)|'))

@@ -1,4 +1,4 @@
-from likes_project.errors import Conflict, Forbidden, NotFound, RateLimited  # noqa: F401
+from likes_project.errors import Conflict, Forbidden, NotFound, RateLimited, UserNotFound  # noqa: F401
 
 
 class VideoNotFound(NotFound):
@@ -36,6 +36,11 @@ class OperationNotFound(NotFound):
     default_message = "No operation with this id for you."
 
 
-class UserNotFound(NotFound):
-    code = "user_not_found"
-    default_message = "No such user."
+class NotAuthor(Forbidden):
+    code = "not_author"
+    default_message = "Only the author of this video may change who sees its likers."
+
+
+class LikesPrivate(Forbidden):
+    code = "likes_private"
+    default_message = "This user keeps their likes private."

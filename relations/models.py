@@ -9,7 +9,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from likes_project.db_routers import COUNT_PARTITION, RELATION_SHARD
+from likes_project.db_routers import RELATION_SHARD
+from likes_project.generations import GenerationModel
 
 
 class RelationState(models.TextChoices):
@@ -262,33 +263,20 @@ class OutboxArchive(models.Model):
         return f"archived outbox #{self.id} {self.aggregate_key} v{self.relation_version}"
 
 
-class CacheGenerationStatus(models.TextChoices):
-    REBUILDING = "REBUILDING"
-    ACTIVE = "ACTIVE"
-    FAILED = "FAILED"
-    RETIRED = "RETIRED"
-
-
-class CacheGeneration(models.Model):
+class RelationCacheGeneration(GenerationModel):
     """CACHE_GENERATION (E-13): the relation cache's generations, durable so that a Redis flush
-    clears neither the current generation nor a rebuild's state (RCACHE-7a)."""
+    clears neither the current generation nor a rebuild's state (RCACHE-7a). Rebuilt through the one
+    generation lifecycle (`likes_project.generations`); while one is building, readers bypass Redis
+    (RCACHE-4 step 2)."""
 
-    generation = models.PositiveIntegerField(primary_key=True)
-    status = models.CharField(max_length=12, choices=CacheGenerationStatus.choices)
     # Baseline checkpoint vector W: per relation shard, the highest outbox id (sourceCommitSeq) at the
     # start of the baseline scan (RCACHE-7d/e).
     baseline_watermark = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
-    activated_at = models.DateTimeField(null=True)
-    finished_at = models.DateTimeField(null=True)
-    failure_reason = models.CharField(max_length=512, blank=True, default="")
 
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"), name="one_active_cache_gen"),
-            models.UniqueConstraint(fields=["status"], condition=Q(status="REBUILDING"),
-                                    name="one_rebuilding_cache_gen"),
-        ]
+    class Meta(GenerationModel.Meta):
+        db_table = "relations_cachegeneration"
+        permissions = [("rebuild_relation_cache", "Can rebuild the relation cache")]
 
     def __str__(self) -> str:
         return f"relation cache generation {self.generation} ({self.status})"
@@ -317,121 +305,7 @@ class LikeRelationCacheProjection(models.Model):
         return f"g{self.cache_generation} {self.user_id}:{self.video_id} >= v{self.relation_version}"
 
 
-# --- reverse "who liked" index (REV-1 … REV-4; issue 5 §1) --------------------------------------
-
-
-class ReverseGenerationStatus(models.TextChoices):
-    SHADOW = "SHADOW"
-    ACTIVE = "ACTIVE"
-    RETIRED = "RETIRED"
-    FAILED = "FAILED"
-
-
-class ReverseIndexGeneration(models.Model):
-    """REVERSE_INDEX_GENERATION (REV-4): the frozen contract of one reverse-index generation on
-    `default`: `reverse_shard = stable_hash(hash_algorithm, hash_seed, encode(user_id)) mod shards`, and
-    reverse shard s of every video lives on count partition `placement[s]`. Never edited once created;
-    a new R or contract is a new SHADOW generation, CAS-switched to ACTIVE after a verified rebuild."""
-
-    generation = models.PositiveIntegerField(primary_key=True)
-    status = models.CharField(max_length=8, choices=ReverseGenerationStatus.choices)
-    hash_algorithm = models.CharField(max_length=32)
-    hash_seed = models.CharField(max_length=64)
-    user_id_encoding = models.CharField(max_length=32)
-    shards = models.PositiveIntegerField()  # R
-    placement = models.JSONField()  # list, index = reverse shard -> count partition alias
-    created_at = models.DateTimeField(auto_now_add=True)
-    activated_at = models.DateTimeField(null=True)
-    finished_at = models.DateTimeField(null=True)  # when it became RETIRED or FAILED
-    failure_reason = models.CharField(max_length=512, blank=True, default="")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"), name="one_active_reverse_gen"),
-            models.UniqueConstraint(fields=["status"], condition=Q(status="SHADOW"), name="one_shadow_reverse_gen"),
-            models.CheckConstraint(condition=Q(shards__gt=0), name="reverse_gen_shards_positive"),
-        ]
-
-    def __str__(self) -> str:
-        return f"reverse index generation {self.generation} ({self.status}, R={self.shards})"
-
-
-class LikeReverseProjection(models.Model):
-    """LIKE_REVERSE_PROJECTION (REV-1): the version and state the reverse index has seen per
-    (generation, video, user), tombstones included. `liked_at` is the stateChangedAt of the LIKED
-    version that created the current sort entry (null when not liked). Lives on count partition
-    `placement[reverse_shard]`, next to its sort entry (REV-3)."""
-
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    video_id = models.CharField(max_length=64)
-    user_id = models.BigIntegerField()
-    relation_version = models.BigIntegerField()
-    state = models.CharField(max_length=8, choices=RelationState.choices)
-    liked_at = models.DateTimeField(null=True)
-    reverse_shard = models.PositiveIntegerField()
-    updated_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["generation", "video_id", "user_id"], name="uniq_reverse_projection"),
-            models.CheckConstraint(condition=Q(state="LIKED", liked_at__isnull=False) | Q(state="UNLIKED"),
-                                   name="reverse_projection_liked_has_time"),
-        ]
-
-    def __str__(self) -> str:
-        return f"g{self.generation} {self.video_id}<-{self.user_id} {self.state} v{self.relation_version}"
-
-
-class LikeReverseSort(models.Model):
-    """LIKE_REVERSE_SORT (REV-1): one entry per currently liked (generation, video, user), keyed
-    `(generation, video_id, reverse_shard, liked_at DESC, user_id)` for the newest-first k-way merge."""
-
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    video_id = models.CharField(max_length=64)
-    reverse_shard = models.PositiveIntegerField()
-    liked_at = models.DateTimeField()
-    user_id = models.BigIntegerField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint("generation", "video_id", "reverse_shard", models.F("liked_at").desc(),
-                                    "user_id", name="uniq_reverse_sort_key"),
-            models.UniqueConstraint(fields=["generation", "video_id", "user_id"], name="uniq_reverse_sort_user"),
-        ]
-
-    def __str__(self) -> str:
-        return f"g{self.generation} {self.video_id}/{self.reverse_shard} {self.liked_at} {self.user_id}"
-
-
-class ReverseEventReceipt(models.Model):
-    """Which stream position the reverse projector consumed into which generation, on the partition
-    that holds the rows it wrote (so a replay after a crash past the commit is absorbed)."""
-
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    source_topic = models.CharField(max_length=64)
-    source_partition = models.PositiveIntegerField()
-    source_offset = models.CharField(max_length=32)
-    event_id = models.CharField(max_length=64)
-    outcome = models.CharField(max_length=12)  # applied | stale | duplicate
-    created_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["generation", "source_topic", "source_partition", "source_offset"],
-                                    name="uniq_reverse_receipt_position"),
-        ]
-
-    def __str__(self) -> str:
-        return f"g{self.generation} {self.source_partition}/{self.source_offset} {self.outcome}"
-
-
-# --- likers privacy and account status (issue 5 §2, §3; read by relations.selectors_likers) -------
+# --- likers privacy and account status (read by the likers API in counting) ------------------------
 
 
 class UserPrivacy(models.Model):
@@ -473,30 +347,3 @@ class AccountStatus(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} {self.status}"
-
-
-class LikeReverseRecent(models.Model):
-    """The "recent likers" summary (REV-10): per count partition, the newest `RECENT_KEEP` liked
-    (generation, video, user) rows of that partition's reverse shards, maintained by the reverse projector
-    in the same local transaction as the sort entries (insert on LIKED, delete on unlike/tombstone/move,
-    refill from the partition's sort entries when a kept row leaves, pruned to the newest K). `/likers/recent`
-    reads the K newest rows of every partition and merges them; it never reads LIKE_REVERSE_SORT."""
-
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    video_id = models.CharField(max_length=64)
-    user_id = models.BigIntegerField()
-    liked_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["generation", "video_id", "user_id"], name="uniq_reverse_recent_user"),
-        ]
-        indexes = [
-            models.Index("generation", "video_id", models.F("liked_at").desc(), models.F("user_id").desc(),
-                         name="reverse_recent_newest"),
-        ]
-
-    def __str__(self) -> str:
-        return f"g{self.generation} {self.video_id} recent {self.liked_at} {self.user_id}"

@@ -6,13 +6,13 @@ created, so it is cached in-process for the life of the process.
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
 
 from likes_project.hashing import HASH_SHA256_BE64, stable_hash
+from likes_project.l1cache import RefreshedValue
 
 __all__ = ["HASH_SHA256_BE64", "stable_hash"]
 
@@ -44,10 +44,6 @@ def slot_for_user(contract: ShardContract, user_id: int) -> int:
     return stable_hash(contract.hash_algorithm, contract.hash_seed, key) % contract.logical_slots
 
 
-_lock = threading.Lock()
-_active: ShardContract | None = None
-
-
 def _load_active() -> ShardContract:
     from relations.models import RelationShardContract, RelationShardSlot
 
@@ -73,21 +69,15 @@ def _load_active() -> ShardContract:
     )
 
 
+_ACTIVE = RefreshedValue("relation_shard_contract", _load_active, refresh_s=float("inf"))
+
+
 def active_contract() -> ShardContract:
-    global _active
-    contract = _active
-    if contract is None:
-        with _lock:
-            if _active is None:
-                _active = _load_active()
-            contract = _active
-    return contract
+    return _ACTIVE.get()
 
 
 def reset_cache() -> None:
-    global _active
-    with _lock:
-        _active = None
+    _ACTIVE.reset()
 
 
 def alias_for_user(user_id: int) -> str:

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-import time
 from dataclasses import dataclass
 
 from django.db import connections
 from redis.exceptions import RedisError
 
 from likes_project import metrics
+from likes_project.fallback import FallbackLimiter
+from likes_project.generations import BUILDING, LIVE, GenerationStatus
+from likes_project.l1cache import RefreshedValue
 from relations import cache, routing
-from relations.models import Block, Friendship, LikeCommand, LikeRelation, RelationState, VideoSnapshot
+from relations.models import (
+    Block,
+    Friendship,
+    LikeCommand,
+    LikeRelation,
+    RelationCacheGeneration,
+    RelationState,
+    VideoSnapshot,
+    VideoStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +132,12 @@ def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
     return {v: out[v] for v in wanted}
 
 
+def deleted_video_ids() -> list[str]:
+    """Every video whose snapshot says `deleted` (the retirement jobs' input)."""
+    return list(VideoSnapshot.objects.filter(status=VideoStatus.DELETED).order_by("video_id")
+                .values_list("video_id", flat=True))
+
+
 def video_snapshot_get(*, video_id: str) -> VideoView | None:
     return video_snapshots_get(video_ids=[video_id])[video_id]
 
@@ -195,60 +210,26 @@ def video_visible_to(*, user_id: int, video_id: str) -> bool:
 
 # --- relation cache read path (RCACHE-4, RCACHE-8) -----------------------------------------------
 
-_gen_lock = threading.Lock()
-_gen_cached: tuple[float, int | None] | None = None
 GENERATION_REFRESH_S = 1.0
 
 
-def cache_generation_for_reads() -> int | None:
-    """The generation readers may use: the ACTIVE one, unless a rebuild is REBUILDING (then Redis is
-    bypassed, RCACHE-4 step 2). Read from the durable table, cached for one second per process."""
-    global _gen_cached
-    from relations.models import CacheGeneration
+def _readable_generation() -> int | None:
+    statuses = dict(RelationCacheGeneration.objects.filter(status__in=LIVE).values_list("status", "generation"))
+    return None if any(s in statuses for s in BUILDING) else statuses.get(GenerationStatus.ACTIVE)
 
-    now = time.monotonic()
-    with _gen_lock:
-        if _gen_cached is not None and now - _gen_cached[0] < GENERATION_REFRESH_S:
-            return _gen_cached[1]
-    statuses = dict(CacheGeneration.objects.filter(status__in=["ACTIVE", "REBUILDING"])
-                    .values_list("status", "generation"))
-    gen = None if "REBUILDING" in statuses else statuses.get("ACTIVE")
-    with _gen_lock:
-        _gen_cached = (now, gen)
-    return gen
+
+_READABLE_GENERATION = RefreshedValue("relcache_generation", _readable_generation, refresh_s=GENERATION_REFRESH_S)
+RELATION_FALLBACK = FallbackLimiter("relation", wait_s=lambda: 0.5)
+
+
+def cache_generation_for_reads() -> int | None:
+    """The generation readers may use: the ACTIVE one, unless a rebuild is building one (then Redis is
+    bypassed, RCACHE-4 step 2). Read from the durable table, cached for one second per process."""
+    return _READABLE_GENERATION.get()
 
 
 def reset_generation_cache() -> None:
-    global _gen_cached
-    with _gen_lock:
-        _gen_cached = None
-
-
-_fallback_lock = threading.Lock()
-_fallback_sem: threading.BoundedSemaphore | None = None
-
-
-@contextlib.contextmanager
-def database_fallback_slot():
-    """Bound the database reads this process makes for the read path at once (DEG-1 step 4): when
-    Redis is down every read lands on the shards, and a burst must queue briefly, then fail with 503,
-    rather than exhaust the connection pool."""
-    global _fallback_sem
-    from django.conf import settings
-
-    from likes_project.errors import DegradedOverloaded
-
-    with _fallback_lock:
-        if _fallback_sem is None:
-            _fallback_sem = threading.BoundedSemaphore(settings.DB_FALLBACK_CONCURRENCY)
-        sem = _fallback_sem
-    if not sem.acquire(timeout=0.5):
-        metrics.inc("likes_db_fallback_rejected_total")
-        raise DegradedOverloaded(headers={"Retry-After": "1"})
-    try:
-        yield
-    finally:
-        sem.release()
+    _READABLE_GENERATION.reset()
 
 
 def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dict[str, int] | None = None
@@ -284,7 +265,7 @@ def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dic
     if misses:
         metrics.inc("likes_cache_misses_total", len(misses), cache="relation")
         alias = routing.alias_for_user(user_id)
-        with database_fallback_slot():
+        with RELATION_FALLBACK.slot():
             rows = LikeRelation.objects.using(alias).filter(user_id=user_id, video_id__in=misses).values_list(
                 "video_id", "state", "relation_version")
             found = {v: RelationView(s, ver) for v, s, ver in rows}

@@ -1,15 +1,24 @@
-"""Thin Celery wrappers around the outbox services (house style: primitive args, one service call)."""
+"""Thin Celery wrappers around the relations services: the outbox publisher, republisher and
+archiver, and the relation cache's projector, repair, loss detector and sampler (house style: primitive
+args, one service call)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
 
-from likes_project.eventlog import leases
-from likes_project.eventlog.consumer import holder_id
+from likes_project.eventlog import leases, streams
+from likes_project.eventlog.consumer import CONSUMER_TASKS, consume_pass, holder_id
+from likes_project.eventlog.services import streams_trim
 from likes_project.nudge import nudge
 from relations import routing
 from relations.services import outbox
+from relations.services.relation_cache import (
+    RelationCacheProjector,
+    relation_cache_check_loss,
+    relation_cache_repair,
+    relation_cache_sample_check,
+)
 
 PUBLISH_ROUNDS = 20
 
@@ -35,9 +44,8 @@ def publish_outbox_task(alias: str) -> dict:
     finally:
         leases.lease_release(grant)
     for partition in sorted(partitions):
-        nudge("counting.project_partition", partition, debounce_s=0.0)
-        nudge("relations.project_relcache", partition, debounce_s=0.0)
-        nudge("relations.project_reverse", partition, debounce_s=0.0)
+        for task in CONSUMER_TASKS.values():  # every projector of the stream, by task name
+            nudge(task, partition, debounce_s=0.0)
     return {"status": "ok", "sent": sent}
 
 
@@ -64,8 +72,6 @@ def republish_lost_task() -> dict:
 def archive_outbox_task() -> dict:
     """Move published rows past the retention window into the archive, a chunk per shard, then
     trim the streams below every consumer's checkpoint and the same window."""
-    from likes_project.eventlog.services import streams_trim
-
     moved = {alias: outbox.outbox_archive_batch(alias=alias) for alias in routing.all_aliases()}
     trimmed = streams_trim(retention_s=settings.OUTBOX_RETENTION_HOURS * 3600)
     return {"archived": moved, "trimmed": trimmed}
@@ -74,83 +80,31 @@ def archive_outbox_task() -> dict:
 @shared_task(name="relations.relcache_repair", ignore_result=True)
 def relcache_repair_task(user_id: int, video_ids: list[str]) -> int:
     """A reader missed these relations: regenerate them from the durable floor (RCACHE-4 step 6)."""
-    from relations.services.relation_cache import relation_cache_repair
-
     return relation_cache_repair(user_id=int(user_id), video_ids=[str(v) for v in video_ids][:200])
 
 
 @shared_task(name="relations.project_relcache", acks_late=True, ignore_result=True)
 def project_relcache_task(partition: int) -> dict:
     """One bounded pass of the relation-cache projector over one stream partition."""
-    from likes_project.eventlog.consumer import consume_partition
-    from relations.services.relation_cache import RelationCacheProjector
-
-    report = consume_partition(RelationCacheProjector(), partition=int(partition), batch_size=500, max_batches=10)
+    report = consume_pass(RelationCacheProjector(), partition=int(partition), batch_size=500)
     return {"status": report.status, "applied": report.applied}
 
 
 @shared_task(name="relations.project_relcache_all", ignore_result=True)
 def project_relcache_all_task() -> None:
-    from likes_project.eventlog import streams
-
+    """Beat sweeper: one relation-cache projector pass per stream partition."""
     for partition in streams.all_partitions():
         project_relcache_task.delay(partition)
 
 
 @shared_task(name="relations.relcache_check_loss", acks_late=True, ignore_result=True)
 def relcache_check_loss_task() -> str:
-    """Detect a flushed relation cache and rebuild it (RCACHE-7)."""
-    from relations.services.relation_cache import relation_cache_check_loss
-
+    """Detect a flushed relation cache and start its rebuild (RCACHE-7)."""
     return relation_cache_check_loss()
 
 
 @shared_task(name="relations.relcache_sample_check", acks_late=True, ignore_result=True)
 def relcache_sample_check_task() -> dict:
     """Dirty-data sampler: compare a random sample of cached relations with the facts and repair."""
-    from relations.services.relation_cache import relation_cache_sample_check
-
     report = relation_cache_sample_check()
     return {"sampled": report.sampled, "stale": report.stale, "repaired": report.repaired}
-
-
-@shared_task(name="relations.project_reverse", acks_late=True, ignore_result=True)
-def project_reverse_task(partition: int) -> dict:
-    """One bounded pass of the reverse-index projector over one stream partition (REV-1, REV-2)."""
-    from likes_project.eventlog.consumer import consume_partition
-    from relations.services.reverse_index import ReverseIndexProjector
-
-    report = consume_partition(ReverseIndexProjector(), partition=int(partition), batch_size=500, max_batches=10)
-    return {"status": report.status, "applied": report.applied}
-
-
-@shared_task(name="relations.project_reverse_all", ignore_result=True)
-def project_reverse_all_task() -> None:
-    """Beat sweeper: one reverse-projector pass per stream partition."""
-    from likes_project.eventlog import streams
-
-    for partition in streams.all_partitions():
-        project_reverse_task.delay(partition)
-
-
-@shared_task(name="relations.retire_deleted_videos", acks_late=True, ignore_result=True)
-def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20) -> dict:
-    """Beat job: retire the reverse-index rows (state, sort, recent) of deleted videos, a bounded chunk
-    per partition and table per round, and their display counts; idempotent (issue 5 §3)."""
-    from counting.services.retire import count_display_retire
-    from relations.models import VideoSnapshot, VideoStatus
-    from relations.services.reverse_index import reverse_index_retire_deleted
-
-    total: dict[str, dict[str, int]] = {}
-    report = None
-    for _ in range(max(1, int(rounds))):
-        report = reverse_index_retire_deleted(limit=int(limit))
-        for alias, counts in report.deleted.items():
-            for table, n in counts.items():
-                total.setdefault(alias, {}).setdefault(table, 0)
-                total[alias][table] += n
-        if not report.more:
-            break
-    deleted_ids = list(VideoSnapshot.objects.filter(status=VideoStatus.DELETED).values_list("video_id", flat=True))
-    counts = count_display_retire(video_ids=deleted_ids)
-    return {"videos": report.videos, "deleted": total, "more": report.more, "counts": counts}

@@ -7,37 +7,23 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from counting import routing as count_routing
-from counting import selectors as count_selectors
-from counting.services.bootstrap import count_projection_bootstrap
-from counting.services.count_cache import count_cache_generation_bootstrap
 from likes_project import l1cache
-from likes_project.eventlog import streams
-from likes_project.eventlog.services import stream_contract_ensure
 from likes_project.redis_client import cache_redis, stream_redis
-from relations import routing
-from relations import selectors as relation_selectors
-from relations.services.contracts import relation_shard_contract_ensure
-from relations.services.relation_cache import cache_generation_bootstrap, cache_generations_mirror
-from relations.services.reverse_index import reverse_index_bootstrap
+from opsconsole.services import contracts_ensure
+from relations.models import RelationCacheGeneration
+from relations.services.relation_cache import cache_generations_mirror
 from tests import factories
 
 
 def ensure_contracts() -> None:
-    """The frozen contracts every database test needs: relation shards, stream partitions and the
-    count projection's bucket space, generation, sealed manifest, routes and fences."""
-    relation_shard_contract_ensure()
-    streams.reset_cache()
-    stream_contract_ensure()
-    count_routing.reset_cache()
-    count_projection_bootstrap()
-    count_selectors.reset_generation_cache()
-    count_cache_generation_bootstrap()
-    relation_selectors.reset_generation_cache()
-    gen = cache_generation_bootstrap()
+    """The frozen contracts every database test needs (what `migrate_all` creates): relation shards,
+    stream partitions, the count projection's bucket space, generation, sealed manifest, routes and
+    fences, and the first generations of the caches and the reverse index."""
+    l1cache.clear_all()  # the per-process contract and generation caches
+    contracts_ensure()
+    gen = RelationCacheGeneration.objects.get(status="ACTIVE")
     # Each test starts with a healthy relation cache: the registry mirrored and the sentinel present.
-    cache_generations_mirror(sentinel_for=gen.generation if gen.status == "ACTIVE" else None)
-    reverse_index_bootstrap()
+    cache_generations_mirror(sentinel_for=gen.generation)
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +59,6 @@ def shard_contract(request, clean_redis):
     request.getfixturevalue("_django_db_helper")
     ensure_contracts()
     yield
-    routing.reset_cache()
-    count_routing.reset_cache()
-    streams.reset_cache()
-    relation_selectors.reset_generation_cache()
-    count_selectors.reset_generation_cache()
     l1cache.clear_all()
 
 

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from opsconsole.services import Actor
+from likes_project.audit.services import Actor
 from relations import routing
 from relations.services.videos import video_snapshot_upsert
 
@@ -55,3 +55,18 @@ def put_like(client: APIClient, video_id: str, desired: str, key: str, **body):
         f"/v1/videos/{video_id}/like-relation", data=json.dumps(payload), content_type="application/json",
         HTTP_IDEMPOTENCY_KEY=key,
     )
+
+
+def run_jobs(*, max_slices: int = 1000) -> list:
+    """Drive the real ops-job task (`opsjobs.run`) over every job not finished yet, slice after slice,
+    as the workers would; returns the jobs as they ended."""
+    from likes_project.opsjobs.models import OpsJob
+    from likes_project.opsjobs.tasks import run_job_task
+
+    for _ in range(max_slices):
+        pending = list(OpsJob.objects.filter(status__in=["QUEUED", "RUNNING"]).values_list("pk", flat=True))
+        if not pending:
+            break
+        for job_id in pending:
+            run_job_task(job_id)
+    return list(OpsJob.objects.order_by("pk"))

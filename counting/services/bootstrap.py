@@ -17,8 +17,8 @@ from counting.models import (
     CountRouteFence,
     CountRouteManifest,
     CountRouteManifestItem,
-    GenerationStatus,
     ManifestStatus,
+    ProjectionGenerationStatus,
 )
 
 BUCKET_SPACE_V1_SEED = "likes-count-bucket-v1"
@@ -72,7 +72,7 @@ def count_projection_bootstrap(*, virtual_buckets: int | None = None) -> Bootstr
     partition for its fences. Idempotency: an existing active generation is kept as it is; its
     fences are (re)created if missing.
     """
-    active = CountProjectionGeneration.objects.filter(status=GenerationStatus.ACTIVE).first()
+    active = CountProjectionGeneration.objects.filter(status=ProjectionGenerationStatus.ACTIVE).first()
     created = False
     if active is None:
         v = virtual_buckets or settings.COUNT_VIRTUAL_BUCKETS
@@ -95,7 +95,7 @@ def count_projection_bootstrap(*, virtual_buckets: int | None = None) -> Bootstr
                 manifest_verify(manifest, v)
                 CountProjectionGeneration.objects.create(
                     generation=1, bucket_space_version=1, active_manifest_id=manifest.pk,
-                    status=GenerationStatus.ACTIVE,
+                    status=ProjectionGenerationStatus.ACTIVE,
                 )
                 CountBucketRoute.objects.bulk_create(
                     CountBucketRoute(bucket_space_version=1, virtual_bucket=vb, physical_partition=p, route_epoch=e)
@@ -104,7 +104,7 @@ def count_projection_bootstrap(*, virtual_buckets: int | None = None) -> Bootstr
             created = True
         except IntegrityError:
             pass  # a concurrent bootstrap won; use what it created
-        active = CountProjectionGeneration.objects.get(status=GenerationStatus.ACTIVE)
+        active = CountProjectionGeneration.objects.get(status=ProjectionGenerationStatus.ACTIVE)
     routing.reset_cache()
     gen = routing.active()
     for alias in settings.COUNT_PARTITION_ALIASES:

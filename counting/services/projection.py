@@ -5,7 +5,8 @@ For a batch of events read from one stream partition:
   per physical count partition -> per group ONE local transaction that checks the consumer fence and
   the route fence, skips receipted positions, applies the versioned absolute-state rule, adds the net
   deltas to the sparse vbuckets, writes the receipts and the dirty marks.
-The framework advances the checkpoint only over entries whose group committed.
+The framework advances the checkpoint only over entries whose group committed. What this shares with
+the reverse-index projector (fences, receipts, the fold, the rows created first) is `group_kit`.
 """
 
 from __future__ import annotations
@@ -20,30 +21,31 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from counting import routing
-from counting.models import (
-    CountConsumerFence,
-    CountEventReceipt,
-    CountRouteFence,
-    DirtyVideo,
-    LikeCountProjection,
-    VideoLikeCountVbucket,
+from counting.models import CountEventReceipt, CountRouteFence, DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
+from counting.services.group_kit import (
+    APPLIED,
+    DUPLICATE,
+    GroupOutcome,
+    apply_result,
+    consumer_fence_check,
+    fold_versions,
+    receipts_seen,
+    receipts_write,
+    rows_ensure,
+    table,
 )
 from likes_project import metrics
-from likes_project.eventlog.consumer import ApplyResult, NonRetryable, Retryable
+from likes_project.eventlog.consumer import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry
+from relations.events import LIKED, validate_event
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "likes:events"
-LIKED, UNLIKED = "LIKED", "UNLIKED"
+COUNT_CONSUMER = "count"
 
 
 class RouteEpochMismatch(Retryable):
     """ROUTE_EPOCH_MISMATCH: the partition's fence refuses this bucket at this epoch (ROUTE-5)."""
-
-
-class FenceLost(Retryable):
-    """A newer lease holder has written to this partition: this (paused, old) holder must stop."""
 
 
 class NegativeBucket(NonRetryable):
@@ -67,55 +69,10 @@ class Event:
     route: routing.Route
 
 
-@dataclass
-class GroupOutcome:
-    done: set[str] = field(default_factory=set)
-    failed: dict[str, Exception] = field(default_factory=dict)
-    applied: int = 0
-    duplicates: int = 0
-    stale: int = 0
-
-
-def validate_event(event: dict) -> None:
-    """Segment 1 of the consumer (C3): shape checks with no side effects."""
-    def need(cond: bool, what: str) -> None:
-        if not cond:
-            raise NonRetryable(f"invalid event: {what}")
-
-    need(isinstance(event, dict), "not an object")
-    need(event.get("eventType") == "LikeRelationChanged", "unknown eventType")
-    need(event.get("absoluteState") in (LIKED, UNLIKED), "absoluteState")
-    for key in ("relationVersion", "userId"):
-        value = event.get(key)
-        need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, key)
-    video_id = event.get("videoId")
-    need(isinstance(video_id, str) and 0 < len(video_id) <= 64, "videoId")
-    need(isinstance(event.get("eventId"), str), "eventId")
-    need(event.get("aggregateKey") == f"{event.get('userId')}:{video_id}", "aggregateKey")
-    need(isinstance(event.get("stateChangedAt"), str) and parse_datetime(event["stateChangedAt"]) is not None,
-         "stateChangedAt")
-
-
-def _t(model) -> str:
-    return model._meta.db_table
-
-
-def _check_consumer_fence(cursor, consumer: str, partition: int, token: int) -> None:
-    cursor.execute(
-        f"INSERT INTO {_t(CountConsumerFence)} AS f (consumer, partition, fencing_token) VALUES (%s, %s, %s) "
-        "ON CONFLICT (consumer, partition) DO UPDATE SET fencing_token = GREATEST(f.fencing_token, "
-        "EXCLUDED.fencing_token) RETURNING fencing_token",
-        [consumer, partition, token],
-    )
-    seen = cursor.fetchone()[0]
-    if seen > token:
-        raise FenceLost(f"token {token} is older than {seen} on this partition")
-
-
 def _check_route_fence(cursor, gen: routing.GenerationRoutes, events: list[Event]) -> None:
     wanted = {e.vb: e.route.epoch for e in events}
     cursor.execute(
-        f"SELECT virtual_bucket, route_epoch, state FROM {_t(CountRouteFence)} "
+        f"SELECT virtual_bucket, route_epoch, state FROM {table(CountRouteFence)} "
         "WHERE bucket_space_version = %s AND virtual_bucket = ANY(%s) FOR SHARE",
         [gen.space.version, sorted(wanted)],
     )
@@ -139,35 +96,52 @@ def fold_events(events: list[Event], before: dict[tuple[int, str], tuple[str, in
     """Unknown relations start as UNLIKED v0; a version not above the current one changes nothing;
     a higher one moves the state and contributes +1/-1 only when the state really flips."""
     fold = Fold()
-    state = dict(before)
-    for e in events:
-        cur_state, cur_version = state.get((e.user_id, e.video_id), (UNLIKED, 0))
-        if e.version <= cur_version:
-            fold.verdicts[e.entry.entry_id] = "duplicate" if e.version == cur_version else "stale"
-            continue
-        if e.state != cur_state:
+
+    def apply(e: Event, current):
+        was_liked = current is not None and current[0] == LIKED
+        if (e.state == LIKED) != was_liked:
             fold.delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
-        state[(e.user_id, e.video_id)] = (e.state, e.version)
         fold.relations[(e.user_id, e.video_id)] = (e.state, e.version, e.vb)
-        fold.verdicts[e.entry.entry_id] = "applied"
+        return (e.state, e.version)
+
+    _state, verdicts = fold_versions(events, before, key=lambda e: (e.user_id, e.video_id),
+                                     version=lambda e: e.version, stored_version=lambda cur: cur[1], apply=apply)
+    fold.verdicts = {e.entry.entry_id: verdict for e, verdict in verdicts}
     return fold
 
 
 def _ensure_bucket_rows(alias: str, gen: routing.GenerationRoutes, events: list[Event], now) -> None:
-    """Create the group's missing bucket rows (count 0) in their own, already committed statement, so
-    that the group transaction only ever locks existing rows, in key order. Without it, one
-    transaction's ordered SELECT ... FOR UPDATE and another's INSERT of a row it found missing lock in
-    different orders and deadlock whenever several partitions write a newly hot video. A zero row is
-    harmless if the group then fails."""
-    rows = sorted({(e.video_id, e.vb) for e in events})
-    with connections[alias].cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_t(VideoLikeCountVbucket)} (generation, video_id, virtual_bucket, bucket_space_version, "
-            "active_count, bucket_version, frozen, updated_at) "
-            "SELECT %s, v, b, %s, 0, 0, false, %s FROM unnest(%s::text[], %s::int[]) AS t(v, b) ORDER BY v, b "
-            "ON CONFLICT (generation, video_id, virtual_bucket) DO NOTHING",
-            [gen.generation, gen.space.version, now, [r[0] for r in rows], [r[1] for r in rows]],
-        )
+    """Create the group's missing bucket rows (count 0) before the group transaction (D31): without
+    it, one transaction's ordered SELECT ... FOR UPDATE and another's INSERT of a row it found missing
+    lock in different orders and deadlock whenever several partitions write a newly hot video."""
+    rows_ensure(alias, VideoLikeCountVbucket, columns=[("video_id", "text"), ("virtual_bucket", "int")],
+                rows=[(e.video_id, e.vb) for e in events],
+                defaults={"generation": "%s", "bucket_space_version": "%s", "active_count": "0",
+                          "bucket_version": "0", "frozen": "false", "updated_at": "%s"},
+                params=[gen.generation, gen.space.version, now], conflict=("generation", "video_id", "virtual_bucket"))
+
+
+def _isolate_bad_buckets(cursor, alias: str, gen: routing.GenerationRoutes, buckets, stored: dict, fold: Fold,
+                         now) -> dict[tuple[str, int], Exception]:
+    """Anomaly isolation (PROJ-12): a frozen bucket, or one that would go negative (which it then
+    freezes), stops here; its events are set aside while the rest of the group goes on."""
+    bad: dict[tuple[str, int], Exception] = {}
+    for key in buckets:
+        count, frozen = stored.get(key, (0, False))
+        if frozen:
+            bad[key] = BucketFrozen(f"bucket {key} is frozen after an earlier negative attempt")
+        elif count + fold.delta.get(key, 0) < 0:
+            bad[key] = NegativeBucket(f"bucket {key} would go to {count + fold.delta[key]}")
+            metrics.inc("likes_negative_bucket_rejections_total")
+            logger.error("ALERT negative bucket %s on %s: bucket frozen, events dead-lettered", key, alias)
+            cursor.execute(
+                f"INSERT INTO {table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+                "bucket_space_version, active_count, bucket_version, frozen, updated_at) "
+                "VALUES (%s, %s, %s, %s, 0, 0, true, %s) ON CONFLICT (generation, video_id, virtual_bucket) "
+                "DO UPDATE SET frozen = true, updated_at = EXCLUDED.updated_at",
+                [gen.generation, key[0], key[1], gen.space.version, now],
+            )
+    return bad
 
 
 def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event], *, consumer: str,
@@ -178,24 +152,21 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
     now = timezone.now()
     _ensure_bucket_rows(alias, gen, events, now)
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        _check_consumer_fence(cursor, consumer, partition, token)
+        consumer_fence_check(cursor, consumer, partition, token)
         _check_route_fence(cursor, gen, events)
-        cursor.execute(
-            f"SELECT source_offset FROM {_t(CountEventReceipt)} WHERE generation = %s AND source_topic = %s "
-            "AND source_partition = %s AND source_offset = ANY(%s)",
-            [g, TOPIC, partition, [e.entry.entry_id for e in events]],
-        )
-        receipted = {row[0] for row in cursor.fetchall()}
-        fresh = [e for e in events if e.entry.entry_id not in receipted]
+        receipted = receipts_seen(cursor, CountEventReceipt, generations=[g], partition=partition,
+                                  refs=[e.entry.entry_id for e in events])
+        fresh = []
         for e in events:
-            if e.entry.entry_id in receipted:  # PROJ-4: a replay after a crash past the commit
-                out.done.add(e.entry.entry_id)
-                out.duplicates += 1
+            if (g, e.entry.entry_id) in receipted:  # PROJ-4: a replay after a crash past the commit
+                out.add(e.entry.entry_id, DUPLICATE)
+            else:
+                fresh.append(e)
         if not fresh:
             return out
         keys = sorted({(e.user_id, e.video_id) for e in fresh})
         cursor.execute(
-            f"SELECT user_id, video_id, projected_state, projected_version FROM {_t(LikeCountProjection)} "
+            f"SELECT user_id, video_id, projected_state, projected_version FROM {table(LikeCountProjection)} "
             "WHERE generation = %s AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
             "ORDER BY user_id, video_id FOR UPDATE",
             [g, [k[0] for k in keys], [k[1] for k in keys]],
@@ -203,61 +174,40 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
         before = {(u, v): (s, ver) for u, v, s, ver in cursor.fetchall()}
         buckets = sorted({(e.video_id, e.vb) for e in fresh})
         cursor.execute(
-            f"SELECT video_id, virtual_bucket, active_count, frozen FROM {_t(VideoLikeCountVbucket)} "
+            f"SELECT video_id, virtual_bucket, active_count, frozen FROM {table(VideoLikeCountVbucket)} "
             "WHERE generation = %s AND (video_id, virtual_bucket) IN "
             "(SELECT * FROM unnest(%s::text[], %s::int[])) ORDER BY video_id, virtual_bucket FOR UPDATE",
             [g, [b[0] for b in buckets], [b[1] for b in buckets]],
         )
         stored = {(v, vb): (count, frozen) for v, vb, count, frozen in cursor.fetchall()}
-
         fold = fold_events(fresh, before)
-
-        # Anomaly isolation (PROJ-12): a frozen bucket, or one that would go negative, stops here.
-        bad: dict[tuple[str, int], Exception] = {}
-        for key in buckets:
-            count, frozen = stored.get(key, (0, False))
-            if frozen:
-                bad[key] = BucketFrozen(f"bucket {key} is frozen after an earlier negative attempt")
-            elif count + fold.delta.get(key, 0) < 0:
-                bad[key] = NegativeBucket(f"bucket {key} would go to {count + fold.delta[key]}")
+        bad = _isolate_bad_buckets(cursor, alias, gen, buckets, stored, fold, now)
         if bad:
-            for key, err in bad.items():
-                if isinstance(err, NegativeBucket):
-                    metrics.inc("likes_negative_bucket_rejections_total")
-                    logger.error("ALERT negative bucket %s on %s: bucket frozen, events dead-lettered", key, alias)
-                    cursor.execute(
-                        f"INSERT INTO {_t(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
-                        "bucket_space_version, active_count, bucket_version, frozen, updated_at) "
-                        "VALUES (%s, %s, %s, %s, 0, 0, true, %s) ON CONFLICT (generation, video_id, virtual_bucket) "
-                        "DO UPDATE SET frozen = true, updated_at = EXCLUDED.updated_at",
-                        [g, key[0], key[1], gen.space.version, now],
-                    )
-            kept = []
             for e in fresh:
                 if (e.video_id, e.vb) in bad:
                     out.failed[e.entry.entry_id] = bad[(e.video_id, e.vb)]
-                else:
-                    kept.append(e)
             # Fold again without the isolated buckets' events (a relation never changes bucket).
-            fresh, fold = kept, fold_events(kept, before)
-        return _finish(cursor, out, gen, fresh, stored, fold, partition, now)
+            fresh = [e for e in fresh if (e.video_id, e.vb) not in bad]
+            fold = fold_events(fresh, before)
+        _write(cursor, gen, fresh, stored, fold, partition, now)
+        for e in fresh:
+            out.add(e.entry.entry_id, fold.verdicts[e.entry.entry_id])
+    _observe_lag(fresh, fold, now)
+    return out
 
 
-def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: list[Event], stored: dict,
-            fold: Fold, partition: int, now) -> GroupOutcome:
+def _write(cursor, gen: routing.GenerationRoutes, fresh: list[Event], stored: dict, fold: Fold, partition: int,
+           now) -> None:
     g = gen.generation
-    verdicts, changed_rel = fold.verdicts, fold.relations
-    lags = [(now - t).total_seconds() for e in fresh if verdicts[e.entry.entry_id] == "applied"
-            and (t := parse_datetime(e.changed_at)) is not None]
-    if changed_rel:
+    if fold.relations:
         cursor.executemany(
-            f"INSERT INTO {_t(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
+            f"INSERT INTO {table(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
             "projected_version, bucket_space_version, virtual_bucket, updated_at) VALUES (%s, %s, %s, %s, %s, %s, "
             "%s, %s) ON CONFLICT (generation, user_id, video_id) DO UPDATE SET projected_state = "
             "EXCLUDED.projected_state, projected_version = EXCLUDED.projected_version, "
             "updated_at = EXCLUDED.updated_at "
             "WHERE p.projected_version < EXCLUDED.projected_version",
-            [(g, u, v, s, ver, gen.space.version, vb, now) for (u, v), (s, ver, vb) in sorted(changed_rel.items())],
+            [(g, u, v, s, ver, gen.space.version, vb, now) for (u, v), (s, ver, vb) in sorted(fold.relations.items())],
         )
     nonzero = sorted((k, d) for k, d in fold.delta.items() if d != 0)
     # Rows we hold locked are updated in place; new rows can only start positive (a negative one was
@@ -267,14 +217,14 @@ def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: lis
     new = [(g, v, vb, gen.space.version, d, now) for (v, vb), d in nonzero if (v, vb) not in stored]
     if existing:
         cursor.executemany(
-            f"UPDATE {_t(VideoLikeCountVbucket)} SET active_count = active_count + %s, "
+            f"UPDATE {table(VideoLikeCountVbucket)} SET active_count = active_count + %s, "
             "bucket_version = bucket_version + 1, updated_at = %s "
             "WHERE generation = %s AND video_id = %s AND virtual_bucket = %s",
             existing,
         )
     if new:
         cursor.executemany(
-            f"INSERT INTO {_t(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+            f"INSERT INTO {table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
             "bucket_space_version, active_count, bucket_version, frozen, updated_at) VALUES (%s, %s, %s, %s, %s, 1, "
             "false, %s) ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = "
             "b.active_count + EXCLUDED.active_count, bucket_version = b.bucket_version + 1, "
@@ -283,26 +233,19 @@ def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: lis
         )
     if nonzero:
         cursor.executemany(
-            f"INSERT INTO {_t(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, first_dirty_at, "
-            "last_dirty_at) VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT (generation, video_id, source_partition) "
+            f"INSERT INTO {table(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, "
+            "first_dirty_at, last_dirty_at) VALUES (%s, %s, %s, 1, %s, %s) "
+            "ON CONFLICT (generation, video_id, source_partition) "
             "DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at",
             [(g, v, partition, now, now) for v in sorted({v for (v, _), _ in nonzero})],
         )
-    cursor.executemany(
-        f"INSERT INTO {_t(CountEventReceipt)} (generation, source_topic, source_partition, source_offset, "
-        "event_id, outcome, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (generation, source_topic, source_partition, source_offset) DO NOTHING",
-        [(g, TOPIC, partition, e.entry.entry_id, e.event_id, verdicts[e.entry.entry_id], now) for e in fresh],
-    )
-    for e in fresh:
-        out.done.add(e.entry.entry_id)
-        verdict = verdicts[e.entry.entry_id]
-        if verdict == "applied":
-            out.applied += 1
-        elif verdict == "duplicate":
-            out.duplicates += 1
-        else:
-            out.stale += 1
+    receipts_write(cursor, CountEventReceipt, partition=partition, now=now,
+                   rows=[(g, e.entry.entry_id, e.event_id, fold.verdicts[e.entry.entry_id]) for e in fresh])
+
+
+def _observe_lag(fresh: list[Event], fold: Fold, now) -> None:
+    lags = [(now - t).total_seconds() for e in fresh if fold.verdicts.get(e.entry.entry_id) == APPLIED
+            and (t := parse_datetime(e.changed_at)) is not None]
     for lag in lags:
         metrics.observe("likes_projection_lag_seconds", lag)
     slow = [lag for lag in lags if lag > settings.COUNT_CONVERGENCE_TARGET_S]
@@ -311,19 +254,17 @@ def _finish(cursor, out: GroupOutcome, gen: routing.GenerationRoutes, fresh: lis
         metrics.inc("likes_projection_over_target_total", len(slow))
         logger.warning("projection lag %.2fs exceeds the %.1fs target on %s events", max(slow),
                        settings.COUNT_CONVERGENCE_TARGET_S, len(slow))
-    return out
 
 
 class CountProjector:
     """The count projection consumer (`counting.project_partition` runs it per stream partition)."""
 
-    name = "count"
+    name = COUNT_CONSUMER
 
     def validate(self, entry: StreamEntry) -> None:
         validate_event(entry.event)
 
-    def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int) -> ApplyResult:
-        result = ApplyResult()
+    def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int):
         gen = routing.active()
         groups: dict[str, list[Event]] = defaultdict(list)
         for entry in entries:
@@ -333,18 +274,14 @@ class CountProjector:
             groups[route.partition].append(Event(entry, ev["userId"], ev["videoId"], ev["relationVersion"],
                                                  ev["absoluteState"], ev["eventId"], ev["stateChangedAt"], vb,
                                                  route))
+        outcome = GroupOutcome()
         for alias, events in sorted(groups.items()):
             try:
-                out = _apply_group(alias, gen, events, consumer=consumer, partition=partition, token=token)
+                outcome.merge(_apply_group(alias, gen, events, consumer=consumer, partition=partition, token=token))
             except RouteEpochMismatch as exc:
                 routing.reset_cache()  # refresh the route; the entries are retried, never acked (PROJ-4)
-                out = GroupOutcome(failed={e.entry.entry_id: exc for e in events})
+                outcome.failed.update({e.entry.entry_id: exc for e in events})
             except (Retryable, DatabaseError) as exc:
                 logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
-                out = GroupOutcome(failed={e.entry.entry_id: Retryable(str(exc)) for e in events})
-            result.done |= out.done
-            result.failed.update(out.failed)
-            result.applied += out.applied
-            result.duplicates += out.duplicates
-            result.stale += out.stale
-        return result
+                outcome.failed.update({e.entry.entry_id: Retryable(str(exc)) for e in events})
+        return apply_result(entries, outcome)

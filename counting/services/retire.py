@@ -1,4 +1,5 @@
-"""Retiring the count projection's serving state of deleted videos (issue 5 §3)."""
+"""Retiring what counting serves for deleted videos (issue 5 §3): their display counts, and (through
+`counting.services.reverse.retire`) their reverse-index rows."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from redis.exceptions import RedisError
 
 from counting import cache
 from counting.models import CountCacheGeneration, DirtyVideo, VideoDisplayCount
+from counting.services.reverse.retire import reverse_index_retire_deleted
+from likes_project.generations import LIVE
+from relations import selectors as video_selectors
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +35,7 @@ def count_display_retire(*, video_ids: list[str]) -> dict[str, int]:
         with transaction.atomic(using=alias, durable=True):
             dirty += DirtyVideo.objects.using(alias).filter(video_id__in=video_ids).delete()[0]
     views = 0
-    generations = list(CountCacheGeneration.objects.filter(status__in=["ACTIVE", "REBUILDING"])
+    generations = list(CountCacheGeneration.objects.filter(status__in=LIVE)
                        .values_list("generation", flat=True))
     try:
         views = cache.views_delete(generations, video_ids)
@@ -39,3 +43,20 @@ def count_display_retire(*, video_ids: list[str]) -> dict[str, int]:
         logger.warning("count views of retired videos not deleted (Redis: %s); they expire by TTL",
                        exc.__class__.__name__)
     return {"snapshots": snapshots, "views": views, "dirty": dirty}
+
+
+def deleted_videos_retire(*, limit: int = 1000, rounds: int = 20) -> dict:
+    """Retire every deleted video's reverse rows (a bounded chunk per partition and table per round,
+    until none is left or `rounds` ran) and then its display counts. Idempotent; a beat job."""
+    total: dict[str, dict[str, int]] = {}
+    report = None
+    for _ in range(max(1, rounds)):
+        report = reverse_index_retire_deleted(limit=limit)
+        for alias, counts in report.deleted.items():
+            for table_name, n in counts.items():
+                total.setdefault(alias, {}).setdefault(table_name, 0)
+                total[alias][table_name] += n
+        if not report.more:
+            break
+    counts = count_display_retire(video_ids=video_selectors.deleted_video_ids())
+    return {"videos": report.videos, "deleted": total, "more": report.more, "counts": counts}

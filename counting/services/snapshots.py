@@ -16,9 +16,11 @@ from redis.exceptions import RedisError
 
 from counting import routing
 from counting.models import CountRefreshSwitch, DirtyVideo, VideoDisplayCount, VideoLikeCountVbucket
-from counting.services import count_cache
+from counting.services.count_cache import layers as count_cache
+from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
-from likes_project.eventlog.models import ConsumerCheckpoint
+from likes_project.audit.services import Actor, audit_record
+from likes_project.eventlog.checkpoints import checkpoints_get
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
     Reads each video's buckets from the partition the active manifest routes them to (one
     authoritative replica per bucket, ROUTE-6), sums them (no COUNT(*) anywhere), writes the durable
     snapshot, then the Redis view and bucket layers of every count-cache generation being written
-    (the ACTIVE one, and a REBUILDING one during a rebuild), then clears the dirty marks that were not
+    (the ACTIVE one, and the building one during a rebuild), then clears the dirty marks that were not
     re-dirtied meanwhile.
     Hot videos (dirty at least COUNT_HOT_DIRTY_THRESHOLD times) are refreshed at most every
     COUNT_HOT_REFRESH_S; a paused video keeps its marks until resumed.
@@ -89,8 +91,7 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
             )
             for video_id, total in cursor.fetchall():
                 raw[video_id] += int(total)
-    watermark = {str(p): last_done for p, last_done in ConsumerCheckpoint.objects.filter(consumer="count")
-                 .values_list("partition", "last_done_id")}
+    watermark = {str(p): last_done for p, last_done in checkpoints_get(COUNT_CONSUMER).items()}
     # One statement for all chosen videos; the risk/policy adjustments already on a row are kept
     # (they are ledgers of their own, E-21) and subtracted from the new raw count.
     table = VideoDisplayCount._meta.db_table
@@ -108,7 +109,7 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
         )
     try:
         # After the commit: the views (and buckets) of every count-cache generation being written,
-        # the ACTIVE one and a REBUILDING one (CCACHE-3); read fresh, so a rebuild misses nothing.
+        # the ACTIVE one and the building one (CCACHE-3); read fresh, so a rebuild misses nothing.
         rows = VideoDisplayCount.objects.filter(video_id__in=chosen).values_list("video_id", "display_count")
         count_cache.count_cache_views_write(rows=[(v, d, report.snapshot_id, now.isoformat().replace("+00:00", "Z"))
                                                   for v, d in rows])
@@ -128,3 +129,17 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
     report.videos = len(chosen)
     metrics.inc("likes_display_snapshots_total", len(chosen))
     return report
+
+
+def count_refresh_switch_set(*, video_id: str, paused: bool, reason: str, actor: Actor) -> CountRefreshSwitch:
+    """Pause or resume one video's display refreshes (spec §8.6). A paused video keeps its dirty
+    marks, so nothing is lost; its count resumes from the buckets when the switch is lifted.
+
+    Transaction: switch row + audit record on `default`. Idempotency: setting the same state again
+    rewrites the row and audits it."""
+    with transaction.atomic(using="default", durable=True):
+        switch, _ = CountRefreshSwitch.objects.update_or_create(
+            video_id=video_id, defaults={"paused": paused, "reason": reason, "updated_by": actor.name})
+        audit_record(actor=actor, action="count.refresh_pause" if paused else "count.refresh_resume",
+                     target_type="video", target_id=video_id, params={"reason": reason})
+    return switch

@@ -1,7 +1,7 @@
 """Admin for the event-log control plane (`default`): the stream contract, leases, consumer
-checkpoints and the dead-letter queue are shown read-only (the dead-letter queue is read-only in
-issue 3; requeue/discard come later). Consumer pause switches are edited through
-`consumer_switch_set`, which writes the audit record in the same transaction.
+checkpoints and the dead-letter queue are shown read-only (requeue and discard come with the repair
+issue). Consumer pause switches are edited through `consumer_switch_set`, which writes the audit
+record in the same transaction.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
 
+from likes_project.admin_kit import PauseReasonForm, PauseSwitchAdmin, ReadOnlyAdmin
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter, Lease, StreamContract
 from likes_project.eventlog.services import consumer_switch_set
-from opsconsole.admin import ReadOnlyAdmin, ServiceWriteAdmin
-from opsconsole.services import admin_actor
 
 
 @admin.register(StreamContract)
@@ -56,7 +55,9 @@ def _known_consumers() -> list[str]:
     return sorted(names)
 
 
-class ConsumerSwitchForm(forms.ModelForm):
+class ConsumerSwitchForm(PauseReasonForm):
+    pause_subject = "this consumer"
+
     class Meta:
         model = ConsumerSwitch
         fields = ("consumer", "paused", "reason")
@@ -70,41 +71,19 @@ class ConsumerSwitchForm(forms.ModelForm):
                 help_text="A consumer that has a checkpoint (it has run at least once).",
             )
 
-    def clean(self):
-        cleaned = super().clean()
-        cleaned["reason"] = (cleaned.get("reason") or "").strip()
-        if cleaned.get("paused") and not cleaned["reason"]:
-            self.add_error("reason", "Give a reason for pausing this consumer.")
-        return cleaned
-
 
 @admin.register(ConsumerSwitch)
-class ConsumerSwitchAdmin(ServiceWriteAdmin):
+class ConsumerSwitchAdmin(PauseSwitchAdmin):
     """Pause or resume a consumer's dispatch. Adding a switch is the same action on a consumer that
-    has none yet; a switch is never deleted (resume it instead)."""
+    has none yet."""
 
     form = ConsumerSwitchForm
-    list_display = ("consumer", "paused", "reason", "updated_by", "updated_at")
+    key_field = "consumer"
     list_filter = ("paused",)
     ordering = ("consumer",)
 
-    def get_fields(self, request, obj=None):
-        return ("consumer", "paused", "reason") if obj is None else (
-            "consumer", "paused", "reason", "updated_by", "updated_at")
-
-    def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else ("consumer", "updated_by", "updated_at")
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def save_via_service(self, request, obj, form, change):
-        stored = consumer_switch_set(consumer=obj.consumer, paused=form.cleaned_data["paused"],
-                                     reason=form.cleaned_data["reason"], actor=admin_actor(request.user))
-        for f in stored._meta.concrete_fields:
-            setattr(obj, f.attname, getattr(stored, f.attname))
-        obj._state.adding = False
-        obj._state.db = stored._state.db
+    def set_switch(self, *, key, paused, reason, actor):
+        return consumer_switch_set(consumer=key, paused=paused, reason=reason, actor=actor)
 
 
 # --- dead letters ------------------------------------------------------------------------------

@@ -251,3 +251,22 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
     metrics.inc("likes_events_stale_total", totals["stale"], consumer=consumer)
     return ConsumeReport(consumer, partition, "ok", totals["dispatched"], advanced_to, totals["applied"],
                          totals["duplicates"], totals["stale"], totals["dead"], totals["held"])
+
+
+# consumer name -> the Celery task that runs one pass of it over one partition (`consume_pass`).
+CONSUMER_TASKS = {
+    "count": "counting.project_partition",
+    "relcache": "relations.project_relcache",
+    "reverse": "counting.project_reverse",
+}
+
+
+def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_batches: int = 10) -> ConsumeReport:
+    """One bounded pass of a projector over one partition, as every consumer task runs it; the task is
+    nudged again while a pass filled all its batches (more is waiting)."""
+    from likes_project.nudge import nudge
+
+    report = consume_partition(projector, partition=int(partition), batch_size=batch_size, max_batches=max_batches)
+    if report.dispatched >= batch_size * max_batches:
+        nudge(CONSUMER_TASKS[projector.name], int(partition), debounce_s=0.0)
+    return report

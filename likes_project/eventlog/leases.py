@@ -70,3 +70,14 @@ def lease_release(grant: LeaseGrant) -> None:
 def lease_is_current(grant: LeaseGrant) -> bool:
     return Lease.objects.filter(resource=grant.resource, fencing_token=grant.token, holder=grant.holder,
                                 expires_at__gte=timezone.now()).exists()
+
+
+def lease_is_held(resource: str) -> bool:
+    """Someone holds `resource` now (the lease exists and has not expired)."""
+    return Lease.objects.filter(resource=resource, expires_at__gte=timezone.now()).exists()
+
+
+def lease_holder_alive(resource: str, holder: str) -> bool:
+    """`holder` still holds `resource`: its lease has not expired (or it was never taken, when the
+    holder has not reached the acquire yet, which is not alive either)."""
+    return Lease.objects.filter(resource=resource, holder=holder, expires_at__gte=timezone.now()).exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from likes_project.audit.services import audit_record
 from likes_project.eventlog import streams
 from likes_project.eventlog.models import ConsumerSwitch, StreamContract
 from likes_project.hashing import HASH_SHA256_BE64
@@ -24,7 +25,7 @@ def stream_contract_ensure() -> StreamContract:
     try:
         with transaction.atomic(using="default", durable=True):
             row = StreamContract.objects.create(
-                version=1, topic="likes:events", hash_algorithm=HASH_SHA256_BE64, hash_seed=STREAM_V1_SEED,
+                version=1, topic=streams.TOPIC, hash_algorithm=HASH_SHA256_BE64, hash_seed=STREAM_V1_SEED,
                 key_encoding=streams.ENCODING_UTF8, partitions=settings.STREAM_PARTITIONS, is_active=True,
             )
     except IntegrityError:
@@ -35,8 +36,6 @@ def stream_contract_ensure() -> StreamContract:
 
 def consumer_switch_set(*, consumer: str, paused: bool, reason: str, actor) -> ConsumerSwitch:
     """Pause or resume dispatch for a consumer. Transaction: switch row + audit on `default`."""
-    from opsconsole.services import audit_record
-
     with transaction.atomic(using="default", durable=True):
         switch, _ = ConsumerSwitch.objects.update_or_create(
             consumer=consumer, defaults={"paused": paused, "reason": reason, "updated_by": actor.name}
@@ -52,12 +51,9 @@ def streams_trim(*, retention_s: int) -> dict[int, int]:
     `retention_s`. Returns entries removed per partition."""
     import time
 
-    from likes_project.eventlog.models import ConsumerCheckpoint
+    from likes_project.eventlog.checkpoints import lowest_by_partition
 
-    lows: dict[int, tuple[int, int]] = {}
-    for partition, last_done in ConsumerCheckpoint.objects.values_list("partition", "last_done_id"):
-        key = streams.entry_id_key(last_done)
-        lows[partition] = min(lows.get(partition, key), key)
+    lows = {p: streams.entry_id_key(last) for p, last in lowest_by_partition().items()}
     cutoff_ms = int((time.time() - retention_s) * 1000)
     removed = {}
     for partition in streams.all_partitions():

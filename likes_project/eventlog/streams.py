@@ -7,17 +7,17 @@ stay in one partition in publish order (consumers still converge by version, OUT
 
 from __future__ import annotations
 
-import functools
 import json
-import threading
 from dataclasses import dataclass
 
 from django.conf import settings
 
 from likes_project.hashing import stable_hash
+from likes_project.l1cache import RefreshedValue
 from likes_project.redis_client import stream_redis
 
 ENCODING_UTF8 = "utf8-v1"
+TOPIC = "likes:events"  # the one topic; receipts name it as their source_topic
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,7 @@ def stream_key(partition: int) -> str:
     return f"{settings.LIKES_REDIS_PREFIX}:events:{{{partition}}}"
 
 
-_lock = threading.Lock()
-
-
-@functools.cache
-def _contract_cached() -> PartitionContract:
+def _load_contract() -> PartitionContract:
     from likes_project.eventlog.models import StreamContract
 
     row = StreamContract.objects.filter(is_active=True).first()
@@ -63,14 +59,15 @@ def _contract_cached() -> PartitionContract:
     return PartitionContract(row.version, row.topic, row.hash_algorithm, row.hash_seed, row.partitions)
 
 
+_ACTIVE = RefreshedValue("stream_contract", _load_contract, refresh_s=float("inf"))
+
+
 def active_contract() -> PartitionContract:
-    with _lock:
-        return _contract_cached()
+    return _ACTIVE.get()
 
 
 def reset_cache() -> None:
-    with _lock:
-        _contract_cached.cache_clear()
+    _ACTIVE.reset()
 
 
 def partition_for(aggregate_key: str, contract: PartitionContract | None = None) -> int:

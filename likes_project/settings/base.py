@@ -32,7 +32,7 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h.strip()]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "opsconsole.apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -43,6 +43,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "likes_project.audit",
+    "likes_project.opsjobs",
     "likes_project.eventlog",
     "relations",
     "counting",
@@ -70,7 +72,7 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "likes_project" / "templates"],  # the core's admin kit
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -128,11 +130,13 @@ CELERY_TASK_ROUTES = {
     "relations.relcache_sample_check": {"queue": "maintenance"},
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
-    "relations.project_reverse*": {"queue": "reverse"},
-    "relations.retire_deleted_videos": {"queue": "maintenance"},
+    "counting.project_reverse*": {"queue": "reverse"},
+    "counting.retire_deleted_videos": {"queue": "maintenance"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
     "counting.count_cache_check_loss": {"queue": "maintenance"},
+    "opsjobs.run": {"queue": "ops"},
+    "opsjobs.sweep": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
@@ -147,8 +151,9 @@ CELERY_BEAT_SCHEDULE = {
     "relation-cache-loss-check": {"task": "relations.relcache_check_loss", "schedule": 5.0},
     "relation-cache-sampler": {"task": "relations.relcache_sample_check", "schedule": 60.0},
     "count-cache-loss-check": {"task": "counting.count_cache_check_loss", "schedule": 10.0},
-    "project-reverse-index": {"task": "relations.project_reverse_all", "schedule": 1.0},
-    "retire-deleted-videos": {"task": "relations.retire_deleted_videos", "schedule": 600.0},
+    "project-reverse-index": {"task": "counting.project_reverse_all", "schedule": 1.0},
+    "retire-deleted-videos": {"task": "counting.retire_deleted_videos", "schedule": 600.0},
+    "ops-jobs-sweep": {"task": "opsjobs.sweep", "schedule": 5.0},
 }
 
 # --- API ---------------------------------------------------------------------------------------
@@ -224,6 +229,17 @@ COUNT_CACHE_REBUILD_SAMPLE = env_int("COUNT_CACHE_REBUILD_SAMPLE", 200)
 COUNT_CACHE_REBUILD_LEASE_S = env_float("COUNT_CACHE_REBUILD_LEASE_S", 120.0)
 COUNT_CACHE_REBUILD_CATCHUP_SLACK_S = env_float("COUNT_CACHE_REBUILD_CATCHUP_SLACK_S", 60.0)
 COUNT_CACHE_VERIFY_IN_FLIGHT_S = env_float("COUNT_CACHE_VERIFY_IN_FLIGHT_S", 2.0)
+
+# --- ops jobs and the generation lifecycle ----------------------------------------------------------
+# A job runs in slices of at most OPS_JOB_SLICE_S on the `ops` queue, well below the Celery soft time
+# limit (a slice must never be killed by it), persisting its cursor after every chunk. A slice renews its
+# lease after every chunk; a holder silent for OPS_JOB_LEASE_S is dead and the sweeper fails its job.
+OPS_JOB_SLICE_S = env_float("OPS_JOB_SLICE_S", 20.0)
+OPS_JOB_LEASE_S = env_float("OPS_JOB_LEASE_S", 60.0)
+OPS_JOB_RENUDGE_S = env_float("OPS_JOB_RENUDGE_S", 5.0)
+GENERATION_THROTTLE_S = env_float("GENERATION_THROTTLE_S", 0.0)  # pause between rebuild chunks (load)
+# Files a job produces (exports), served to operators from the job's admin page.
+OPS_JOB_FILES_DIR = os.environ.get("OPS_JOB_FILES_DIR", str(BASE_DIR / ".data" / "job-files"))
 
 # --- count projection -----------------------------------------------------------------------------
 COUNT_VIRTUAL_BUCKETS = env_int("COUNT_VIRTUAL_BUCKETS", 1024)  # V of bucket space v1, used once at bootstrap

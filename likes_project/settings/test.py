@@ -19,3 +19,7 @@ VIDEO_SERVICE_TOKEN = "test-video-service-token"
 CELERY_TASK_ALWAYS_EAGER = False
 # Tests drive the publisher and projectors explicitly (the real task functions), never via a broker.
 LIKES_NUDGE_ENABLED = False
+# Files ops jobs produce (exports) go to a private temporary directory, never into the checkout.
+import tempfile  # noqa: E402
+
+OPS_JOB_FILES_DIR = tempfile.mkdtemp(prefix="likes-test-job-files-")

@@ -1,15 +1,16 @@
-"""DRF view of the caller's liked list (`GET /v1/me/likes`, spec §4.13). Validates the query, calls
-the list selector, serializes; the rules live in `relations.selectors_list`."""
+"""DRF views of liked lists: the caller's (`GET /v1/me/likes`, spec §4.13) and another user's
+(`GET /v1/users/<username>/likes`). Validate the query, call the list selector, serialize; the rules
+live in `relations.selectors_my_likes` and `relations.selectors_privacy`."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from relations import selectors_list
-from relations.api.serializers import ErrorSerializer
+from relations import selectors_my_likes, selectors_privacy
+from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer
 
 
 class MyLikesItemSerializer(serializers.Serializer):
@@ -32,20 +33,34 @@ class MyLikesView(APIView):
 
     @extend_schema(
         operation_id="my_likes_list",
-        parameters=[
-            OpenApiParameter("limit", int, OpenApiParameter.QUERY, required=False,
-                             description="Page size, 1-100 (default 20)."),
-            OpenApiParameter("cursor", str, OpenApiParameter.QUERY, required=False,
-                             description="The nextCursor of the previous page; omit for the first page."),
-        ],
+        parameters=PAGE_PARAMETERS,
         responses={200: MyLikesPageSerializer, 400: ErrorSerializer, 401: ErrorSerializer},
     )
     def get(self, request):
         user_id = request.user.pk
-        limit = selectors_list.list_limit_parse(request.query_params.get("limit"))
-        raw_cursor = request.query_params.get("cursor")
-        after = None if raw_cursor is None else selectors_list.list_cursor_decode(user_id=user_id, cursor=raw_cursor)
-        page = selectors_list.liked_page_list(user_id=user_id, limit=limit, after=after)
-        next_cursor = (None if page.next_key is None
-                       else selectors_list.list_cursor_encode(user_id=user_id, key=page.next_key))
-        return Response({"items": [item.as_dict() for item in page.items], "nextCursor": next_cursor})
+        limit = selectors_my_likes.list_limit_parse(request.query_params.get("limit"))
+        raw = request.query_params.get("cursor")
+        after = None if raw is None else selectors_my_likes.list_cursor_decode(user_id=user_id, cursor=raw)
+        return _page_response(user_id, selectors_my_likes.liked_page_list(user_id=user_id, limit=limit, after=after))
+
+
+class UserLikesView(APIView):
+    """Another user's liked videos, newest first: the same list and cursor rules as /v1/me/likes."""
+
+    @extend_schema(
+        operation_id="user_likes_list",
+        parameters=PAGE_PARAMETERS,
+        responses={200: MyLikesPageSerializer, 400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer,
+                   404: ErrorSerializer},
+    )
+    def get(self, request, username: str):
+        limit = selectors_my_likes.list_limit_parse(request.query_params.get("limit"))
+        owner_id, page = selectors_privacy.user_liked_page_list(caller_id=request.user.pk, username=username,
+                                                                limit=limit, cursor=request.query_params.get("cursor"))
+        return _page_response(owner_id, page)
+
+
+def _page_response(owner_id: int, page: selectors_my_likes.LikedPage) -> Response:
+    next_cursor = None if page.next_key is None else selectors_my_likes.list_cursor_encode(user_id=owner_id,
+                                                                                          key=page.next_key)
+    return Response({"items": [item.as_dict() for item in page.items], "nextCursor": next_cursor})

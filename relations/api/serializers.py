@@ -1,6 +1,7 @@
 """Serializers that document the API contract in the OpenAPI schema. Bodies are parsed strictly by
 the views (`likes_project.jsonbody`) so that every bad input maps to one stable error code."""
 
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 STATES = ["LIKED", "UNLIKED"]
@@ -56,3 +57,12 @@ class VideoSnapshotSerializer(serializers.Serializer):
     status = serializers.CharField()
     version = serializers.IntegerField()
     applied = serializers.BooleanField(required=False)
+
+
+# The query parameters of every cursor-paged list (my likes, a user's likes, a video's likers).
+PAGE_PARAMETERS = [
+    OpenApiParameter("limit", int, OpenApiParameter.QUERY, required=False,
+                     description="Page size, 1-100 (default 20)."),
+    OpenApiParameter("cursor", str, OpenApiParameter.QUERY, required=False,
+                     description="The nextCursor of the previous page; omit for the first page."),
+]

@@ -2,17 +2,12 @@ from django.urls import path
 
 import likes_project.converters  # noqa: F401 - registers "anyseg"
 from relations.api import views
-from relations.api.batch_views import BatchQueryView
-from relations.api.likers_views import LikersView, RecentLikersView
-from relations.api.list_views import MyLikesView
-from relations.api.settings_views import MyPrivacyView, UserLikesView, VideoLikersVisibilityView
+from relations.api.list_views import MyLikesView, UserLikesView
+from relations.api.privacy_views import MyPrivacyView, VideoLikersVisibilityView
 
 urlpatterns = [
     path("videos/<anyseg:video_id>/like-relation", views.LikeRelationView.as_view(), name="like-relation"),
     path("like-operations/<str:operation_id>", views.LikeOperationView.as_view(), name="like-operation"),
-    path("like-relations/batch-query", BatchQueryView.as_view(), name="like-relations-batch-query"),
-    path("videos/<anyseg:video_id>/likers", LikersView.as_view(), name="video-likers"),
-    path("videos/<anyseg:video_id>/likers/recent", RecentLikersView.as_view(), name="video-likers-recent"),
     path("me/likes", MyLikesView.as_view(), name="my-likes"),
     path("me/privacy", MyPrivacyView.as_view(), name="my-privacy"),
     path("videos/<anyseg:video_id>/likers-visibility", VideoLikersVisibilityView.as_view(),

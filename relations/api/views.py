@@ -120,8 +120,6 @@ class InternalVideoView(APIView):
     @extend_schema(operation_id="internal_video_put", request=s.VideoPushRequestSerializer,
                    responses={200: s.VideoSnapshotSerializer, **ERRORS})
     def put(self, request, video_id: str):
-        from opsconsole.services import SYSTEM_VIDEO_SERVICE
-
         validation.video_id(video_id)
         body = parse_json_object(request._request.body)
         author_id = body.get("authorId")
@@ -141,6 +139,6 @@ class InternalVideoView(APIView):
         result: VideoUpsertResult = videos.video_snapshot_upsert(
             video_id=video_id, author_id=author_id,
             visibility=body.get("visibility", "public"), status=body.get("status", "active"),
-            version=version, actor=SYSTEM_VIDEO_SERVICE,
+            version=version, actor=videos.VIDEO_SERVICE_ACTOR,
         )
         return Response(_video_response(result.video, applied=result.applied))

@@ -18,9 +18,9 @@ from django.db import transaction
 from rest_framework.authtoken.models import Token
 
 from likes_project import metrics
+from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import RateLimited
 from likes_project.nudge import nudge
-from opsconsole.services import Actor, audit_record
 from relations import routing
 from relations.errors import UserNotFound
 from relations.models import AccountStatus, AccountStatusValue, LikeRelation, RelationState
@@ -76,55 +76,83 @@ def _unlike(*, user_id: int, video_id: str) -> tuple[bool, bool]:
     return out.changed, True
 
 
+def account_mark_deleted(*, user_id: int, actor: Actor) -> bool:
+    """Hide the account at once: AccountStatus deleted, login disabled, API token removed, audited
+    ("account.delete"). Returns whether it was already marked. Must run inside the caller's
+    transaction on `default` (the ops job that withdraws the likes is created in the same one)."""
+    User = get_user_model()
+    user = User.objects.select_for_update().filter(pk=user_id).first()
+    if user is None:
+        raise UserNotFound()
+    status, _ = AccountStatus.objects.select_for_update().get_or_create(user_id=user_id)
+    already = status.status == AccountStatusValue.DELETED
+    if not already:
+        status.status = AccountStatusValue.DELETED
+        status.save(update_fields=["status", "updated_at"])
+    if user.is_active:
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+    Token.objects.filter(user_id=user_id).delete()
+    audit_record(actor=actor, action="account.delete", target_type="user", target_id=str(user_id),
+                 params={"username": user.get_username()}, outcome="resumed" if already else "applied")
+    return already
+
+
+@dataclass
+class WithdrawProgress:
+    """Where a withdrawal stands: the last video id handled (keyset) and the counts so far."""
+
+    last: str = ""
+    scanned: int = 0
+    unliked: int = 0
+    bypassed: int = 0
+    finished: bool = False
+
+
+def account_likes_withdraw_chunk(*, user_id: int, at: WithdrawProgress, limit: int = SCAN_CHUNK) -> WithdrawProgress:
+    """Withdraw the next `limit` LIKED relations of a deleted account after `at.last`, each with its own
+    versioned UNLIKED command. Keyset by video_id over the (user_id, video_id) unique index; rows this
+    run unlikes drop out of the LIKED filter, which the keyset does not depend on.
+
+    Idempotency: each withdrawal uses operation id `account-delete:<user>:<video>`, so redoing a chunk
+    replays the finished ones."""
+    alias = routing.alias_for_user(user_id)
+    chunk = list(LikeRelation.objects.using(alias).filter(user_id=user_id, state=RelationState.LIKED,
+                                                          video_id__gt=at.last)
+                 .order_by("video_id").values_list("video_id", flat=True)[:limit])
+    out = WithdrawProgress(at.last, at.scanned, at.unliked, at.bypassed, finished=not chunk)
+    for video_id in chunk:
+        changed, limited = _unlike(user_id=user_id, video_id=video_id)
+        out.scanned += 1
+        out.unliked += changed
+        out.bypassed += limited
+        out.last = video_id
+    return out
+
+
 def account_delete(*, user_id: int, actor: Actor, progress: Callable[[int, int], None] | None = None,
                    progress_every: int = DEFAULT_PROGRESS_EVERY) -> AccountDeleteResult:
-    """Delete an account's likes: mark it deleted (hidden from reads at once, login disabled, API token
-    removed), then withdraw every LIKED relation with a versioned UNLIKED command.
+    """Delete an account's likes in this process: mark it deleted (hidden from reads at once, login
+    disabled, API token removed), then withdraw every LIKED relation with a versioned UNLIKED command.
+    The admin and `delete_account` run the same steps as an ops job (`account.delete`).
 
     Transaction: first one durable transaction on `default` (status, user.is_active, token, audit
     record); then one durable transaction per relation on the user's shard (the like command's own).
-    Idempotency: each withdrawal uses operation id `account-delete:<user>:<video>`, so a re-run (or a
-    run resumed after a crash) replays finished ones and only handles relations still LIKED.
-    `progress(done, scanned)` is called every `progress_every` relations and once at the end.
+    Idempotency: a re-run (or a run resumed after a crash) replays finished withdrawals and only
+    handles relations still LIKED. `progress(done, scanned)` is called every `progress_every`
+    relations and once at the end.
     """
-    User = get_user_model()
     with transaction.atomic(using="default", durable=True):
-        user = User.objects.select_for_update().filter(pk=user_id).first()
-        if user is None:
-            raise UserNotFound()
-        status, _ = AccountStatus.objects.select_for_update().get_or_create(user_id=user_id)
-        already = status.status == AccountStatusValue.DELETED
-        if not already:
-            status.status = AccountStatusValue.DELETED
-            status.save(update_fields=["status", "updated_at"])
-        if user.is_active:
-            user.is_active = False
-            user.save(update_fields=["is_active"])
-        Token.objects.filter(user_id=user_id).delete()
-        audit_record(actor=actor, action="account.delete", target_type="user", target_id=str(user_id),
-                     params={"username": user.get_username()}, outcome="resumed" if already else "applied")
-
-    alias = routing.alias_for_user(user_id)
-    scanned = unliked = bypassed = 0
-    last = ""
-    while True:
-        # Keyset by video_id over the (user_id, video_id) unique index; rows this run unlikes drop out of
-        # the LIKED filter, which the keyset does not depend on.
-        chunk = list(LikeRelation.objects.using(alias).filter(user_id=user_id, state=RelationState.LIKED,
-                                                              video_id__gt=last)
-                     .order_by("video_id").values_list("video_id", flat=True)[:SCAN_CHUNK])
-        if not chunk:
-            break
-        for video_id in chunk:
-            changed, limited = _unlike(user_id=user_id, video_id=video_id)
-            scanned += 1
-            unliked += changed
-            bypassed += limited
-            if progress is not None and scanned % max(1, progress_every) == 0:
-                progress(unliked, scanned)
-        last = chunk[-1]
-    if progress is not None and scanned % max(1, progress_every) != 0:
-        progress(unliked, scanned)
-    logger.info("account %s deleted: %s of %s likes withdrawn", user_id, unliked, scanned)
-    return AccountDeleteResult(user_id=user_id, alias=alias, already_deleted=already, scanned=scanned,
-                               unliked=unliked, rate_limit_bypassed=bypassed)
+        already = account_mark_deleted(user_id=user_id, actor=actor)
+    at = WithdrawProgress()
+    reported = 0
+    while not at.finished:
+        at = account_likes_withdraw_chunk(user_id=user_id, at=at, limit=max(1, min(SCAN_CHUNK, progress_every)))
+        if progress is not None and at.scanned - reported >= progress_every:
+            reported = at.scanned
+            progress(at.unliked, at.scanned)
+    if progress is not None and at.scanned != reported:
+        progress(at.unliked, at.scanned)
+    logger.info("account %s deleted: %s of %s likes withdrawn", user_id, at.unliked, at.scanned)
+    return AccountDeleteResult(user_id=user_id, alias=routing.alias_for_user(user_id), already_deleted=already,
+                               scanned=at.scanned, unliked=at.unliked, rate_limit_bypassed=at.bypassed)

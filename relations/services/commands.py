@@ -14,7 +14,7 @@ from django.utils import timezone
 from likes_project import metrics
 from likes_project.errors import RateLimited
 from likes_project.nudge import nudge
-from relations import routing, selectors
+from relations import events, routing, selectors
 from relations.errors import (
     BlockedByAuthor,
     IdempotencyKeyReused,
@@ -35,8 +35,6 @@ from relations.models import (
 from relations.selectors import RelationView
 from relations.services import limits
 
-EVENT_TYPE = "LikeRelationChanged"
-EVENT_SCHEMA_VERSION = 1
 STALE_POLICY_REJECT = "reject"
 STALE_POLICY_LAST_COMMIT_WINS = "last_commit_wins"
 
@@ -105,27 +103,6 @@ def _replay(cmd: selectors.CommandRecord, *, video_id: str, desired_state: str |
     )
 
 
-def _event_payload(*, event_id: uuid.UUID, alias: str, user_id: int, video_id: str, operation_id: str,
-                   previous: RelationView, new_state: str, new_version: int, changed_at) -> dict:
-    """OUT-2's absolute-state payload. `sourceCommitSeq` is the outbox row id and is added by the
-    publisher's envelope (the id is assigned by the insert)."""
-    return {
-        "eventId": str(event_id),
-        "eventType": EVENT_TYPE,
-        "schemaVersion": EVENT_SCHEMA_VERSION,
-        "aggregateKey": f"{user_id}:{video_id}",
-        "relationVersion": new_version,
-        "absoluteState": new_state,
-        "previousState": previous.state,  # audit only (OUT-3): consumers never apply a delta
-        "previousVersion": previous.relation_version,
-        "userId": user_id,
-        "videoId": video_id,
-        "sourceShard": alias,
-        "operationId": operation_id,
-        "stateChangedAt": changed_at.isoformat().replace("+00:00", "Z"),
-    }
-
-
 _INSERT_OUTBOX_SQL = """
 INSERT INTO {table} (event_id, aggregate_key, relation_version, event_type, schema_version, payload, xact_id,
                      status, retry_count, next_retry_at, claimed_by, last_error, stream_key, stream_entry_id,
@@ -139,8 +116,8 @@ def outbox_event_write(*, alias: str, payload: dict, now) -> None:
     publisher's commit-order watermark (architecture §4). Raw SQL: this is the hot path."""
     with connections[alias].cursor() as cursor:
         cursor.execute(_INSERT_OUTBOX_SQL.format(table=OutboxEvent._meta.db_table), [
-            payload["eventId"], payload["aggregateKey"], payload["relationVersion"], EVENT_TYPE,
-            EVENT_SCHEMA_VERSION, json.dumps(payload), now, now,
+            payload["eventId"], payload["aggregateKey"], payload["relationVersion"], events.EVENT_TYPE,
+            events.EVENT_SCHEMA_VERSION, json.dumps(payload), now, now,
         ])
 
 
@@ -238,7 +215,7 @@ def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, opera
                 if updated != 1:  # impossible while we hold the row lock; never write on a broken CAS
                     raise RuntimeError("relation CAS failed under row lock")
             event_id = uuid.uuid4()
-            outbox_event_write(alias=alias, now=now, payload=_event_payload(
+            outbox_event_write(alias=alias, now=now, payload=events.event_payload(
                 event_id=event_id, alias=alias, user_id=user_id, video_id=video_id,
                 operation_id=operation_id, previous=current, new_state=desired_state,
                 new_version=new_version, changed_at=changed_at,

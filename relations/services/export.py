@@ -31,10 +31,10 @@ from typing import TextIO
 from django.conf import settings
 from django.db import connections, transaction
 
-from opsconsole.services import Actor, audit_record
+from likes_project.audit.services import Actor, audit_record
+from likes_project.cursors import iso_utc
 from relations import routing
 from relations.models import LikeRelation, RelationState, VideoSnapshot
-from relations.selectors_list import iso_utc
 
 EXPORT_FORMAT = "likes-export"
 EXPORT_FORMAT_VERSION = 1

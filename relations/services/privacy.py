@@ -1,87 +1,15 @@
-"""A user's privacy settings, the per-video likers override, and who may read another user's liked
-list (issue 5 §3, PRIV).
-
-The settings are enforced at read time: the likers merge hides private-likes users
-(`relations.selectors_likers`), and `user_liked_page_list` below refuses another user's private list.
-The read helpers live here, next to the writes they mirror, because the rules are one topic; they never
-write and never open a transaction.
-"""
+"""Writes of a user's privacy settings and the per-video likers override (issue 5 §3, PRIV). The
+settings are enforced at read time (`relations.selectors_privacy`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from likes_project.errors import Forbidden
-from opsconsole.services import Actor, audit_record
-from relations import selectors, selectors_list, validation
-from relations.errors import UserNotFound, VideoNotFound
-from relations.models import AccountStatus, AccountStatusValue, UserPrivacy, VideoLikersVisibility
-
-
-class NotAuthor(Forbidden):
-    code = "not_author"
-    default_message = "Only the author of this video may change who sees its likers."
-
-
-class LikesPrivate(Forbidden):
-    code = "likes_private"
-    default_message = "This user keeps their likes private."
-
-
-@dataclass(frozen=True)
-class PrivacySettings:
-    likes_private: bool
-    likers_public: bool
-
-    def as_dict(self) -> dict:
-        return {"likesPrivate": self.likes_private, "likersPublic": self.likers_public}
-
-
-DEFAULTS = PrivacySettings(likes_private=False, likers_public=False)
-
-
-def api_actor(user_id: int) -> Actor:
-    """The audit identity of an end user changing their own settings through the API."""
-    return Actor(name=f"user:{user_id}", channel="api")
-
-
-# --- reads -----------------------------------------------------------------------------------------
-
-
-def user_privacy_get(*, user_id: int) -> PrivacySettings:
-    """The user's settings; no row means the defaults (likes visible, likers not public)."""
-    row = UserPrivacy.objects.filter(user_id=user_id).values_list("likes_private", "likers_public").first()
-    return DEFAULTS if row is None else PrivacySettings(*row)
-
-
-def user_liked_page_list(*, caller_id: int, username: str, limit: int,
-                         cursor: str | None) -> tuple[int, selectors_list.LikedPage]:
-    """One page of another user's liked list: the my-likes selector for that user, with the cursor bound
-    to the LISTED user. 404 `user_not_found` for an unknown, deleted or banned user; 403 `likes_private`
-    when the user made likes private. The owner always sees their own list. Items on videos the caller
-    may not see (friends-only, blocked) are dropped from the page after the scan, like filtered videos
-    (a short page with a moving cursor is already part of the list contract)."""
-    owner_id = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
-    if owner_id is None:
-        raise UserNotFound()
-    if owner_id != caller_id:
-        if AccountStatus.objects.filter(user_id=owner_id).exclude(status=AccountStatusValue.ACTIVE).exists():
-            raise UserNotFound()
-        if user_privacy_get(user_id=owner_id).likes_private:
-            raise LikesPrivate()
-    after = None if cursor is None else selectors_list.list_cursor_decode(user_id=owner_id, cursor=cursor)
-    page = selectors_list.liked_page_list(user_id=owner_id, limit=limit, after=after)
-    if owner_id != caller_id and page.items:
-        visible = selectors.videos_visible_to(user_id=caller_id, video_ids=[i.video_id for i in page.items])
-        page = selectors_list.LikedPage(items=[i for i in page.items if visible[i.video_id]],
-                                        next_key=page.next_key, scanned=page.scanned)
-    return owner_id, page
-
-
-# --- writes ----------------------------------------------------------------------------------------
+from likes_project.audit.services import Actor, audit_record
+from relations import selectors, validation
+from relations.errors import NotAuthor, VideoNotFound
+from relations.models import UserPrivacy, VideoLikersVisibility
+from relations.selectors_privacy import PrivacySettings
 
 
 def user_privacy_set(*, user_id: int, likes_private: bool | None = None, likers_public: bool | None = None,

@@ -1,36 +1,32 @@
 """The relation cache (RCACHE-1 … RCACHE-10): durable generations, the durable version floor, the
 projector that writes Redis only from that floor, reader repair hints, loss detection and the
-whole-cache rebuild with a two-phase switch."""
+dirty-data sampler. The whole-cache rebuild is `relation_cache_rebuild` (on the one generation
+lifecycle)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import random
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connections, transaction
-from django.db.models import Max
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from likes_project import metrics
+from likes_project.audit.services import system_actor
 from likes_project.eventlog.consumer import ApplyResult, Retryable
 from likes_project.eventlog.streams import StreamEntry
+from likes_project.generations import LIVE, GenerationStatus, RebuildRunning
 from relations import cache, routing
-from relations.models import (
-    CacheGeneration,
-    CacheGenerationStatus,
-    LikeRelation,
-    LikeRelationCacheProjection,
-    OutboxEvent,
-)
+from relations.events import validate_event
+from relations.models import LikeRelation, LikeRelationCacheProjection, RelationCacheGeneration
 
 logger = logging.getLogger(__name__)
 
-LIVE = (CacheGenerationStatus.ACTIVE, CacheGenerationStatus.REBUILDING)
+RELCACHE_CONSUMER = "relcache"
+REBUILD_JOB = "relcache.rebuild"
 
 
 # --- generations -------------------------------------------------------------------------------
@@ -40,32 +36,32 @@ def cache_generations_mirror(*, sentinel_for: int | None = None) -> None:
     """Copy the durable statuses into Redis (the write script's registry). `sentinel_for` marks a
     generation whose content is known to be whole (on bootstrap and on activation); the sentinel is
     never recreated otherwise, so a flush stays detectable."""
-    statuses = dict(CacheGeneration.objects.filter(status__in=LIVE).values_list("generation", "status"))
+    statuses = dict(RelationCacheGeneration.objects.filter(status__in=LIVE).values_list("generation", "status"))
     cache.relation_generations_mirror(statuses, [sentinel_for] if sentinel_for else [])
 
 
-def cache_generation_bootstrap() -> CacheGeneration:
+def cache_generation_bootstrap() -> RelationCacheGeneration:
     """Generation 1, ACTIVE, when no generation exists yet (an empty cache is a valid start: every
     miss reads the facts). Idempotent."""
-    existing = CacheGeneration.objects.order_by("-generation").first()
+    existing = RelationCacheGeneration.objects.order_by("-generation").first()
     if existing is not None:
         return existing
     try:
         with transaction.atomic(using="default", durable=True):
-            gen = CacheGeneration.objects.create(generation=1, status=CacheGenerationStatus.ACTIVE,
+            gen = RelationCacheGeneration.objects.create(generation=1, status=GenerationStatus.ACTIVE,
                                                  activated_at=timezone.now())
     except IntegrityError:
-        gen = CacheGeneration.objects.get(generation=1)
+        gen = RelationCacheGeneration.objects.get(generation=1)
     try:
-        cache_generations_mirror(sentinel_for=gen.generation if gen.status == CacheGenerationStatus.ACTIVE else None)
+        cache_generations_mirror(sentinel_for=gen.generation if gen.status == GenerationStatus.ACTIVE else None)
     except RedisError as exc:
         logger.warning("relation cache registry not mirrored (Redis: %s); the detector retries", exc)
     return gen
 
 
 def live_generations() -> list[int]:
-    """Generations the projector writes: the ACTIVE one and a REBUILDING one (tail capture)."""
-    return sorted(CacheGeneration.objects.filter(status__in=LIVE).values_list("generation", flat=True))
+    """Generations the projector writes: the ACTIVE one and a building one (tail capture)."""
+    return sorted(RelationCacheGeneration.objects.filter(status__in=LIVE).values_list("generation", flat=True))
 
 
 # --- the durable floor and Redis writes --------------------------------------------------------
@@ -117,11 +113,9 @@ def floors_to_redis(floors: dict[tuple[int, int, str], tuple[str, int]]) -> None
 class RelationCacheProjector:
     """Consumer `relcache` on the shared framework: events -> durable floor -> Redis."""
 
-    name = "relcache"
+    name = RELCACHE_CONSUMER
 
     def validate(self, entry: StreamEntry) -> None:
-        from counting.services.projection import validate_event  # one definition of a valid event
-
         validate_event(entry.event)
 
     def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int) -> ApplyResult:
@@ -162,7 +156,7 @@ def relation_cache_repair(*, user_id: int, video_ids: list[str]) -> int:
     """Regenerate cache entries from the durable floor of the ACTIVE generation, first advancing the
     floor from the relation facts (a reader saw a miss). Never writes a value lower than the floor, so
     a stale hint is harmless (RCACHE-5). Videos the user never acted on get an explicit UNLIKED v0."""
-    active = CacheGeneration.objects.filter(status=CacheGenerationStatus.ACTIVE).first()
+    active = RelationCacheGeneration.objects.filter(status=GenerationStatus.ACTIVE).first()
     if active is None or not video_ids:
         return 0
     alias = routing.alias_for_user(user_id)
@@ -177,121 +171,13 @@ def relation_cache_repair(*, user_id: int, video_ids: list[str]) -> int:
     return len(floors)
 
 
-# --- loss detection and rebuild (RCACHE-7) -------------------------------------------------------
-
-
-class RebuildFailed(Exception):
-    pass
-
-
-@dataclass
-class RebuildReport:
-    generation: int
-    status: str
-    scanned: int = 0
-    caught_up: int = 0
-    sampled: int = 0
-    mismatches: int = 0
-    watermark: dict = field(default_factory=dict)
-
-
-def _watermark() -> dict[str, int]:
-    return {alias: OutboxEvent.objects.using(alias).aggregate(m=Max("id"))["m"] or 0
-            for alias in routing.all_aliases()}
-
-
-def relation_cache_rebuild(*, progress=None, chunk: int = 2000, fail_after_scan: bool = False) -> RebuildReport:
-    """Whole-cache rebuild (RCACHE-7): 1 create G+1 REBUILDING (readers bypass Redis while it exists),
-    2 the projector now writes G+1 too (tail capture), 3 baseline scan of the facts at W with progress,
-    4 replay the changes after W from the facts, 5 sample-verify against the facts, 6 CAS-activate.
-    Any failure leaves G+1 FAILED and the reads on the database path until a new rebuild succeeds.
-    """
-    say = progress or (lambda msg: None)
-    with transaction.atomic(using="default", durable=True):
-        top = CacheGeneration.objects.select_for_update().order_by("-generation").first()
-        if CacheGeneration.objects.filter(status=CacheGenerationStatus.REBUILDING).exists():
-            raise RebuildFailed("a rebuild is already running")
-        new = CacheGeneration.objects.create(generation=(top.generation + 1) if top else 1,
-                                             status=CacheGenerationStatus.REBUILDING)
-    g = new.generation
-    report = RebuildReport(generation=g, status="REBUILDING")
-    try:
-        cache_generations_mirror()
-        watermark = _watermark()
-        CacheGeneration.objects.filter(generation=g).update(baseline_watermark=watermark)
-        report.watermark = watermark
-        scan_started = timezone.now()
-        say(f"generation {g}: REBUILDING, baseline watermark {watermark}")
-        for alias in routing.all_aliases():
-            last_id, done = 0, 0
-            while True:
-                rows = list(LikeRelation.objects.using(alias).filter(id__gt=last_id).order_by("id")
-                            .values_list("id", "user_id", "video_id", "state", "relation_version")[:chunk])
-                if not rows:
-                    break
-                last_id = rows[-1][0]
-                floors = floors_advance(alias=alias, generations=[g], facts=[r[1:] for r in rows])
-                floors_to_redis(floors)
-                done += len(rows)
-                report.scanned += len(rows)
-                say(f"  {alias}: {done} relations scanned")
-        if fail_after_scan:
-            raise RebuildFailed("injected failure after the baseline scan")
-        for alias in routing.all_aliases():
-            changed = list(LikeRelation.objects.using(alias).filter(updated_at__gte=scan_started)
-                           .values_list("user_id", "video_id", "state", "relation_version"))
-            if changed:
-                floors_to_redis(floors_advance(alias=alias, generations=[g], facts=changed))
-            report.caught_up += len(changed)
-        say(f"  caught up {report.caught_up} relations changed after the scan started")
-        report.sampled, report.mismatches = _sample_verify(g)
-        say(f"  sample check: {report.sampled} relations, {report.mismatches} mismatches")
-        if report.mismatches:
-            raise RebuildFailed(f"{report.mismatches} of {report.sampled} sampled relations disagree")
-        with transaction.atomic(using="default", durable=True):  # the CAS switch (RCACHE-7f)
-            CacheGeneration.objects.filter(status=CacheGenerationStatus.ACTIVE).exclude(generation=g).update(
-                status=CacheGenerationStatus.RETIRED, finished_at=timezone.now())
-            flipped = CacheGeneration.objects.filter(generation=g, status=CacheGenerationStatus.REBUILDING).update(
-                status=CacheGenerationStatus.ACTIVE, activated_at=timezone.now(), finished_at=timezone.now())
-            if flipped != 1:
-                raise RebuildFailed("generation is no longer REBUILDING")
-        cache_generations_mirror(sentinel_for=g)
-        report.status = "ACTIVE"
-        say(f"generation {g}: ACTIVE")
-    except (RebuildFailed, DatabaseError, RedisError) as exc:
-        CacheGeneration.objects.filter(generation=g, status=CacheGenerationStatus.REBUILDING).update(
-            status=CacheGenerationStatus.FAILED, failure_reason=str(exc)[:512], finished_at=timezone.now())
-        with contextlib.suppress(RedisError):  # the detector restores the registry once Redis answers
-            cache_generations_mirror()
-        report.status = "FAILED"
-        logger.error("ALERT relation cache rebuild of generation %s failed: %s", g, exc)
-        say(f"generation {g}: FAILED ({exc})")
-    return report
-
-
-def _sample_verify(generation: int) -> tuple[int, int]:
-    """Sample relations from every shard: the G+1 cache must hold at least the fact's version."""
-    sampled = mismatches = 0
-    per_shard = max(1, settings.RELATION_CACHE_SAMPLE_SIZE // max(1, len(routing.all_aliases())))
-    for alias in routing.all_aliases():
-        total = LikeRelation.objects.using(alias).count()
-        if not total:
-            continue
-        offsets = sorted(random.sample(range(total), min(per_shard, total)))
-        rows = [LikeRelation.objects.using(alias).order_by("id").values_list(
-            "user_id", "video_id", "relation_version")[o] for o in offsets]
-        for user_id, video_id, version in rows:
-            cached = cache.relation_cache_read(generation, user_id, [video_id]).get(video_id)
-            sampled += 1
-            if cached is None or cached[1] < version:
-                mismatches += 1
-    return sampled, mismatches
+# --- loss detection (RCACHE-7) ------------------------------------------------------------------
 
 
 def relation_cache_check_loss() -> str:
-    """Detect a flushed relation cache (the ACTIVE generation's sentinel is gone) and rebuild.
-    Returns what it found: ok | rebuilt | rebuild_failed | no_active | registry_restored."""
-    active = CacheGeneration.objects.filter(status=CacheGenerationStatus.ACTIVE).first()
+    """Detect a flushed relation cache (the ACTIVE generation's sentinel is gone) and start a rebuild
+    job. Returns what it found: ok | rebuild_started | busy | no_active | registry_restored."""
+    active = RelationCacheGeneration.objects.filter(status=GenerationStatus.ACTIVE).first()
     if active is None:
         return "no_active"
     if cache.relation_sentinel_present(active.generation):
@@ -301,8 +187,13 @@ def relation_cache_check_loss() -> str:
         return "ok"
     metrics.inc("likes_relcache_loss_detected_total")
     logger.error("ALERT relation cache generation %s lost its sentinel: starting a rebuild", active.generation)
-    report = relation_cache_rebuild()
-    return "rebuilt" if report.status == "ACTIVE" else "rebuild_failed"
+    from likes_project.opsjobs.services import job_start
+
+    try:
+        job_start(kind=REBUILD_JOB, actor=system_actor("relcache-loss-detector"))
+    except RebuildRunning:
+        return "busy"
+    return "rebuild_started"
 
 
 @dataclass
@@ -319,7 +210,7 @@ def relation_cache_sample_check(*, per_shard: int | None = None) -> SampleReport
     side (floor, then Redis). A cached version above the fact is impossible by construction; it is
     alerted, not silently rewritten."""
     report = SampleReport()
-    active = CacheGeneration.objects.filter(status=CacheGenerationStatus.ACTIVE).first()
+    active = RelationCacheGeneration.objects.filter(status=GenerationStatus.ACTIVE).first()
     if active is None:
         return report
     n = per_shard or max(1, settings.RELATION_CACHE_SAMPLE_SIZE // max(1, len(routing.all_aliases())))

@@ -28,12 +28,12 @@ from counting.models import (
 )
 from counting.services.projection import CountProjector
 from counting.services.snapshots import display_snapshot_refresh
+from likes_project.audit.models import AuditRecord
 from likes_project.eventlog import leases, streams
 from likes_project.eventlog.consumer import NonRetryable, consume_partition, dead_letter_record
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter, Lease, StreamContract
 from likes_project.eventlog.services import consumer_switch_set
 from likes_project.redis_client import reset_clients
-from opsconsole.models import AuditRecord
 from relations.models import OutboxEvent
 from relations.services.commands import relation_set_state
 from relations.services.outbox import outbox_publish_batch

@@ -36,26 +36,21 @@ from counting.models import (
     VideoLikeCountVbucket,
 )
 from counting.selectors import count_cache_generations_get, display_count_get, display_counts_get
-from counting.services import count_cache
-from counting.services.count_cache import (
-    REBUILD_LEASE,
-    CountCacheRebuildRunning,
-    count_cache_buckets_refresh,
-    count_cache_generation_bootstrap,
-    count_cache_rebuild,
-)
+from counting.services.count_cache import layers as count_cache
+from counting.services.count_cache.layers import count_cache_buckets_refresh, count_cache_generation_bootstrap
+from counting.services.count_cache.rebuild import REBUILD_LEASE, CountCacheRebuildRunning, count_cache_rebuild
 from counting.services.snapshots import display_snapshot_refresh
 from counting.tasks import count_cache_refresh_buckets_task
 from likes_project import l1cache, metrics
+from likes_project.audit.models import AuditRecord
 from likes_project.errors import DegradedOverloaded
 from likes_project.eventlog.leases import lease_acquire
 from likes_project.eventlog.models import ConsumerCheckpoint
 from likes_project.l1cache import L1Cache
 from likes_project.redis_client import cache_redis, reset_clients
-from opsconsole.models import AuditRecord
 from relations.services.commands import relation_set_state
 from tests.counting.helpers import drain, liked_facts
-from tests.factories import TEST_ACTOR
+from tests.factories import TEST_ACTOR, run_jobs
 
 ALL_DB = pytest.mark.django_db(databases="__all__")
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
@@ -407,7 +402,7 @@ def test_without_an_active_generation_redis_is_skipped(round_trips):
     gen = count_cache_generation_bootstrap().generation
     ids = _snapshots(3)
     cache.views_write(gen, [(v, 999, 900, "2030-01-01T00:00:00Z") for v in ids])
-    CountCacheGeneration.objects.filter(generation=gen).update(status="REBUILDING")
+    CountCacheGeneration.objects.filter(generation=gen).update(status="BACKFILLING")
     selectors.reset_generation_cache()
     count_cache_generations_get()
     before = metrics.value("likes_count_cache_fallback_total", reason="no_active_generation")
@@ -422,14 +417,13 @@ def test_without_an_active_generation_redis_is_skipped(round_trips):
 def test_the_database_fallback_is_concurrency_limited(monkeypatch, settings):
     count_cache_generation_bootstrap()
     ids = _snapshots(2)
-    busy = threading.BoundedSemaphore(1)
-    assert busy.acquire(blocking=False)  # every slot taken by other requests
-    monkeypatch.setattr(selectors, "_fallback_sem", busy)
+    settings.DB_FALLBACK_CONCURRENCY = 1
     settings.COUNT_DB_FALLBACK_WAIT_S = 0
-    with pytest.raises(DegradedOverloaded):
+    selectors.SNAPSHOT_FALLBACK.reset()
+    with selectors.SNAPSHOT_FALLBACK.slot(), pytest.raises(DegradedOverloaded):  # every slot taken by another read
         display_counts_get(video_ids=ids)
-    busy.release()
     assert display_counts_get(video_ids=ids)[ids[1]].display_count == 1
+    selectors.SNAPSHOT_FALLBACK.reset()
 
 
 # --- the bucket write script (CCACHE-3 step 3) -----------------------------------------------------------
@@ -607,9 +601,9 @@ def test_only_one_rebuild_runs_and_an_abandoned_one_is_failed_by_the_next():
     assert statuses() == {1: "ACTIVE"}
     from likes_project.eventlog.leases import lease_release
 
-    lease_release(other)  # that run died and its lease ran out, leaving generation 2 REBUILDING
+    lease_release(other)  # that run died and its lease ran out, leaving generation 2 BACKFILLING
     now = timezone.now()
-    CountCacheGeneration.objects.create(generation=2, status="REBUILDING", projection_generation=1,
+    CountCacheGeneration.objects.create(generation=2, status="BACKFILLING", projection_generation=1,
                                         route_manifest_id=count_routing.active().manifest_id, build_from=now,
                                         started_at=now)
     report = count_cache_rebuild(actor=TEST_ACTOR)
@@ -622,7 +616,7 @@ def test_only_one_rebuild_runs_and_an_abandoned_one_is_failed_by_the_next():
 def test_the_snapshot_job_writes_the_views_of_a_rebuilding_generation_too(make_user):
     count_cache_generation_bootstrap()
     now = timezone.now()
-    CountCacheGeneration.objects.create(generation=2, status="REBUILDING", projection_generation=1,
+    CountCacheGeneration.objects.create(generation=2, status="BACKFILLING", projection_generation=1,
                                         route_manifest_id=count_routing.active().manifest_id, build_from=now,
                                         started_at=now)
     assert count_cache.count_cache_write_targets() == [1, 2]
@@ -670,7 +664,9 @@ def test_admin_rebuild_action_needs_its_permission_and_is_audited(client, make_u
     client.force_login(staff)
     assert "rebuild_count_cache" in client.get(url).content.decode()
     resp = client.post(url, {"action": "rebuild_count_cache", "_selected_action": ["1"]}, follow=True)
-    assert "is ACTIVE" in resp.content.decode()
+    assert "Started job" in resp.content.decode()  # the request only started the job ...
+    assert statuses() == {1: "ACTIVE", 2: "SHADOW"}
+    run_jobs()  # ... the workers run it
     assert statuses() == {1: "RETIRED", 2: "ACTIVE"}
     audit = AuditRecord.objects.get(action="count_cache.rebuild_activate", target_id="2")
     assert (audit.actor, audit.channel) == (staff.username, "admin")
@@ -678,13 +674,14 @@ def test_admin_rebuild_action_needs_its_permission_and_is_audited(client, make_u
 
 @TX_DB
 def test_a_flush_is_detected_by_the_sentinel_and_rebuilt(make_user, make_video, strict_verify):
-    from counting.services.count_cache import count_cache_check_loss
+    from counting.services.count_cache.layers import count_cache_check_loss
 
     expected = seed_likes(make_user, make_video)
     cache.sentinel_set(1)  # generation 1 is whole
     assert count_cache_check_loss() == "ok"
     assert flush_count_cache() > 0
-    assert count_cache_check_loss() == "rebuilt"
+    assert count_cache_check_loss() == "rebuild_started"  # a job: the beat task never runs the rebuild itself
+    run_jobs()
     assert statuses() == {1: "RETIRED", 2: "ACTIVE"}
     assert cache.sentinel_present(2)
     for video_id, facts in expected.items():

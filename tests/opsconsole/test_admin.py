@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.urls import reverse
 
-from opsconsole.models import AuditRecord
+from likes_project.audit.models import AuditRecord
 from relations import cache, routing, selectors
 from relations.models import Block, Friendship, LikeRelation, OutboxEvent, VideoSnapshot
 from relations.services.commands import relation_set_state
@@ -329,19 +329,19 @@ def test_video_changelist_search_and_filters(admin_client, make_user, make_video
 def test_audit_admin_refuses_add_change_and_delete(admin_client, make_video, author):
     make_video("vid-e", author)  # writes an audit record (channel cli)
     record = AuditRecord.objects.get(target_id="vid-e")
-    listing = admin_client.get(reverse("admin:opsconsole_auditrecord_changelist"), {"channel": "cli"})
+    listing = admin_client.get(reverse("admin:audit_auditrecord_changelist"), {"channel": "cli"})
     assert listing.status_code == 200 and [r.pk for r in listing.context["cl"].result_list] == [record.pk]
-    assert admin_client.get(reverse("admin:opsconsole_auditrecord_changelist"),
+    assert admin_client.get(reverse("admin:audit_auditrecord_changelist"),
                             {"q": "vid-e"}).context["cl"].result_count == 1
 
-    assert admin_client.get(reverse("admin:opsconsole_auditrecord_add")).status_code == 403
-    assert admin_client.post(reverse("admin:opsconsole_auditrecord_add"),
+    assert admin_client.get(reverse("admin:audit_auditrecord_add")).status_code == 403
+    assert admin_client.post(reverse("admin:audit_auditrecord_add"),
                              {"actor": "x", "channel": "admin", "action": "a", "target_type": "t",
                               "target_id": "1", "params": "{}", "outcome": "applied"}).status_code == 403
-    change_url = reverse("admin:opsconsole_auditrecord_change", args=[record.pk])
+    change_url = reverse("admin:audit_auditrecord_change", args=[record.pk])
     assert admin_client.get(change_url).status_code == 200  # view only
     assert admin_client.post(change_url, {"actor": "forged"}).status_code == 403
-    delete_url = reverse("admin:opsconsole_auditrecord_delete", args=[record.pk])
+    delete_url = reverse("admin:audit_auditrecord_delete", args=[record.pk])
     assert admin_client.post(delete_url, {"post": "yes"}).status_code == 403
     record.refresh_from_db()
     assert record.actor == "tests"

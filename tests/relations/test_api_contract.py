@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from likes_project.redis_client import cache_redis, reset_clients
 from relations import cache, routing
 from relations.models import LikeCommand, LikeRelation, OutboxEvent, VideoSnapshot
-from relations.services.videos import block_set, friendship_set
+from relations.services.social import block_set, friendship_set
 from tests.factories import TEST_ACTOR, put_like
 
 pytestmark = pytest.mark.django_db(databases="__all__")

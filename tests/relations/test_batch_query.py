@@ -109,13 +109,13 @@ def test_empty_list_is_an_empty_answer(api, make_user):
 
 def test_read_your_writes_with_min_relation_versions(api, make_user, make_video, author):
     from relations import cache
-    from relations.models import CacheGeneration
+    from relations.models import RelationCacheGeneration
 
     me = make_user()
     make_video("ryw", author)
     client = api.as_user(me)
     put = put_like(client, "ryw", "LIKED", "k1").json()
-    g = CacheGeneration.objects.get(status="ACTIVE").generation
+    g = RelationCacheGeneration.objects.get(status="ACTIVE").generation
     cache.relation_cache_write(g, [(me.pk, "ryw", "UNLIKED", 0)])  # an older cached value
     stale = batch(client, ["ryw"]).json()["items"][0]
     assert (stale["myState"], stale["relationVersion"]) == ("UNLIKED", 0)

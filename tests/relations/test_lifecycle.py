@@ -17,26 +17,20 @@ from django.core.management.base import CommandError
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 
+from counting import routing as reverse_routing
+from counting.models import LikeReverseProjection, LikeReverseSort
+from counting.services.reverse.projector import ReverseIndexProjector
+from likes_project.audit.models import AuditRecord
 from likes_project.errors import RateLimited
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
-from opsconsole.models import AuditRecord
-from relations import reverse_routing, routing
-from relations.models import (
-    AccountStatus,
-    LikeCommand,
-    LikeRelation,
-    LikeReverseProjection,
-    LikeReverseSort,
-    OutboxEvent,
-    UserPrivacy,
-)
+from relations import routing
+from relations.models import AccountStatus, LikeCommand, LikeRelation, OutboxEvent, UserPrivacy
 from relations.services.accounts import account_delete
 from relations.services.commands import relation_set_state
-from relations.services.reverse_index import ReverseIndexProjector
-from relations.services.videos import friendship_set
+from relations.services.social import friendship_set
 from tests.counting.helpers import bucket_sum, envelopes, project_all, projection_row, publish_all
-from tests.factories import TEST_ACTOR
+from tests.factories import TEST_ACTOR, run_jobs
 from tests.relations.helpers import outbox_rows, relation_row, total
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
@@ -61,7 +55,7 @@ def drain():
 
 def sort_users(video_id: str) -> set[int]:
     """Who has a sort entry (a visible-candidate liker) for the video in the active generation."""
-    gen = reverse_routing.active_generation().generation
+    gen = reverse_routing.reverse_active().generation
     out = set()
     for alias in settings.COUNT_PARTITION_ALIASES:
         out |= set(LikeReverseSort.objects.using(alias).filter(generation=gen, video_id=video_id)
@@ -70,7 +64,7 @@ def sort_users(video_id: str) -> set[int]:
 
 
 def reverse_state(user_id: int, video_id: str) -> tuple[str, int] | None:
-    gen = reverse_routing.active_generation()
+    gen = reverse_routing.reverse_active()
     row = LikeReverseProjection.objects.using(gen.alias_of(user_id)).filter(
         generation=gen.generation, video_id=video_id, user_id=user_id).first()
     return None if row is None else (row.state, row.relation_version)
@@ -372,10 +366,14 @@ def test_admin_account_delete_view_is_permission_checked_and_audited(make_user, 
     r = client.post(url, {"username": doomed.username})  # not confirmed: a form error, nothing done
     assert r.status_code == 200 and not AccountStatus.objects.filter(user_id=doomed.pk).exists()
     r = client.post(url, {"username": doomed.username, "confirm": "on"})
-    assert r.status_code == 200
-    assert "1 of 1 likes withdrawn" in r.content.decode()
+    assert r.status_code == 302  # the account is hidden at once, the withdrawal is a job
+    assert AccountStatus.objects.get(user_id=doomed.pk).status == "deleted"
+    assert relation_row(doomed.pk, "lc-adm").state == "LIKED"
+    [job] = run_jobs()
     assert relation_row(doomed.pk, "lc-adm").state == "UNLIKED"
+    assert "1 of 1 likes withdrawn" in client.get(r["Location"]).content.decode()  # the job's page
     assert AuditRecord.objects.get(action="account.delete").channel == "admin"
+    assert AuditRecord.objects.get(action="account.delete").job_id == job.pk
 
 
 # --- T34 ----------------------------------------------------------------------------------------------

@@ -10,12 +10,14 @@ import uuid
 import pytest
 from django.conf import settings
 
+from counting import routing as reverse_routing
+from counting.models import LikeReverseSort
+from counting.services.reverse.projector import ReverseIndexProjector
+from counting.services.reverse.rebuild import reverse_index_rebuild
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
-from relations import reverse_routing
-from relations.models import AccountStatus, Block, LikeReverseSort, UserPrivacy, VideoLikersVisibility
+from relations.models import AccountStatus, Block, UserPrivacy, VideoLikersVisibility
 from relations.services.commands import relation_set_state
-from relations.services.reverse_index import ReverseIndexProjector, reverse_index_rebuild
 from tests.counting.helpers import publish_all
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -34,7 +36,7 @@ def drain():
 
 def expected(video_id: str) -> list[int]:
     """The active generation's sort entries of a video, newest first by (liked_at DESC, user_id DESC)."""
-    gen = reverse_routing.active_generation().generation
+    gen = reverse_routing.reverse_active().generation
     out = []
     for alias in settings.COUNT_PARTITION_ALIASES:
         out += LikeReverseSort.objects.using(alias).filter(generation=gen, video_id=video_id).values_list(
@@ -89,7 +91,7 @@ def likers(make_user, make_video, author, video_id, n):
 
 def test_newest_first_across_partitions_and_shards(make_user, make_video, author, api):
     users = likers(make_user, make_video, author, "lk-order", 12)
-    gen = reverse_routing.active_generation()
+    gen = reverse_routing.reverse_active()
     assert {gen.alias_of(u.pk) for u in users} == set(settings.COUNT_PARTITION_ALIASES)
     assert len({gen.shard_of(u.pk) for u in users}) >= 3
     r = page(api.as_user(author), "lk-order", limit=100)
@@ -204,7 +206,7 @@ def _three_shards(make_user, gen, per_shard: int):
 
 
 def test_t32_prefetched_but_unpopped_rows_are_read_again(make_user, make_video, author, api):
-    gen = reverse_routing.active_generation()
+    gen = reverse_routing.reverse_active()
     a, b, c = _three_shards(make_user, gen, 4)
     make_video("lk-32", author)
     order = [a[0], b[0], c[0], a[1], a[2], b[1], c[1], c[2], a[3], b[2], b[3], c[3]]
@@ -228,7 +230,7 @@ def test_t33_a_rebuild_into_a_new_r_expires_old_cursors(make_user, make_video, a
     old = page(client, "lk-33", limit=2).json()["nextCursor"]
     assert page(client, "lk-33", limit=2, cursor=old).status_code == 200
     report = reverse_index_rebuild(shards=3)
-    assert report.status == "ACTIVE" and reverse_routing.active_generation().shards == 3
+    assert report.status == "ACTIVE" and reverse_routing.reverse_active().shards == 3
     r = page(client, "lk-33", limit=2, cursor=old)
     assert r.status_code == 410 and r.json()["code"] == "cursor_expired"
     got, _ = traverse(client, "lk-33", 2)

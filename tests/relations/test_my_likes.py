@@ -17,15 +17,16 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
-from opsconsole.models import AuditRecord
-from opsconsole.services import Actor
-from relations import routing, selectors_list
+from likes_project.audit.models import AuditRecord
+from likes_project.audit.services import Actor
+from relations import routing, selectors_my_likes
 from relations.models import LikeRelation, VideoSnapshot
 from relations.services import export
 from relations.services.commands import relation_set_state
-from tests.factories import put_like
+from tests.factories import put_like, run_jobs
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 transactional = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -73,7 +74,7 @@ def traverse(client, *, limit: int, cursor: str | None = None, max_pages: int = 
 
 
 def cursor_key(user, cursor: str) -> tuple:
-    key = selectors_list.list_cursor_decode(user_id=user.pk, cursor=cursor)
+    key = selectors_my_likes.list_cursor_decode(user_id=user.pk, cursor=cursor)
     return key.updated_at, key.video_id
 
 
@@ -182,8 +183,8 @@ def test_a_page_costs_one_shard_query_and_one_snapshot_query(viewer, author, mak
     like_new(viewer, author, make_video, ids(45))
     alias = routing.alias_for_user(viewer.pk)
     with CaptureQueriesContext(connections[alias]) as shard_q, CaptureQueriesContext(connections["default"]) as dflt_q:
-        first = selectors_list.liked_page_list(user_id=viewer.pk, limit=20)
-        second = selectors_list.liked_page_list(user_id=viewer.pk, limit=20, after=first.next_key)
+        first = selectors_my_likes.liked_page_list(user_id=viewer.pk, limit=20)
+        second = selectors_my_likes.liked_page_list(user_id=viewer.pk, limit=20, after=first.next_key)
     assert len(first.items) == len(second.items) == 20
     assert len(shard_q.captured_queries) == 2 and len(dflt_q.captured_queries) == 2
     assert not any("OFFSET" in q["sql"].upper() for q in shard_q.captured_queries)
@@ -203,8 +204,8 @@ def test_the_page_query_is_an_index_range_scan_without_a_sort(viewer, make_user)
     )
     with connections[alias].cursor() as cursor:
         cursor.execute(f"ANALYZE {LikeRelation._meta.db_table}")
-    after = selectors_list.ListKey(updated_at=base - timedelta(seconds=1500), video_id="bulk-01500")
-    qs = selectors_list.liked_rows_scan_queryset(alias=alias, user_id=viewer.pk, after=after, count=21)
+    after = selectors_my_likes.ListKey(updated_at=base - timedelta(seconds=1500), video_id="bulk-01500")
+    qs = selectors_my_likes.liked_rows_scan_queryset(alias=alias, user_id=viewer.pk, after=after, count=21)
 
     assert [row[1] for row in qs[:3]] == ["bulk-01501", "bulk-01502", "bulk-01503"]
     plan = qs.explain()
@@ -265,8 +266,8 @@ def test_another_users_cursor_is_400_invalid_cursor(api, cursor_setup):
 def test_a_cursor_signed_with_another_key_or_format_is_refused(api, cursor_setup, settings):
     alice, _bob, cursor = cursor_setup
     client = api.as_user(alice)
-    key = selectors_list.list_cursor_decode(user_id=alice.pk, cursor=cursor)
-    wrong_version = signing.Signer(key=settings.CURSOR_SIGNING_KEY, salt=selectors_list.CURSOR_SALT).sign_object(
+    key = selectors_my_likes.list_cursor_decode(user_id=alice.pk, cursor=cursor)
+    wrong_version = signing.Signer(key=settings.CURSOR_SIGNING_KEY, salt=selectors_my_likes.CURSOR_SALT).sign_object(
         {"v": 99, "u": alice.pk, "t": 0, "k": key.video_id})
     assert client.get(URL, {"cursor": wrong_version}).json()["code"] == "invalid_cursor"
 
@@ -391,7 +392,7 @@ EXPORT_ACTOR = Actor(name="tests", channel="cli")
 
 def liked_facts(user) -> dict[str, tuple[int, str]]:
     rows = LikeRelation.objects.using(routing.alias_for_user(user.pk)).filter(user_id=user.pk, state=LIKED)
-    return {r.video_id: (r.relation_version, selectors_list.iso_utc(r.state_changed_at)) for r in rows}
+    return {r.video_id: (r.relation_version, selectors_my_likes.iso_utc(r.state_changed_at)) for r in rows}
 
 
 def read_export(text: str) -> tuple[dict, list[dict], dict]:
@@ -561,7 +562,13 @@ def test_the_admin_export_downloads_the_same_file_and_is_audited(client, staff, 
     client.force_login(staff)
 
     assert client.get(EXPORT_ADMIN_URL).status_code == 200
-    resp = client.post(EXPORT_ADMIN_URL, {"username": user.username})
+    started = client.post(EXPORT_ADMIN_URL, {"username": user.username})
+    assert started.status_code == 302  # a job: the request does not run the export
+    [job] = run_jobs()
+    page = client.get(started["Location"]).content.decode()
+    download = reverse("admin:opsjobs_opsjob_download", args=[job.pk])
+    assert download in page
+    resp = client.get(download)
 
     assert resp.status_code == 200
     assert resp["Content-Disposition"].startswith(f'attachment; filename="likes-{user.username}-')

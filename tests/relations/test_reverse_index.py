@@ -14,26 +14,17 @@ from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
+from counting import routing as reverse_routing
+from counting.models import LikeReverseProjection, LikeReverseSort, ReverseEventReceipt, ReverseIndexGeneration
+from counting.services.reverse.projector import ReverseIndexProjector
+from counting.services.reverse.rebuild import reverse_generation_shadow_create, reverse_index_rebuild
+from likes_project.audit.models import AuditRecord
 from likes_project.eventlog import leases, streams
 from likes_project.eventlog.consumer import consume_partition
 from likes_project.eventlog.models import ConsumerCheckpoint, Lease
-from opsconsole.models import AuditRecord
-from relations import reverse_routing
 from relations import routing as relation_routing
-from relations.models import (
-    LikeRelation,
-    LikeReverseProjection,
-    LikeReverseSort,
-    ReverseEventReceipt,
-    ReverseIndexGeneration,
-    VideoSnapshot,
-)
+from relations.models import LikeRelation, VideoSnapshot
 from relations.services.commands import relation_set_state
-from relations.services.reverse_index import (
-    ReverseIndexProjector,
-    reverse_generation_shadow_create,
-    reverse_index_rebuild,
-)
 from tests.counting.helpers import envelopes, mark_all_sent, publish_all
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
@@ -59,7 +50,7 @@ def fact(user, video_id) -> LikeRelation:
 
 
 def state_row(generation: int, user_id: int, video_id: str) -> LikeReverseProjection | None:
-    gen = reverse_routing.load_generation(generation)
+    gen = reverse_routing.reverse_generation_load(generation)
     return LikeReverseProjection.objects.using(gen.alias_of(user_id)).filter(
         generation=generation, video_id=video_id, user_id=user_id).first()
 
@@ -74,7 +65,7 @@ def entries(generation: int, video_id: str) -> list[tuple[int, dt.datetime]]:
 
 
 def g1() -> int:
-    return reverse_routing.active_generation().generation
+    return reverse_routing.reverse_active().generation
 
 
 @pytest.fixture
@@ -95,7 +86,7 @@ def _independent_shard(user_id: int, r: int) -> int:
 
 
 def test_generation_1_contract_and_golden_vectors():
-    gen = reverse_routing.active_generation()
+    gen = reverse_routing.reverse_active()
     assert (gen.generation, gen.status, gen.hash_algorithm, gen.hash_seed, gen.user_id_encoding, gen.shards) == (
         1, "ACTIVE", "sha256-be64", "likes-reverse-v1", "decimal-ascii-v1", 8)
     aliases = list(settings.COUNT_PARTITION_ALIASES)
@@ -108,13 +99,13 @@ def test_generation_1_contract_and_golden_vectors():
 
 
 def test_a_new_r_is_a_new_generation_and_never_changes_the_active_one():
-    before = {u: reverse_routing.active_generation().shard_of(u) for u in PINNED_R8}
-    shadow = reverse_routing.from_row(reverse_generation_shadow_create(shards=4))
-    assert reverse_routing.active_generation().generation == 1
-    assert {u: reverse_routing.active_generation().shard_of(u) for u in PINNED_R8} == before
+    before = {u: reverse_routing.reverse_active().shard_of(u) for u in PINNED_R8}
+    shadow = reverse_routing.reverse_from_row(reverse_generation_shadow_create(shards=4))
+    assert reverse_routing.reverse_active().generation == 1
+    assert {u: reverse_routing.reverse_active().shard_of(u) for u in PINNED_R8} == before
     assert {u: shadow.shard_of(u) for u in PINNED_R8} == {u: _independent_shard(u, 4) for u in PINNED_R8}
     assert {u: shadow.shard_of(u) for u in PINNED_R8} != before
-    assert [g.generation for g in reverse_routing.live_generations()] == [1, shadow.generation]
+    assert [g.generation for g in reverse_routing.reverse_live()] == [1, shadow.generation]
 
 
 # --- REV-2 ordering cases --------------------------------------------------------------------------
@@ -175,7 +166,7 @@ def test_t14_v13_across_a_missing_v12_moves_the_entry_to_v13s_time(make_user, ma
     assert entries(g1(), "rv-14") == [(user.pk, t3)]  # replaced, never the first like's time
     row = state_row(g1(), user.pk, "rv-14")
     assert (row.state, row.relation_version, row.liked_at, row.reverse_shard) == (
-        "LIKED", 3, t3, reverse_routing.active_generation().shard_of(user.pk))
+        "LIKED", 3, t3, reverse_routing.reverse_active().shard_of(user.pk))
     streams.publish_pipeline([v2])  # the late v12 changes nothing
     assert sum(r.stale for r in project_reverse()) == 1
     assert entries(g1(), "rv-14") == [(user.pk, t3)]
@@ -222,7 +213,7 @@ def test_state_row_and_sort_entry_live_on_the_placement_partition(make_user, mak
     for u in users:
         cmd(u, "rv-place", "LIKED")
     drain()
-    gen = reverse_routing.active_generation()
+    gen = reverse_routing.reverse_active()
     for u in users:
         alias = gen.placement[gen.shard_of(u.pk)]
         for other in settings.COUNT_PARTITION_ALIASES:
@@ -342,7 +333,7 @@ def test_rebuild_into_a_new_r_gives_the_same_likers_and_leaves_the_old_rows(make
     call_command("rebuild_reverse_index", "--shards", "4", stderr=err, stdout=io.StringIO())
     assert "relations replayed into generation 2" in err.getvalue() and "generation 2: ACTIVE" in err.getvalue()
     assert dict(ReverseIndexGeneration.objects.values_list("generation", "status")) == {1: "RETIRED", 2: "ACTIVE"}
-    new = reverse_routing.active_generation()
+    new = reverse_routing.reverse_active()
     assert (new.generation, new.shards) == (2, 4)
     new_sort, new_state = _rows(2)
     assert {(v, u, t) for _a, v, u, t, _s in new_sort} == {(v, u, t) for _a, v, u, t, _s in old_sort}
@@ -350,7 +341,7 @@ def test_rebuild_into_a_new_r_gives_the_same_likers_and_leaves_the_old_rows(make
     assert {(v, u, st, ver) for _a, v, u, st, ver, _t, _up in new_state} == {
         (v, u, st, ver) for _a, v, u, st, ver, _t, _up in old_state}
     assert _rows(1) == (old_sort, old_state)  # the old generation is untouched
-    audit = AuditRecord.objects.get(action="reverse.rebuild")
+    audit = AuditRecord.objects.get(action="reverse.rebuild_activate")
     assert (audit.target_id, audit.outcome, audit.params["shards"]) == ("2", "active", 4)
 
 
@@ -370,7 +361,7 @@ def test_a_failed_rebuild_stays_failed_and_the_old_generation_stays_active(make_
     report = reverse_index_rebuild(shards=4, fail_after_backfill=True)
     assert report.status == "FAILED"
     assert dict(ReverseIndexGeneration.objects.values_list("generation", "status")) == {1: "ACTIVE", 2: "FAILED"}
-    assert reverse_routing.active_generation().generation == 1
+    assert reverse_routing.reverse_active().generation == 1
     before_failed = _rows(2)
     cmd(users[1], "rv-r1", "UNLIKED")
     drain()
@@ -380,8 +371,8 @@ def test_a_failed_rebuild_stays_failed_and_the_old_generation_stays_active(make_
 
 
 def test_a_second_rebuild_is_refused_while_a_shadow_exists():
-    from relations.services.reverse_index import ReverseRebuildFailed
+    from likes_project.generations import RebuildRunning
 
     reverse_generation_shadow_create(shards=4)
-    with pytest.raises(ReverseRebuildFailed):
+    with pytest.raises(RebuildRunning):
         reverse_generation_shadow_create(shards=5)

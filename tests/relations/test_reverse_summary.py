@@ -12,20 +12,16 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
+from counting import routing as reverse_routing
+from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort
+from counting.services.reverse.projector import RECENT_KEEP, ReverseIndexProjector
+from counting.services.reverse.retire import reverse_index_retire_deleted
+from counting.tasks import retire_deleted_videos_task
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
-from relations import reverse_routing
 from relations import routing as relation_routing
-from relations.models import (
-    LikeRelation,
-    LikeReverseProjection,
-    LikeReverseRecent,
-    LikeReverseSort,
-    UserPrivacy,
-)
+from relations.models import LikeRelation, UserPrivacy
 from relations.services.commands import relation_set_state
-from relations.services.reverse_index import RECENT_KEEP, ReverseIndexProjector, reverse_index_retire_deleted
-from relations.tasks import retire_deleted_videos_task
 from tests.counting.helpers import publish_all
 
 # Transactional: the publisher only takes rows whose transaction has committed.
@@ -44,7 +40,7 @@ def drain():
 
 
 def gen():
-    return reverse_routing.active_generation()
+    return reverse_routing.reverse_active()
 
 
 def recent(video_id: str, alias: str | None = None) -> dict[int, object]:

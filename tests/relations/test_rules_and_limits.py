@@ -7,14 +7,14 @@ import json
 import pytest
 
 from likes_project import metrics
+from likes_project.audit.models import AuditRecord
 from likes_project.errors import RateLimited
 from likes_project.redis_client import reset_clients
-from opsconsole.models import AuditRecord
 from relations import cache, selectors
 from relations.errors import BlockedByAuthor, VideoFriendsOnly, VideoNotFound, VideoTakenDown
 from relations.services import limits
 from relations.services.commands import relation_set_state
-from relations.services.videos import block_set, friendship_set
+from relations.services.social import block_set, friendship_set
 from tests.factories import TEST_ACTOR, put_like
 from tests.relations.helpers import nothing_written, relation_row
 

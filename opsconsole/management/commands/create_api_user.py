@@ -4,9 +4,9 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from likes_project.audit.services import audit_record, cli_actor_resolve
+from likes_project.cli import DomainCommand
 from likes_project.errors import InvalidInput
-from opsconsole.cli import DomainCommand
-from opsconsole.services import audit_record, cli_actor_resolve
 
 
 class Command(DomainCommand):

@@ -5,10 +5,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from opsconsole.cli import DomainCommand
-from opsconsole.services import Actor, audit_record
+from likes_project.audit.services import Actor, audit_record
+from likes_project.cli import DomainCommand
 from relations.selectors import video_snapshot_get
-from relations.services.videos import block_set, friendship_set, video_snapshot_upsert
+from relations.services.social import block_set, friendship_set
+from relations.services.videos import video_snapshot_upsert
 
 DEMO_USERS = ["alice", "bob", "carol", "dave"]
 DEMO_VIDEOS = [

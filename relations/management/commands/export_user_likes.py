@@ -7,19 +7,22 @@ all: it is written to a temporary file next to --out and renamed over it at the 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 from django.core.management.base import CommandError
 from django.db import DatabaseError
 
-from opsconsole.cli import DomainCommand, user_by_username
-from opsconsole.services import cli_actor_resolve
-from relations.selectors_list import iso_utc
+from likes_project.audit.services import cli_actor_resolve
+from likes_project.cli import JobCommand, user_by_username
+from likes_project.cursors import iso_utc
+from likes_project.opsjobs.services import job_file_path
+from relations.jobs import LIKES_EXPORT
 from relations.services.export import EXPORT_PERMISSION, user_likes_export
 
 
-class Command(DomainCommand):
+class Command(JobCommand):
     help = ("Write all of <username>'s likes to --out as JSON lines, exact as of one snapshot; progress "
             "goes to stderr, the as-of time to the file's header and to stdout.")
 
@@ -28,7 +31,10 @@ class Command(DomainCommand):
         parser.add_argument("--out", required=True, help="Destination file (replaced atomically when done).")
         parser.add_argument("--chunk-rows", type=int, default=None,
                             help="Rows per read and per progress line (default LIKES_EXPORT_CHUNK_ROWS, 1000).")
-        self.add_actor_argument(parser)
+        self.add_job_arguments(parser)
+
+    job_kind = LIKES_EXPORT
+    permission = EXPORT_PERMISSION
 
     def run(self, *args, **options):
         user = user_by_username(options["username"])
@@ -48,6 +54,8 @@ class Command(DomainCommand):
         def progress(rows: int) -> None:
             self.stderr.write(f"{user.username}: {rows} likes exported...")
 
+        if options.get("run_async"):
+            return self._run_on_workers(user, tmp, out_path, options)
         try:
             with tmp:
                 result = user_likes_export(user_id=user.pk, out=tmp, actor=actor, destination=str(out_path),
@@ -65,3 +73,23 @@ class Command(DomainCommand):
             f"as of {iso_utc(result.as_of)} to {out_path}; {result.unlisted_count} of them on videos the list "
             f"hides (taken down, deleted or unknown), flagged listed=false."
         )
+
+    def _run_on_workers(self, user, tmp, out_path: Path, options) -> None:
+        """--async: the export job runs on a worker and writes its file where jobs keep theirs; this
+        command follows it, then copies the file to --out (atomically, as in the foreground)."""
+        try:
+            job = self.job_run(options=options, target=f"user:{user.pk}",
+                               params={"user_id": user.pk, "username": user.username, "destination": str(out_path)})
+            source = job_file_path(job)
+            if job.status != "SUCCEEDED" or source is None:
+                raise self.job_failed(job)
+            with tmp, open(source, encoding="utf-8") as src:
+                shutil.copyfileobj(src, tmp)
+            os.replace(tmp.name, out_path)
+        finally:
+            if os.path.exists(tmp.name):
+                os.unlink(tmp.name)
+        r = job.result
+        self.stdout.write(f"Exported {r['rowCount']} likes of {user.username} (user {user.pk}, shard {r['shard']}) "
+                          f"as of {r['asOf']} to {out_path} (job {job.pk}); {r['unlistedCount']} of them on videos "
+                          f"the list hides (taken down, deleted or unknown), flagged listed=false.")

@@ -1,8 +1,8 @@
 """Add or remove a block: the blocked user may not like the blocker's videos."""
 
-from opsconsole.cli import DomainCommand, user_by_username
-from opsconsole.services import cli_actor_resolve
-from relations.services.videos import block_set
+from likes_project.audit.services import cli_actor_resolve
+from likes_project.cli import DomainCommand, user_by_username
+from relations.services.social import block_set
 
 
 class Command(DomainCommand):

@@ -1,8 +1,8 @@
 """Add or remove a friendship between two users."""
 
-from opsconsole.cli import DomainCommand, user_by_username
-from opsconsole.services import cli_actor_resolve
-from relations.services.videos import friendship_set
+from likes_project.audit.services import cli_actor_resolve
+from likes_project.cli import DomainCommand, user_by_username
+from relations.services.social import friendship_set
 
 
 class Command(DomainCommand):

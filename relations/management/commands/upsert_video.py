@@ -1,7 +1,7 @@
 """Push a video visibility snapshot, as the video service would."""
 
-from opsconsole.cli import DomainCommand, user_by_username
-from opsconsole.services import cli_actor_resolve
+from likes_project.audit.services import cli_actor_resolve
+from likes_project.cli import DomainCommand, user_by_username
 from relations import validation
 from relations.models import VideoStatus, VideoVisibility
 from relations.services.videos import video_snapshot_upsert

@@ -1,16 +1,17 @@
 """DRF views of who liked a video (`GET /v1/videos/<videoId>/likers` and `.../likers/recent`, issue 5
 §2). Validate, check the permission, call the likers selector, serialize; the rules live in
-`relations.selectors_likers`."""
+`counting.selectors_likers`."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from relations import selectors_likers, validation
-from relations.api.serializers import ErrorSerializer
+from counting import selectors_likers
+from relations import validation
+from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
 WATERMARK_HELP = ("The reverse index holds every relation change published up to this time (UTC): the lowest "
@@ -43,12 +44,7 @@ class LikersView(APIView):
 
     @extend_schema(
         operation_id="video_likers_list",
-        parameters=[
-            OpenApiParameter("limit", int, OpenApiParameter.QUERY, required=False,
-                             description="Page size, 1-100 (default 20)."),
-            OpenApiParameter("cursor", str, OpenApiParameter.QUERY, required=False,
-                             description="The nextCursor of the previous page; omit for the first page."),
-        ],
+        parameters=PAGE_PARAMETERS,
         responses={200: LikersPageSerializer, **ERRORS, 410: ErrorSerializer},
     )
     def get(self, request, video_id: str):

@@ -31,38 +31,29 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core import signing
 from django.db import connections
 
-from likes_project.errors import DomainError, Forbidden, InvalidInput
-from likes_project.eventlog import streams
-from likes_project.eventlog.models import ConsumerCheckpoint
-from relations import reverse_routing, selectors
+from counting import routing
+from counting.models import LikeReverseRecent, LikeReverseSort
+from counting.services.reverse.projector import RECENT_KEEP, REVERSE_CONSUMER
+from likes_project.cursors import cursor_sign, cursor_unsign, from_micros, invalid_cursor, iso_utc, micros
+from likes_project.errors import DomainError, Forbidden
+from likes_project.eventlog.checkpoints import consumer_watermark
+from relations import selectors
 from relations.errors import VideoNotFound
-from relations.models import (
-    AccountStatus,
-    AccountStatusValue,
-    Block,
-    LikeReverseRecent,
-    LikeReverseSort,
-    UserPrivacy,
-    VideoLikersVisibility,
-)
-from relations.selectors_list import iso_utc, list_limit_parse
-from relations.services.reverse_index import RECENT_KEEP
+from relations.selectors_my_likes import list_limit_parse
+from relations.selectors_privacy import hidden_likers, likers_public
 
 DEFAULT_SCAN_LIMIT = 1000
 RECENT_LIMIT = 3
-CURSOR_SALT = "relations.likers.cursor"
+CURSOR_SALT = "relations.likers.cursor"  # unchanged since the index moved here: issued cursors stay valid
 CURSOR_FORMAT = 1
 CURSOR_MAX_CHARS = 4096  # one frontier per shard
-REVERSE_CONSUMER = "reverse"
 EXHAUSTED = 0
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 __all__ = ["list_limit_parse"]
 
@@ -101,14 +92,6 @@ def scan_limit() -> int:
     return max(1, int(getattr(settings, "LIKERS_SCAN_LIMIT", DEFAULT_SCAN_LIMIT)))
 
 
-def _micros(value: datetime) -> int:
-    return (value - _EPOCH) // timedelta(microseconds=1)
-
-
-def _from_micros(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
-
-
 # --- permission ------------------------------------------------------------------------------------
 
 
@@ -119,27 +102,17 @@ def likers_permission_check(*, caller_id: int, video_id: str) -> None:
     if not selectors.video_visible_to(user_id=caller_id, video_id=video_id):
         raise VideoNotFound()
     video = selectors.video_snapshot_get(video_id=video_id)
-    if video.author_id == caller_id:
-        return
-    override = VideoLikersVisibility.objects.filter(video_id=video_id).values_list("likers_public", flat=True).first()
-    if override is None:
-        override = UserPrivacy.objects.filter(user_id=video.author_id).values_list("likers_public", flat=True).first()
-    if not override:
+    if video.author_id != caller_id and not likers_public(video_id=video_id, author_id=video.author_id):
         raise LikersNotVisible()
 
 
 # --- cursor ------------------------------------------------------------------------------------------
 
 
-def _signer() -> signing.Signer:
-    return signing.Signer(key=settings.CURSOR_SIGNING_KEY, salt=CURSOR_SALT,
-                          fallback_keys=getattr(settings, "CURSOR_SIGNING_KEY_FALLBACKS", []))
-
-
 def likers_cursor_encode(*, caller_id: int, video_id: str, page: LikersPage) -> str:
     frontiers = [f if f is None or f == EXHAUSTED else [f[0], f[1]] for f in page.frontiers]
     payload = {"v": CURSOR_FORMAT, "u": caller_id, "vid": video_id, "g": page.generation, "f": frontiers}
-    return _signer().sign_object(payload, compress=True)
+    return cursor_sign(salt=CURSOR_SALT, payload=payload, compress=True)
 
 
 def _valid_frontier(f) -> bool:
@@ -156,16 +129,9 @@ def likers_cursor_decode(*, caller_id: int, video_id: str, cursor: str, generati
     """The per-shard frontiers of a cursor this service issued to this caller for this video in
     `generation`. Tampered or foreign cursors are 400 `invalid_cursor`; a cursor of another generation
     is 410 `cursor_expired`."""
-    invalid = InvalidInput("The cursor is not valid for this list; start again without a cursor.",
-                           code="invalid_cursor")
-    if not cursor or len(cursor) > CURSOR_MAX_CHARS:
-        raise invalid
-    try:
-        payload = _signer().unsign_object(cursor)
-    except (signing.BadSignature, ValueError, TypeError, UnicodeError):
-        raise invalid from None
-    if (not isinstance(payload, dict) or payload.get("v") != CURSOR_FORMAT or payload.get("u") != caller_id
-            or payload.get("vid") != video_id):
+    invalid = invalid_cursor()
+    payload = cursor_unsign(salt=CURSOR_SALT, cursor=cursor, max_chars=CURSOR_MAX_CHARS, version=CURSOR_FORMAT)
+    if payload.get("u") != caller_id or payload.get("vid") != video_id:
         raise invalid
     gen = payload.get("g")
     if isinstance(gen, bool) or not isinstance(gen, int):
@@ -179,7 +145,7 @@ def likers_cursor_decode(*, caller_id: int, video_id: str, cursor: str, generati
     for f in frontiers:
         if isinstance(f, list):
             try:
-                _from_micros(f[0])
+                from_micros(f[0])
             except OverflowError:
                 raise invalid from None
             out.append((f[0], f[1]))
@@ -196,7 +162,7 @@ def _prefetch(alias: str, generation: int, video_id: str, wanted: list[tuple[int
     """Up to `count` sort entries per shard strictly after each shard's frontier, newest first, in
     one query on count partition `alias` (one index range per shard through a LATERAL join)."""
     shards = [s for s, _f in wanted]
-    times = [None if f is None else _from_micros(f[0]) for _s, f in wanted]
+    times = [None if f is None else from_micros(f[0]) for _s, f in wanted]
     users = [None if f is None else f[1] for _s, f in wanted]
     table = LikeReverseSort._meta.db_table
     with connections[alias].cursor() as cursor:
@@ -214,24 +180,10 @@ def _prefetch(alias: str, generation: int, video_id: str, wanted: list[tuple[int
     return out
 
 
-def _hidden_users(*, caller_id: int, user_ids: set[int]) -> set[int]:
-    """Who among these likers the caller must not see (REV-6): private likes (except the caller),
-    banned or deleted accounts, users the caller has blocked. Three indexed queries on `default`."""
-    if not user_ids:
-        return set()
-    ids = list(user_ids)
-    hidden = set(UserPrivacy.objects.filter(user_id__in=ids, likes_private=True).values_list("user_id", flat=True))
-    hidden.discard(caller_id)
-    hidden |= set(AccountStatus.objects.filter(user_id__in=ids).exclude(status=AccountStatusValue.ACTIVE)
-                  .values_list("user_id", flat=True))
-    hidden |= set(Block.objects.filter(blocker_id=caller_id, blocked_id__in=ids).values_list("blocked_id", flat=True))
-    return hidden
-
-
 def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str | None = None,
                      max_scan: int | None = None) -> LikersPage:
     """One page of the video's visible likers (permission checked by the caller of this function)."""
-    gen = reverse_routing.active_generation()
+    gen = routing.reverse_active()
     if cursor is None:
         frontiers: list = [None] * gen.shards
     else:
@@ -256,14 +208,14 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
                 more[s] = len(rows) == batch
                 fresh |= {u for _t, u in rows}
         todo = fresh - checked
-        hidden.update(_hidden_users(caller_id=caller_id, user_ids=todo))
+        hidden.update(hidden_likers(caller_id=caller_id, user_ids=todo))
         checked.update(todo)
 
     fetch([s for s in range(gen.shards) if frontiers[s] != EXHAUSTED])
     heap: list[tuple[int, int, int, int]] = []  # (-micros, -user_id, shard, index in buffer)
     for s, rows in buffers.items():
         if rows:
-            heapq.heappush(heap, (-_micros(rows[0][0]), -rows[0][1], s, 0))
+            heapq.heappush(heap, (-micros(rows[0][0]), -rows[0][1], s, 0))
         else:
             frontiers[s] = EXHAUSTED
     picked: list[tuple[datetime, int]] = []
@@ -272,19 +224,19 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
         _neg_t, _neg_u, s, i = heapq.heappop(heap)
         liked_at, user_id = buffers[s][i]
         popped += 1
-        frontiers[s] = (_micros(liked_at), user_id)  # REV-7: popped, and now returned or filtered
+        frontiers[s] = (micros(liked_at), user_id)  # REV-7: popped, and now returned or filtered
         if user_id not in hidden:
             picked.append((liked_at, user_id))
         if i + 1 < len(buffers[s]):
             nxt = buffers[s][i + 1]
-            heapq.heappush(heap, (-_micros(nxt[0]), -nxt[1], s, i + 1))
+            heapq.heappush(heap, (-micros(nxt[0]), -nxt[1], s, i + 1))
         elif more[s]:
             if len(picked) >= limit or popped >= budget:
                 continue  # the page is over; the shard is read again from its frontier next page
             fetch([s])
             if buffers[s]:
                 head = buffers[s][0]
-                heapq.heappush(heap, (-_micros(head[0]), -head[1], s, 0))
+                heapq.heappush(heap, (-micros(head[0]), -head[1], s, 0))
             else:
                 frontiers[s] = EXHAUSTED
         else:
@@ -298,22 +250,8 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
 def index_watermark() -> str | None:
     """The lowest `reverse` consumer checkpoint over all stream partitions, as the ISO UTC time of its
     entry id's millisecond part; null when a partition has consumed nothing yet."""
-    partitions = streams.all_partitions()
-    done = dict(ConsumerCheckpoint.objects.filter(consumer=REVERSE_CONSUMER, partition__in=partitions)
-                .values_list("partition", "last_done_id"))
-    lowest = None
-    for p in partitions:
-        entry = done.get(p, "0-0")
-        try:
-            ms = int(entry.split("-", 1)[0])
-        except ValueError:
-            return None
-        if ms <= 0:
-            return None
-        lowest = ms if lowest is None else min(lowest, ms)
-    if lowest is None:
-        return None
-    return iso_utc(_EPOCH + timedelta(milliseconds=lowest))
+    watermark = consumer_watermark(REVERSE_CONSUMER)
+    return None if watermark is None else iso_utc(watermark)
 
 
 def recent_likers_list(*, caller_id: int, video_id: str) -> list[Liker]:
@@ -323,13 +261,13 @@ def recent_likers_list(*, caller_id: int, video_id: str) -> list[Liker]:
     the list (REV-6) is applied. The sort index is never read here. K > 3 leaves headroom for hidden
     likers; when more than K - 3 of a partition's kept likers are hidden the summary may return fewer than
     3 even though older visible likers exist (the full list still pages through them)."""
-    gen = reverse_routing.active_generation()
+    gen = routing.reverse_active()
     rows: list[tuple[datetime, int]] = []
     for alias in settings.COUNT_PARTITION_ALIASES:
         rows += LikeReverseRecent.objects.using(alias).filter(generation=gen.generation, video_id=video_id).order_by(
             "-liked_at", "-user_id").values_list("liked_at", "user_id")[:RECENT_KEEP]
     rows.sort(reverse=True)
-    hidden = _hidden_users(caller_id=caller_id, user_ids={u for _t, u in rows})
+    hidden = hidden_likers(caller_id=caller_id, user_ids={u for _t, u in rows})
     picked = [(t, u) for t, u in rows if u not in hidden][:RECENT_LIMIT]
     names = dict(get_user_model().objects.filter(pk__in=[u for _t, u in picked]).values_list("pk", "username"))
     return [Liker(u, names.get(u, ""), t) for t, u in picked]

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
-from django.core import signing
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
+from likes_project.cursors import cursor_sign, cursor_unsign, from_micros, invalid_cursor, iso_utc, micros
 from likes_project.errors import InvalidInput
 from relations import routing
 from relations.models import LikeRelation, RelationState, VideoSnapshot, VideoStatus
@@ -38,7 +38,6 @@ DEFAULT_SCAN_LIMIT = 1000
 CURSOR_SALT = "relations.my-likes.cursor"
 CURSOR_FORMAT = 1
 CURSOR_MAX_CHARS = 512  # a real cursor is ~120 characters; anything far longer is not ours
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LIMIT_RE = re.compile(r"-?[0-9]{1,6}")
 
 
@@ -67,10 +66,6 @@ class LikedPage:
     scanned: int  # raw rows examined (visible or not)
 
 
-def iso_utc(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 def max_limit() -> int:
     return int(getattr(settings, "MY_LIKES_MAX_LIMIT", DEFAULT_MAX_LIMIT))
 
@@ -93,43 +88,24 @@ def list_limit_parse(raw: str | None) -> int:
     return int(raw)
 
 
-def _signer() -> signing.Signer:
-    return signing.Signer(key=settings.CURSOR_SIGNING_KEY, salt=CURSOR_SALT,
-                          fallback_keys=getattr(settings, "CURSOR_SIGNING_KEY_FALLBACKS", []))
-
-
-def _micros(value: datetime) -> int:
-    return (value - _EPOCH) // timedelta(microseconds=1)
-
-
 def list_cursor_encode(*, user_id: int, key: ListKey) -> str:
-    """An opaque, signed cursor: format version, owner and raw key. Microseconds since the epoch keep
-    the timestamp exact (PostgreSQL stores microseconds), so "strictly below" never skips a tie."""
-    payload = {"v": CURSOR_FORMAT, "u": user_id, "t": _micros(key.updated_at), "k": key.video_id}
-    return _signer().sign_object(payload)
+    """An opaque, signed cursor: format version, owner and raw key (`likes_project.cursors`)."""
+    payload = {"v": CURSOR_FORMAT, "u": user_id, "t": micros(key.updated_at), "k": key.video_id}
+    return cursor_sign(salt=CURSOR_SALT, payload=payload)
 
 
 def list_cursor_decode(*, user_id: int, cursor: str) -> ListKey:
     """The raw key in a cursor this service issued to this user; anything else is `invalid_cursor`
     (tampered, truncated, garbage, another user's, an unknown format version)."""
-    invalid = InvalidInput("The cursor is not valid for this list; start again without a cursor.",
-                           code="invalid_cursor")
-    if not cursor or len(cursor) > CURSOR_MAX_CHARS:
-        raise invalid
+    payload = cursor_unsign(salt=CURSOR_SALT, cursor=cursor, max_chars=CURSOR_MAX_CHARS, version=CURSOR_FORMAT)
+    stamp, video_id = payload.get("t"), payload.get("k")
+    if (payload.get("u") != user_id or isinstance(stamp, bool) or not isinstance(stamp, int)
+            or not isinstance(video_id, str)):
+        raise invalid_cursor()
     try:
-        payload = _signer().unsign_object(cursor)
-    except (signing.BadSignature, ValueError, TypeError, UnicodeError):
-        raise invalid from None
-    if not isinstance(payload, dict) or payload.get("v") != CURSOR_FORMAT or payload.get("u") != user_id:
-        raise invalid
-    micros, video_id = payload.get("t"), payload.get("k")
-    if isinstance(micros, bool) or not isinstance(micros, int) or not isinstance(video_id, str):
-        raise invalid
-    try:
-        updated_at = _EPOCH + timedelta(microseconds=micros)
+        return ListKey(updated_at=from_micros(stamp), video_id=video_id)
     except OverflowError:
-        raise invalid from None
-    return ListKey(updated_at=updated_at, video_id=video_id)
+        raise invalid_cursor() from None
 
 
 # --- the scan ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The count projection. Control-plane contracts and pointers live on `default`; the projection, the
-sparse virtual buckets, the receipts and the partition-local fences live on each count partition
-(`db_family = "count_partition"`), so one local transaction covers all three (PROJ-3)."""
+"""The count projection's contracts and pointers on `default`, and its rows on each count partition
+(`db_family = "count_partition"`): projection, sparse virtual buckets, receipts, fences and dirty marks, so
+one local transaction covers them all (PROJ-3)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class CountBucketSpace(models.Model):
         return f"bucket space v{self.version} ({self.hash_algorithm}, V={self.virtual_buckets})"
 
 
-class GenerationStatus(models.TextChoices):
+class ProjectionGenerationStatus(models.TextChoices):
     SHADOW = "SHADOW"
     ACTIVE = "ACTIVE"
     RETIRED = "RETIRED"
@@ -42,7 +42,8 @@ class CountProjectionGeneration(models.Model):
     generation = models.PositiveIntegerField(primary_key=True)
     bucket_space_version = models.PositiveIntegerField()
     active_manifest_id = models.BigIntegerField(null=True)
-    status = models.CharField(max_length=8, choices=GenerationStatus.choices, default=GenerationStatus.SHADOW)
+    status = models.CharField(max_length=8, choices=ProjectionGenerationStatus.choices,
+                              default=ProjectionGenerationStatus.SHADOW)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -105,78 +106,6 @@ class CountBucketRoute(models.Model):
 
     def __str__(self) -> str:
         return f"bsv {self.bucket_space_version} vb {self.virtual_bucket} -> {self.physical_partition}"
-
-
-class VideoDisplayCount(models.Model):
-    """The durable display snapshot of one video (SNAP-1, E-21). Read by `like-count` when the Redis
-    view misses; never computed with COUNT(*) on request."""
-
-    video_id = models.CharField(max_length=64, primary_key=True)
-    generation = models.PositiveIntegerField()
-    manifest_id = models.BigIntegerField()
-    raw_active_count = models.BigIntegerField()
-    risk_hidden_count = models.BigIntegerField(default=0)
-    policy_hidden_count = models.BigIntegerField(default=0)
-    display_count = models.BigIntegerField()
-    snapshot_id = models.BigIntegerField()
-    generated_at = models.DateTimeField()
-    watermark = models.JSONField(default=dict)
-
-    def __str__(self) -> str:
-        return f"{self.video_id}: {self.display_count} (snapshot {self.snapshot_id})"
-
-
-class CountRefreshSwitch(models.Model):
-    """Per-video switch that pauses display refreshes (spec §8.6)."""
-
-    video_id = models.CharField(max_length=64, primary_key=True)
-    paused = models.BooleanField(default=True)
-    reason = models.CharField(max_length=256, blank=True, default="")
-    updated_by = models.CharField(max_length=150, blank=True, default="")
-    updated_at = models.DateTimeField(auto_now=True)
-
-    def __str__(self) -> str:
-        return f"{self.video_id}: refresh {'paused' if self.paused else 'on'}"
-
-
-class CountCacheStatus(models.TextChoices):
-    REBUILDING = "REBUILDING"
-    ACTIVE = "ACTIVE"
-    FAILED = "FAILED"
-    RETIRED = "RETIRED"
-
-
-class CountCacheGeneration(models.Model):
-    """COUNT_CACHE_GENERATION (E-15): one generation of the Redis count cache (bucket and view layers
-    under `…:count:g<generation>:` / `…:count:view:g<generation>:`). Built REBUILDING from the durable
-    vbuckets of `projection_generation` as routed by the pinned `route_manifest_id`, then CAS-switched
-    to ACTIVE (the previous one RETIRED) in one transaction (CCACHE-3). Reads use the ACTIVE one only."""
-
-    generation = models.PositiveIntegerField(primary_key=True)
-    status = models.CharField(max_length=10, choices=CountCacheStatus.choices)
-    projection_generation = models.PositiveIntegerField()
-    route_manifest_id = models.BigIntegerField()  # pinned for the build; the rebuild fails if it moves
-    previous_generation = models.PositiveIntegerField(null=True)  # the ACTIVE one when the build began
-    build_from = models.DateTimeField()  # start point: changes at or after it are caught up
-    start_checkpoints = models.JSONField(default=dict)  # count consumer {partition: last_done_id} at start
-    rows_written = models.BigIntegerField(default=0)
-    started_by = models.CharField(max_length=150, blank=True, default="")
-    failure_reason = models.CharField(max_length=512, blank=True, default="")
-    started_at = models.DateTimeField()
-    activated_at = models.DateTimeField(null=True)
-    finished_at = models.DateTimeField(null=True)  # when it became FAILED or RETIRED
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"),
-                                    name="one_active_count_cache_generation"),
-            models.UniqueConstraint(fields=["status"], condition=Q(status="REBUILDING"),
-                                    name="one_rebuilding_count_cache_generation"),
-        ]
-        permissions = [("rebuild_count_cache", "Can rebuild the count cache")]
-
-    def __str__(self) -> str:
-        return f"count cache generation {self.generation} ({self.status}, manifest {self.route_manifest_id})"
 
 
 # --- count partitions --------------------------------------------------------------------------

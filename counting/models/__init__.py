@@ -1,0 +1,35 @@
+"""The count projection, the display counts and their Redis cache's generations, and the reverse
+(who liked) index. One module per concern; every model is importable from `counting.models`."""
+
+from counting.models.display import CountCacheGeneration, CountRefreshSwitch, VideoDisplayCount
+from counting.models.projection import (
+    CountBucketRoute,
+    CountBucketSpace,
+    CountConsumerFence,
+    CountEventReceipt,
+    CountProjectionGeneration,
+    CountRouteFence,
+    CountRouteManifest,
+    CountRouteManifestItem,
+    DirtyVideo,
+    FenceState,
+    LikeCountProjection,
+    ManifestStatus,
+    ProjectionGenerationStatus,
+    VideoLikeCountVbucket,
+)
+from counting.models.reverse import (
+    LikeReverseProjection,
+    LikeReverseRecent,
+    LikeReverseSort,
+    ReverseEventReceipt,
+    ReverseIndexGeneration,
+)
+
+__all__ = [
+    "CountBucketRoute", "CountBucketSpace", "CountCacheGeneration", "CountConsumerFence", "CountEventReceipt",
+    "CountProjectionGeneration", "CountRefreshSwitch", "CountRouteFence", "CountRouteManifest",
+    "CountRouteManifestItem", "DirtyVideo", "FenceState", "LikeCountProjection", "LikeReverseProjection",
+    "LikeReverseRecent", "LikeReverseSort", "ManifestStatus", "ProjectionGenerationStatus", "ReverseEventReceipt",
+    "ReverseIndexGeneration", "VideoDisplayCount", "VideoLikeCountVbucket",
+]

@@ -1,0 +1,31 @@
+"""The counting app's scrape-time gauges (registered with `likes_project.observability`): how old the
+oldest change not yet in a display snapshot is."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import Min
+from django.utils import timezone
+
+from counting import routing
+from counting.models import DirtyVideo
+from likes_project.observability import Scrape, age_seconds, register_part
+
+
+def _snapshot_staleness(scrape: Scrape) -> None:
+    # One gauge over every count partition: a partition that cannot be read would make it lie low,
+    # so any failure drops the whole gauge.
+    generation = routing.active().generation
+    oldest = None
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        at = (DirtyVideo.objects.using(alias).filter(generation=generation)
+              .aggregate(oldest=Min("first_dirty_at"))["oldest"])
+        if at is not None and (oldest is None or at < oldest):
+            oldest = at
+    scrape.family("likes_display_snapshot_oldest_dirty_age_seconds",
+                  "Age of the oldest change not yet in a display snapshot (0 when none)."
+                  ).add(age_seconds(oldest, timezone.now()))
+
+
+def register() -> None:
+    register_part("snapshot_staleness", _snapshot_staleness)

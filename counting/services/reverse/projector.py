@@ -1,0 +1,283 @@
+"""The reverse-index projector on the shared consumer framework.
+
+For a batch of events read from one stream partition:
+  every live generation (ACTIVE, and the building one during a rebuild) -> reverse shard of the user ->
+  the count partition `placement[shard]` -> per partition ONE local transaction that checks the
+  consumer fence, skips receipted (generation, position)s, folds the versioned REV-2 rule over the
+  locked state rows, deletes the exact old sort entries, inserts the new ones, updates the
+  state/tombstone rows, keeps the recent-likers summary in step and writes the receipts. The framework
+  advances the checkpoint only over entries whose every group committed.
+
+`liked_at` is always the relation transaction's `stateChangedAt` (for a rebuild: the fact's
+`state_changed_at`), never a publish, delivery or consume time. Serving filters (deleted videos,
+privacy, bans, blocks) are applied at read time by the likers API, not here (REV-6): the projection
+keeps recording versions and tombstones whatever the video's status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from counting import routing
+from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort, ReverseEventReceipt
+from counting.services.group_kit import (
+    DUPLICATE,
+    GroupOutcome,
+    apply_result,
+    consumer_fence_check,
+    fold_versions,
+    receipts_seen,
+    receipts_write,
+    rows_ensure,
+    table,
+)
+from likes_project.eventlog.consumer import Retryable
+from likes_project.eventlog.streams import StreamEntry
+from relations.events import LIKED, UNLIKED, validate_event
+
+logger = logging.getLogger(__name__)
+
+REVERSE_CONSUMER = "reverse"
+RECENT_KEEP = 20  # K: rows of the recent-likers summary kept per (generation, video) on each partition
+
+
+@dataclass(frozen=True)
+class Item:
+    """One relation change aimed at one generation's rows: an event (ref = stream entry id) or, in a
+    rebuild, a relation fact (ref = "")."""
+
+    generation: int
+    shard: int
+    video_id: str
+    user_id: int
+    version: int
+    state: str
+    changed_at: dt.datetime
+    ref: str = ""
+    event_id: str = ""
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        return (self.generation, self.video_id, self.user_id)
+
+
+@dataclass
+class Row:
+    state: str
+    version: int
+    liked_at: dt.datetime | None
+    shard: int
+
+
+def fold_items(items: list[Item], before: dict[tuple[int, str, int], Row]
+               ) -> tuple[dict[tuple[int, str, int], Row], list[tuple[Item, str]]]:
+    """REV-2 in stream order, in memory: a version not above the current one changes nothing; a higher
+    UNLIKED makes a tombstone (no sort entry); a higher LIKED (v13 across a missing v12 included) puts
+    the entry at that version's own stateChangedAt. Unknown relations start as UNLIKED v0."""
+    return fold_versions(
+        items, before, key=lambda it: it.key, version=lambda it: it.version, stored_version=lambda row: row.version,
+        apply=lambda it, _cur: Row(it.state, it.version, it.changed_at if it.state == LIKED else None, it.shard),
+    )
+
+
+def _ensure_state_rows(alias: str, items: list[Item], now) -> None:
+    """Missing state rows as UNLIKED v0 placeholders ("never seen") before the group transaction, so
+    the projector and a rebuild's backfill of the same rows never race on an insert (D31)."""
+    rows_ensure(alias, LikeReverseProjection,
+                columns=[("generation", "int"), ("video_id", "text"), ("user_id", "bigint"), ("reverse_shard", "int")],
+                rows=[(it.generation, it.video_id, it.user_id, it.shard) for it in items],
+                defaults={"relation_version": "0", "state": f"'{UNLIKED}'", "liked_at": "NULL", "updated_at": "%s"},
+                params=[now], conflict=("generation", "video_id", "user_id"))
+
+
+def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
+    """Inside the caller's transaction: lock the state rows, fold, then move the sort entries (exact
+    delete with the stored liked_at, then insert) and update the state/tombstone rows."""
+    _lock_videos(cursor, {(it.generation, it.video_id) for it in items})
+    keys = sorted({it.key for it in items})
+    cursor.execute(
+        f"SELECT generation, video_id, user_id, state, relation_version, liked_at, reverse_shard "
+        f"FROM {table(LikeReverseProjection)} WHERE (generation, video_id, user_id) IN "
+        "(SELECT * FROM unnest(%s::int[], %s::text[], %s::bigint[])) ORDER BY generation, video_id, user_id "
+        "FOR UPDATE",
+        [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]],
+    )
+    before = {(g, v, u): Row(s, ver, at, sh) for g, v, u, s, ver, at, sh in cursor.fetchall()}
+    after, verdicts = fold_items(items, before)
+    deletes, inserts, updates = [], [], []
+    for key in sorted(after):
+        old, new = before.get(key), after[key]
+        if old is not None and (old.state, old.version) == (new.state, new.version):
+            continue
+        g, video_id, user_id = key
+        had = old is not None and old.state == LIKED
+        has = new.state == LIKED
+        if had and (not has or old.liked_at != new.liked_at):
+            deletes.append((g, video_id, old.shard, old.liked_at, user_id))
+        if has and (not had or old.liked_at != new.liked_at):
+            inserts.append((g, video_id, new.shard, new.liked_at, user_id))
+        updates.append((new.state, new.version, new.liked_at, now, g, video_id, user_id))
+    if deletes:
+        cursor.executemany(
+            f"DELETE FROM {table(LikeReverseSort)} WHERE generation = %s AND video_id = %s AND reverse_shard = %s "
+            "AND liked_at = %s AND user_id = %s",
+            deletes,
+        )
+    if inserts:
+        cursor.executemany(
+            f"INSERT INTO {table(LikeReverseSort)} (generation, video_id, reverse_shard, liked_at, user_id) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            inserts,
+        )
+    if updates:
+        cursor.executemany(
+            f"UPDATE {table(LikeReverseProjection)} SET state = %s, relation_version = %s, liked_at = %s, "
+            "updated_at = %s WHERE generation = %s AND video_id = %s AND user_id = %s",
+            updates,
+        )
+    _recent_write(cursor, deletes, inserts)
+    return verdicts
+
+
+def _recent_lock_key(generation: int, video_id: str) -> int:
+    digest = hashlib.sha256(f"likes-reverse-recent:{generation}:{video_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _lock_videos(cursor, videos: set[tuple[int, str]]) -> None:
+    """Transaction-scoped advisory locks on the (generation, video)s of a group, in key order, taken
+    before any row lock: two groups touching the same video's recent summary on one partition are
+    serialised, so a refill can never re-insert a liker another group is removing."""
+    keys = sorted({_recent_lock_key(g, v) for g, v in videos})
+    if keys:
+        cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS t(k)", [keys])
+
+
+def _recent_write(cursor, deletes: list[tuple], inserts: list[tuple]) -> None:
+    """Keep the recent-likers summary in step with the sort entries just written (same transaction):
+    remove the rows of entries that went away, add the new entries, refill from this partition's sort
+    entries where a removed row was among the kept ones, then prune every touched video to the newest
+    RECENT_KEEP rows. Every read is bounded (K rows per shard of this partition)."""
+    recent = table(LikeReverseRecent)
+    touched = {(g, v) for g, v, _s, _at, _u in deletes} | {(g, v) for g, v, _s, _at, _u in inserts}
+    if not touched:
+        return
+    refill: set[tuple[int, str]] = set()
+    for g, video_id, _shard, _at, user_id in deletes:
+        cursor.execute(f"DELETE FROM {recent} WHERE generation = %s AND video_id = %s AND user_id = %s",
+                       [g, video_id, user_id])
+        if cursor.rowcount:
+            refill.add((g, video_id))
+    if inserts:
+        cursor.executemany(
+            f"INSERT INTO {recent} (generation, video_id, user_id, liked_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (generation, video_id, user_id) DO UPDATE SET liked_at = EXCLUDED.liked_at",
+            [(g, video_id, user_id, at) for g, video_id, _s, at, user_id in inserts],
+        )
+    alias = cursor.db.alias
+    for g, video_id in sorted(refill):
+        gen = routing.reverse_generation_load(g)
+        local = [s for s in range(gen.shards) if gen.placement[s] == alias]
+        cursor.execute(
+            f"INSERT INTO {recent} (generation, video_id, user_id, liked_at) "
+            "SELECT %s, %s, e.user_id, e.liked_at FROM unnest(%s::int[]) AS f(s) CROSS JOIN LATERAL "
+            f"(SELECT liked_at, user_id FROM {table(LikeReverseSort)} WHERE generation = %s AND video_id = %s "
+            "AND reverse_shard = f.s ORDER BY liked_at DESC, user_id DESC LIMIT %s) e "
+            "ON CONFLICT (generation, video_id, user_id) DO NOTHING",
+            [g, video_id, local, g, video_id, RECENT_KEEP],
+        )
+    for g, video_id in sorted(touched):
+        cursor.execute(
+            f"DELETE FROM {recent} WHERE id IN (SELECT id FROM {recent} WHERE generation = %s AND video_id = %s "
+            "ORDER BY liked_at DESC, user_id DESC OFFSET %s)",
+            [g, video_id, RECENT_KEEP],
+        )
+
+
+def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, str]]:
+    """Apply relation facts (a rebuild's backfill) to the rows on count partition `alias`.
+
+    Transaction: one durable transaction on `alias`. Idempotency: versions decide; re-applying a fact
+    is a duplicate."""
+    if not items:
+        return []
+    now = timezone.now()
+    _ensure_state_rows(alias, items, now)
+    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+        return _fold_and_write(cursor, items, now)
+
+
+def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int, token: int) -> GroupOutcome:
+    """One local transaction on count partition `alias`: fence, receipts, fold, sort entries."""
+    out = GroupOutcome()
+    now = timezone.now()
+    _ensure_state_rows(alias, items, now)
+    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+        consumer_fence_check(cursor, consumer, partition, token)
+        receipted = receipts_seen(cursor, ReverseEventReceipt, generations=[it.generation for it in items],
+                                  partition=partition, refs=[it.ref for it in items])
+        fresh = []
+        for it in items:
+            if (it.generation, it.ref) in receipted:  # a replay after a crash past the commit
+                out.add(it.ref, DUPLICATE)
+            else:
+                fresh.append(it)
+        if not fresh:
+            return out
+        verdicts = _fold_and_write(cursor, fresh, now)
+        receipts_write(cursor, ReverseEventReceipt, partition=partition, now=now,
+                       rows=[(it.generation, it.ref, it.event_id, verdict) for it, verdict in verdicts])
+    for it, verdict in verdicts:
+        out.add(it.ref, verdict)
+    return out
+
+
+def items_by_partition(gens: list[routing.ReverseGeneration], facts) -> dict[str, list[Item]]:
+    """Route (user, video, version, state, changed_at, ref, event_id) tuples into every given generation:
+    reverse shard of the user -> the count partition placed for it."""
+    groups: dict[str, list[Item]] = defaultdict(list)
+    for user_id, video_id, version, state, changed_at, ref, event_id in facts:
+        for gen in gens:
+            shard = gen.shard_of(user_id)
+            groups[gen.placement[shard]].append(Item(gen.generation, shard, video_id, user_id, version, state,
+                                                     changed_at, ref, event_id))
+    return groups
+
+
+class ReverseIndexProjector:
+    """Consumer `reverse` on the shared framework (`counting.project_reverse` runs it per stream
+    partition). Writes every live generation: ACTIVE, and a building one from its creation on."""
+
+    name = REVERSE_CONSUMER
+
+    def validate(self, entry: StreamEntry) -> None:
+        validate_event(entry.event)
+
+    def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int):
+        outcome = GroupOutcome()
+        try:
+            generations = routing.reverse_live()
+        except (DatabaseError, routing.ReverseContractInvalid) as exc:
+            outcome.failed = {e.entry_id: Retryable(str(exc)) for e in entries}
+            return apply_result(entries, outcome)
+        if not generations:
+            outcome.failed = {e.entry_id: Retryable("no live reverse index generation") for e in entries}
+            return apply_result(entries, outcome)
+        facts = [(e.event["userId"], e.event["videoId"], e.event["relationVersion"], e.event["absoluteState"],
+                  parse_datetime(e.event["stateChangedAt"]), e.entry_id, str(e.event["eventId"])) for e in entries]
+        for alias, items in sorted(items_by_partition(generations, facts).items()):
+            try:
+                outcome.merge(_apply_group(alias, items, consumer=consumer, partition=partition, token=token))
+            except (Retryable, DatabaseError) as exc:
+                logger.warning("reverse group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
+                error = exc if isinstance(exc, Retryable) else Retryable(str(exc))
+                outcome.failed.update({it.ref: error for it in items})
+        return apply_result(entries, outcome)

@@ -1,0 +1,266 @@
+"""The admin kit every app's `admin.py` uses: read-only admins, admins whose writes go through a
+service, extra pages declared by a ModelAdmin, and admin actions that start ops jobs.
+
+Only Django's public admin API is used. The console's `AdminSite` (`opsconsole.sites`) mounts the
+declared pages and lists them on the index; an app never patches the site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.options import IS_POPUP_VAR, TO_FIELD_VAR
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views.decorators.csrf import csrf_protect
+
+from likes_project.errors import DomainError
+
+csrf_protect_m = method_decorator(csrf_protect)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """List and view only: nothing can be added, changed or deleted here."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ServiceWriteAdmin(admin.ModelAdmin):
+    """A ModelAdmin whose writes go through a service: `save_via_service` for add and change,
+    `delete_via_service` for delete. Each service opens its own durable transaction, so these POSTs
+    are handled here, outside the transaction Django's own change and delete views open around a save
+    (house style: admin code never wraps a service). A DomainError from the service becomes an error on
+    the re-rendered form, and nothing (not even the admin LogEntry) is written for that save. GETs are
+    Django's own views."""
+
+    def save_via_service(self, request, obj, form, change) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError  # each admin names the service that saves its model
+
+    def delete_via_service(self, request, obj) -> None:  # pragma: no cover - abstract
+        raise PermissionDenied  # an admin that allows deleting names the service that deletes
+
+    def delete_model(self, request, obj):
+        self.delete_via_service(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        # One service call (and audit record) per row, each in its own transaction.
+        for obj in list(queryset):
+            try:
+                self.delete_via_service(request, obj)
+            except DomainError as exc:
+                self.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
+
+    @csrf_protect_m
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method != "POST":
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        to_field = request.POST.get(TO_FIELD_VAR, request.GET.get(TO_FIELD_VAR))
+        add = object_id is None
+        obj = None
+        if add:
+            if not self.has_add_permission(request):
+                raise PermissionDenied
+        else:
+            obj = self.get_object(request, unquote(object_id), to_field)
+            if obj is None:
+                self.message_user(request, "That object no longer exists.", messages.WARNING)
+                return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
+                                                    current_app=self.admin_site.name))
+            if not self.has_change_permission(request, obj):
+                raise PermissionDenied
+        fieldsets = self.get_fieldsets(request, obj)
+        form_class = self.get_form(request, obj, change=not add, fields=flatten_fieldsets(fieldsets))
+        form = form_class(request.POST, request.FILES, instance=obj)
+        if form.is_valid():
+            new_object = self.save_form(request, form, change=not add)
+            try:
+                self.save_via_service(request, new_object, form, not add)
+            except DomainError as exc:
+                form.add_error(None, exc.message)
+            else:
+                message = self.construct_change_message(request, form, [], add)
+                if add:
+                    self.log_addition(request, new_object, message)
+                    return self.response_add(request, new_object)
+                self.log_change(request, new_object, message)
+                return self.response_change(request, new_object)
+        return self._render_form_again(request, obj, form, fieldsets, to_field, form_url, extra_context)
+
+    def _render_form_again(self, request, obj, form, fieldsets, to_field, form_url, extra_context):
+        """The change form again, bound to what the operator sent, with the errors."""
+        add = obj is None
+        admin_form = helpers.AdminForm(form, list(fieldsets), self.get_prepopulated_fields(request, obj),
+                                       self.get_readonly_fields(request, obj), model_admin=self)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": ("Add %s" if add else "Change %s") % self.opts.verbose_name,
+            "subtitle": str(obj) if obj else None,
+            "adminform": admin_form,
+            "object_id": None if add else obj.pk,
+            "original": obj,
+            "is_popup": IS_POPUP_VAR in request.POST or IS_POPUP_VAR in request.GET,
+            "to_field": to_field,
+            "media": self.media + admin_form.media,
+            "inline_admin_formsets": [],
+            "errors": helpers.AdminErrorList(form, []),
+            "preserved_filters": self.get_preserved_filters(request),
+            **(extra_context or {}),
+        }
+        return self.render_change_form(request, context, add=add, change=not add, obj=obj, form_url=form_url)
+
+    @csrf_protect_m
+    def delete_view(self, request, object_id, extra_context=None):
+        if request.method != "POST":
+            return super().delete_view(request, object_id, extra_context)
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_delete_permission(request, obj):
+            raise PermissionDenied
+        obj_display, obj_id = str(obj), obj.pk
+        try:
+            self.delete_via_service(request, obj)
+        except DomainError as exc:
+            self.message_user(request, f"{obj_display}: {exc.message}", messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        self.log_deletions(request, [obj])
+        return self.response_delete(request, obj_display, obj_id)
+
+
+class PauseReasonForm(forms.ModelForm):
+    """A pause switch's form: a reason is required to pause (it goes into the audit record)."""
+
+    pause_subject = "this"
+
+    def clean(self):
+        cleaned = super().clean()
+        cleaned["reason"] = (cleaned.get("reason") or "").strip()
+        if cleaned.get("paused") and not cleaned["reason"]:
+            self.add_error("reason", f"Give a reason for pausing {self.pause_subject}.")
+        return cleaned
+
+
+class PauseSwitchAdmin(ServiceWriteAdmin):
+    """A runtime pause switch keyed by `key_field` (a consumer, a video): added or changed through its
+    service (`set_switch`), never deleted (resume it instead)."""
+
+    key_field: str
+
+    def get_list_display(self, request):
+        return (self.key_field, "paused", "reason", "updated_by", "updated_at")
+
+    def get_fields(self, request, obj=None):
+        fields = (self.key_field, "paused", "reason")
+        return fields if obj is None else (*fields, "updated_by", "updated_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else (self.key_field, "updated_by", "updated_at")
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def set_switch(self, *, key: str, paused: bool, reason: str, actor):  # pragma: no cover - abstract
+        raise NotImplementedError  # each switch names its service
+
+    def save_via_service(self, request, obj, form, change):
+        from likes_project.audit.services import admin_actor
+
+        stored = self.set_switch(key=getattr(obj, self.key_field), paused=form.cleaned_data["paused"],
+                                 reason=form.cleaned_data["reason"], actor=admin_actor(request.user))
+        adopt_stored_row(obj, stored)
+
+
+def adopt_stored_row(obj, stored) -> None:
+    """Make the admin's unsaved instance stand for the row the service stored, so the LogEntry and
+    the redirect after saving point at it."""
+    for field in stored._meta.concrete_fields:
+        setattr(obj, field.attname, getattr(stored, field.attname))
+    obj._state.adding = False
+    obj._state.db = stored._state.db
+
+
+# --- extra pages -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdminPage:
+    """A page that is not a model's changelist (a lookup, a form that starts a job).
+
+    `view(request, *, admin_site)` renders it; `route` is relative to the owning ModelAdmin's URLs,
+    or, with `app_level=True`, to the app's (`/admin/<app_label>/<route>`). `name` is the URL name
+    inside the admin namespace. The console site mounts it behind `admin_view` (active staff) and lists
+    it on the index for users holding `permission`; the view checks the permission again."""
+
+    route: str
+    view: Callable
+    name: str
+    title: str
+    permission: str
+    app_level: bool = False
+    listed: bool = True  # False: reached from another page (a download), not from the index
+
+
+def page_context(request, admin_site, *, title: str, **extra) -> dict:
+    request.current_app = admin_site.name
+    return {**admin_site.each_context(request), "title": title, "subtitle": None, **extra}
+
+
+def render_page(request, admin_site, template: str, *, title: str, **extra) -> TemplateResponse:
+    return TemplateResponse(request, template, page_context(request, admin_site, title=title, **extra))
+
+
+def require_permission(request, permission: str) -> None:
+    if not request.user.has_perm(permission):
+        raise PermissionDenied
+
+
+# --- admin actions that start ops jobs ---------------------------------------------------------
+
+
+def job_page_redirect(request, admin_site, job) -> HttpResponseRedirect:
+    """After an action started a job: say so and show the job's page (its progress refreshes there)."""
+    messages.success(request, f"Started job {job.pk} ({job.kind}); its progress is on this page.")
+    return HttpResponseRedirect(reverse("admin:opsjobs_opsjob_change", args=[job.pk], current_app=admin_site.name))
+
+
+def start_job_or_message(request, admin_site, *, kind: str, params: dict, target: str = ""):
+    """Start an ops job as the logged-in operator: the redirect to its page, or None after showing why it
+    was refused (a rebuild already running, a user that does not exist...)."""
+    from likes_project.audit.services import admin_actor
+    from likes_project.opsjobs.services import job_start
+
+    try:
+        job = job_start(kind=kind, actor=admin_actor(request.user), params=params, target=target)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return None
+    return job_page_redirect(request, admin_site, job)
+
+
+def job_form_page(request, admin_site, *, form_class, permission: str, title: str, intro: str, submit: str,
+                  start: Callable[[dict], tuple[str, dict, str]]):
+    """A console page whose form starts an ops job: GET shows the form; a valid POST starts the job
+    (`start(cleaned_data)` names its kind, params and target) and shows the job's page. Nothing long
+    runs in the request."""
+    require_permission(request, permission)
+    form = form_class(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        kind, params, target = start(form.cleaned_data)
+        response = start_job_or_message(request, admin_site, kind=kind, params=params, target=target)
+        if response is not None:
+            return response
+    return render_page(request, admin_site, "admin_kit/form_page.html", title=title, form=form, intro=intro,
+                       submit=submit)

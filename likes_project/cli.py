@@ -1,0 +1,112 @@
+"""The CLI kit every management command uses: domain errors become clean CLI errors (no tracebacks,
+non-zero exit, nothing half-written), users are resolved by username, and long actions run as ops
+jobs, in the foreground with a progress bar or, with `--async`, on the workers while the command
+follows them."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from likes_project.errors import DomainError, UserNotFound
+
+
+class DomainCommand(BaseCommand):
+    """Subclasses implement `run(*args, **options)`; a DomainError becomes `CommandError`."""
+
+    def add_actor_argument(self, parser):
+        parser.add_argument("--actor", help="Operator username to record (must hold the permission).")
+
+    def handle(self, *args, **options):
+        try:
+            return self.run(*args, **options)
+        except DomainError as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from exc
+
+    def run(self, *args, **options):  # pragma: no cover - abstract
+        raise NotImplementedError  # every command implements run()
+
+
+def user_by_username(username: str):
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise UserNotFound(f"No user named {username!r}.")
+    return user
+
+
+class JobCommand(DomainCommand):
+    """A command whose work is an ops job (the same job the admin starts): in the foreground it runs
+    the job here with a progress bar on stderr (a plain line per progress message when stderr is not a
+    terminal); with `--async` it leaves the job to the workers (the `ops` queue) and follows it until it
+    ends. Ctrl-C while following stops following, not the job."""
+
+    job_kind: str = ""
+    permission: str = ""
+
+    def add_job_arguments(self, parser) -> None:
+        self.add_actor_argument(parser)
+        parser.add_argument("--async", dest="run_async", action="store_true",
+                            help="Start the job on the workers and follow its progress (Ctrl-C stops following).")
+
+    def job_run(self, *, options: dict, params: dict, target: str = ""):
+        """Start the job as the resolved operator, run or follow it to its end, and return it."""
+        from likes_project.audit.services import cli_actor_resolve
+        from likes_project.opsjobs.services import job_run_inline, job_start
+
+        actor = cli_actor_resolve(username=options.get("actor"), permission=self.permission)
+        job = job_start(kind=self.job_kind, actor=actor, params=params, target=target)
+        with self._progress_bar(job) as (say, show):
+            if options.get("run_async"):
+                self.stderr.write(f"job {job.pk} ({job.kind}) started on the workers; following it")
+                job = self._follow(job, say, show)
+            else:
+                job = job_run_inline(job.pk, on_say=say, on_progress=show)
+        return job
+
+    @contextlib.contextmanager
+    def _progress_bar(self, job):
+        from tqdm import tqdm
+
+        bar = tqdm(total=job.total, unit=f" {job.unit}", file=self.stderr, disable=None, dynamic_ncols=True,
+                   leave=False)
+
+        def say(message: str) -> None:
+            if bar.disable:
+                self.stderr.write(message)
+            else:
+                bar.write(message, file=self.stderr)
+
+        def show(current) -> None:
+            if current.total is not None and bar.total != current.total:
+                bar.total = current.total
+            bar.n = current.done
+            bar.refresh()
+
+        try:
+            yield say, show
+        finally:
+            bar.close()
+
+    def _follow(self, job, say, show, *, poll_s: float = 0.5):
+        from likes_project.opsjobs.models import OpsJob
+
+        last_message = ""
+        try:
+            while True:
+                job = OpsJob.objects.get(pk=job.pk)
+                show(job)
+                if job.message and job.message != last_message:
+                    last_message = job.message
+                    say(job.message)
+                if job.finished:
+                    return job
+                time.sleep(poll_s)
+        except KeyboardInterrupt:
+            raise CommandError(f"stopped following job {job.pk}; it goes on on the workers (see the admin's "
+                               f"Ops jobs page)") from None
+
+    def job_failed(self, job) -> CommandError:
+        return CommandError(f"job {job.pk} ({job.kind}) failed: {job.last_error or job.status}")

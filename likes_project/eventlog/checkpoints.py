@@ -1,0 +1,38 @@
+"""Reads of the consumers' durable checkpoints: the one place that turns checkpoint rows into
+per-partition positions, lowest positions and time watermarks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from likes_project.eventlog import streams
+from likes_project.eventlog.models import ConsumerCheckpoint
+
+
+def checkpoints_get(consumer: str) -> dict[int, str]:
+    """{stream partition: last done entry id} of one consumer (partitions it never consumed are absent)."""
+    return dict(ConsumerCheckpoint.objects.filter(consumer=consumer).values_list("partition", "last_done_id"))
+
+
+def lowest_by_partition() -> dict[int, str]:
+    """{stream partition: the lowest last done entry id over every consumer that read it}."""
+    lows: dict[int, tuple[int, int]] = {}
+    for partition, last_done in ConsumerCheckpoint.objects.values_list("partition", "last_done_id"):
+        key = streams.entry_id_key(last_done)
+        lows[partition] = min(lows.get(partition, key), key)
+    return {p: f"{ms}-{seq}" for p, (ms, seq) in lows.items()}
+
+
+def consumer_watermark(consumer: str) -> datetime | None:
+    """The time up to which `consumer` has consumed every partition: the millisecond part of its
+    lowest checkpoint over all stream partitions. None while some partition has consumed nothing."""
+    done = checkpoints_get(consumer)
+    lowest = None
+    for partition in streams.all_partitions():
+        ms = streams.entry_id_key(done.get(partition, "0-0"))[0]
+        if ms <= 0:
+            return None
+        lowest = ms if lowest is None else min(lowest, ms)
+    if lowest is None:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=lowest)

@@ -1,0 +1,539 @@
+"""The one generation lifecycle: how a projection or cache is rebuilt into a new generation and
+switched in, written once and used by the relation cache, the count cache and the reverse index
+(and next by repair, recovery restore and bucket-space changes).
+
+    SHADOW -> BACKFILLING -> CATCHING_UP -> VERIFYING -> ACTIVE          (the previous ACTIVE -> RETIRED)
+       \\__________\\______________\\______________\\-> FAILED
+
+- A generation is a row of a model built on `GenerationModel`. From its creation (SHADOW) the live
+  writers of that projection write it too (tail capture); readers use the ACTIVE one only.
+- A user supplies a `Lifecycle`: how to create its row, and three steps (backfill, catch-up,
+  verify). The engine owns states, leases, fencing, progress, audit and failure.
+- The run happens in slices. A slice holds the lifecycle's lease (a fencing token; a zombie slice's
+  writes to the generation row are refused), does chunks of the current step until its budget is
+  spent, and persists the step's cursor after every chunk, so the next slice resumes exactly there.
+  Every chunk is idempotent (versions or upserts decide), so redoing the chunk a crash interrupted is
+  harmless.
+- Any exception, the Celery time limit included, makes the generation FAILED at once, and readers
+  stay on (or go back to) the ACTIVE one. A holder that died without a word (SIGKILL, a lost node) is
+  reclaimed: once its lease has expired, the next start of a rebuild, or the ops-job sweeper, marks
+  its generation FAILED.
+- One audit record when a run starts (`<prefix>.rebuild_start`), one when it ends
+  (`<prefix>.rebuild_activate`, `.rebuild_failed` or `.rebuild_abandoned`), in the transaction of the
+  state change they describe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Q, Value
+from django.utils import timezone
+
+from likes_project import metrics
+from likes_project.audit.services import Actor, audit_record
+from likes_project.errors import Conflict
+from likes_project.eventlog import leases
+
+logger = logging.getLogger(__name__)
+
+
+class GenerationStatus(models.TextChoices):
+    SHADOW = "SHADOW"
+    BACKFILLING = "BACKFILLING"
+    CATCHING_UP = "CATCHING_UP"
+    VERIFYING = "VERIFYING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    RETIRED = "RETIRED"
+
+
+S = GenerationStatus
+BUILDING = (S.SHADOW.value, S.BACKFILLING.value, S.CATCHING_UP.value, S.VERIFYING.value)
+LIVE = (*BUILDING, S.ACTIVE.value)  # the generations live writers keep current
+FINISHED = (S.FAILED.value, S.RETIRED.value)
+STEPS = ("backfill", "catch_up", "verify")
+_STATUS_OF_STEP = {"backfill": S.BACKFILLING, "catch_up": S.CATCHING_UP, "verify": S.VERIFYING}
+
+
+class GenerationModel(models.Model):
+    """The columns the lifecycle owns. A concrete generation model adds its own contract or pins."""
+
+    generation = models.PositiveIntegerField(primary_key=True)
+    status = models.CharField(max_length=12, choices=GenerationStatus.choices)
+    previous_generation = models.PositiveIntegerField(null=True, blank=True)  # ACTIVE when the run began
+    job_id = models.BigIntegerField(null=True, blank=True)  # the ops job running the rebuild
+    progress = models.JSONField(default=dict, blank=True)  # step, cursor, counters, user state
+    fencing_token = models.BigIntegerField(default=0)  # the highest lease token that wrote this row
+    started_by = models.CharField(max_length=150, blank=True, default="")
+    activated_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)  # when it became FAILED or RETIRED
+    failure_reason = models.CharField(max_length=512, blank=True, default="")
+
+    class Meta:
+        abstract = True
+        constraints = [
+            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"),
+                                    name="%(app_label)s_%(class)s_one_active"),
+            # At most one run at a time: a unique index over a constant, for the building states only.
+            models.UniqueConstraint(Value(True), condition=Q(status__in=BUILDING),
+                                    name="%(app_label)s_%(class)s_one_building"),
+        ]
+
+    @property
+    def is_building(self) -> bool:
+        return self.status in BUILDING
+
+    @property
+    def step(self) -> str | None:
+        return (self.progress or {}).get("step")
+
+    @property
+    def stats(self) -> dict:
+        return (self.progress or {}).get("stats", {})
+
+
+# --- errors and step results -------------------------------------------------------------------------
+
+
+class RebuildFailed(Exception):
+    """The rebuild cannot finish correctly (a verification mismatch, a pin that moved, an injected
+    failure): its generation becomes FAILED and readers stay on the ACTIVE one."""
+
+
+class FenceLost(RebuildFailed):
+    """The generation row carries a newer lease token, or it is no longer building: someone else
+    reclaimed it. This slice must stop writing."""
+
+
+class RebuildRunning(Conflict):
+    code = "rebuild_running"
+    default_message = "A rebuild is already running."
+
+    def __init__(self, message: str | None = None, *, code: str | None = None, **extra):
+        super().__init__(message, **extra)
+        if code:
+            self.code = code
+
+
+@dataclass
+class StepResult:
+    """One chunk of a step: where the next chunk starts (`cursor`, JSON; None when the step is
+    done), how many units it handled, and the step's total units when known."""
+
+    cursor: dict | None
+    done: int = 0
+    total: int | None = None
+
+
+@dataclass
+class StepContext:
+    """What a step sees: its generation row, the run's parameters, the user's own persisted `state`
+    (set in `create_fields` or by earlier steps), the `stats` counters that end up in the report, and
+    `say` for progress lines."""
+
+    lifecycle: Lifecycle
+    row: GenerationModel
+    params: dict
+    state: dict
+    stats: dict
+    say: Callable[[str], None]
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.stats[name] = self.stats.get(name, 0) + n
+
+
+class Lifecycle:
+    """A user of the lifecycle. Subclasses set the class attributes and implement the steps; the
+    engine calls them and owns everything else."""
+
+    kind: str  # short name, e.g. "relcache"
+    model: type[GenerationModel]
+    lease_resource: str  # one run of this lifecycle at a time holds this lease
+    audit_prefix: str  # audit actions <prefix>.rebuild_start / _activate / _failed / _abandoned
+    target_type: str  # audit target type of a generation
+    label: str = "generation"  # how progress lines name a generation ("count cache generation 3")
+    running_code: str = "rebuild_running"
+
+    def create_fields(self, *, params: dict, previous: GenerationModel | None, state: dict) -> dict:
+        """Extra column values of the new SHADOW row (called inside its creating transaction); may
+        fill `state` for the steps. Raise a DomainError to refuse the run."""
+        return {}
+
+    def backfill(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def catch_up(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def verify(self, ctx: StepContext) -> None:  # pragma: no cover - abstract
+        """Raise RebuildFailed when the generation does not hold what the source holds."""
+        raise NotImplementedError
+
+    def before_activate(self, row: GenerationModel, stats: dict) -> None:
+        """Inside the switching transaction: raise RebuildFailed to refuse the switch (a pin moved), or
+        record final columns of the row."""
+
+    def after_change(self, row: GenerationModel | None) -> None:
+        """After a commit that changed a status: copy what the live writers consult (a Redis
+        registry). Must tolerate its store being down; the next slice calls it again."""
+
+    def after_activate(self, row: GenerationModel) -> None:
+        """After the switch committed (mark the new generation's content whole)."""
+
+    def report(self, row: GenerationModel):
+        return row
+
+
+# --- the engine --------------------------------------------------------------------------------------
+
+
+def _default(setting: str, fallback: float) -> float:
+    return float(getattr(settings, setting, fallback))
+
+
+def building_row(lc: Lifecycle, *, lock: bool = False) -> GenerationModel | None:
+    qs = lc.model.objects.filter(status__in=BUILDING)
+    return (qs.select_for_update() if lock else qs).first()
+
+
+def _run_is_alive(lc: Lifecycle, row: GenerationModel) -> bool:
+    """A building generation is alive when a slice holds the lease now, or its job is waiting for
+    its next slice (queued, or parked between slices). A job whose slice holder is set but whose lease
+    ran out died with that holder."""
+    from likes_project.opsjobs.models import JobStatus, OpsJob
+
+    if leases.lease_is_held(lc.lease_resource):
+        return True
+    if row.job_id is None:
+        return False
+    job = OpsJob.objects.filter(pk=row.job_id).values_list("status", "holder").first()
+    if job is None:
+        return False
+    status, holder = job
+    return status == JobStatus.QUEUED or (status == JobStatus.RUNNING and not holder)
+
+
+def generation_start(lc: Lifecycle, *, actor: Actor, params: dict | None = None,
+                     job_id: int | None = None) -> GenerationModel:
+    """Create generation G+1 SHADOW (previous = the ACTIVE one), reclaiming a building generation
+    whose run died. Must run inside the caller's transaction on `default` (the ops job that will run
+    it is created in the same one). From its commit on, the live writers write G+1 too.
+
+    Raises RebuildRunning (code `lc.running_code`) while another run is alive."""
+    if not transaction.get_connection("default").in_atomic_block:
+        raise RuntimeError("generation_start must run inside a transaction on default")
+    params = dict(params or {})
+    top = lc.model.objects.select_for_update().order_by("-generation").first()
+    current = building_row(lc, lock=True)
+    if current is not None:
+        if _run_is_alive(lc, current):
+            raise RebuildRunning(f"generation {current.generation} is {current.status}; a rebuild is already "
+                                 f"running.", code=lc.running_code)
+        _abandon_locked(lc, current, actor=actor, reason="abandoned: its rebuild stopped without finishing")
+    elif leases.lease_is_held(lc.lease_resource):
+        raise RebuildRunning("a rebuild is already running", code=lc.running_code)
+    active = lc.model.objects.filter(status=S.ACTIVE).first()
+    state: dict = {}
+    fields = lc.create_fields(params=params, previous=active, state=state)
+    now = timezone.now()
+    row = lc.model.objects.create(
+        generation=(top.generation + 1) if top else 1, status=S.SHADOW,
+        previous_generation=active.generation if active else None, job_id=job_id, started_by=actor.name,
+        progress={"step": "backfill", "cursor": None, "state": state, "stats": {}, "steps": {}, "started_at":
+                  now.isoformat(), "params": params},
+        **fields,
+    )
+    audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_start", target_type=lc.target_type,
+                 target_id=str(row.generation),
+                 params={"previous": row.previous_generation, **_run_params(params), **_audit_fields(fields)})
+    transaction.on_commit(lambda: _after_change_quietly(lc, row), using="default")
+    return row
+
+
+def _run_params(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k != "fail_after"}  # the test hook is not an operator's choice
+
+
+def _audit_fields(fields: dict) -> dict:
+    return {k: v for k, v in fields.items() if isinstance(v, (int, str, list, dict)) and k != "progress"}
+
+
+def _after_change_quietly(lc: Lifecycle, row: GenerationModel | None) -> None:
+    try:
+        lc.after_change(row)
+    except Exception as exc:  # noqa: BLE001 - best effort; every slice and the detectors mirror again
+        logger.warning("%s generation mirror not written (%s); the next slice retries", lc.kind,
+                       exc.__class__.__name__)
+
+
+def _abandon_locked(lc: Lifecycle, row: GenerationModel, *, actor: Actor, reason: str) -> None:
+    """Mark a dead run's generation FAILED (inside the caller's transaction, row locked)."""
+    now = timezone.now()
+    lc.model.objects.filter(pk=row.pk, status__in=BUILDING).update(
+        status=S.FAILED, failure_reason=reason[:512], finished_at=now)
+    audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_abandoned", target_type=lc.target_type,
+                 target_id=str(row.generation), params={"status": row.status, "step": row.step}, outcome="failed")
+    metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="abandoned")
+    logger.error("ALERT %s rebuild of generation %s abandoned: %s", lc.kind, row.generation, reason)
+    transaction.on_commit(lambda: _after_change_quietly(lc, None), using="default")
+
+
+def generation_abandon(lc: Lifecycle, generation: int, *, actor: Actor, reason: str) -> bool:
+    """Reclaim: the run of `generation` died (its holder's lease expired). FAILED, audited; readers
+    go back to (stay on) the ACTIVE generation. False when it was no longer building."""
+    with transaction.atomic(using="default", durable=True):
+        row = lc.model.objects.select_for_update().filter(pk=generation, status__in=BUILDING).first()
+        if row is None:
+            return False
+        _abandon_locked(lc, row, actor=actor, reason=reason)
+    return True
+
+
+def generation_fail(lc: Lifecycle, generation: int, *, actor: Actor, error: BaseException, token: int,
+                    progress: dict | None = None) -> None:
+    """The run of `generation` raised: FAILED with the reason (and the run's progress as it stood),
+    audited. A no-op when a newer lease token owns the row (this slice was fenced out) or it is no
+    longer building."""
+    reason = f"{error.__class__.__name__}: {error}"[:512]
+    extra = {} if progress is None else {"progress": progress}
+    with transaction.atomic(using="default", durable=True):
+        updated = lc.model.objects.filter(pk=generation, status__in=BUILDING, fencing_token__lte=token).update(
+            status=S.FAILED, failure_reason=reason, finished_at=timezone.now(), **extra)
+        if updated:
+            row = lc.model.objects.get(pk=generation)
+            audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_failed", target_type=lc.target_type,
+                         target_id=str(generation), outcome="failed",
+                         params={"failure": reason, "step": row.step, "stats": row.stats})
+    if updated:
+        metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="failed")
+        logger.error("ALERT %s rebuild of generation %s failed: %s", lc.kind, generation, reason)
+        _after_change_quietly(lc, None)
+
+
+@dataclass
+class _Slice:
+    lc: Lifecycle
+    grant: leases.LeaseGrant
+    row: GenerationModel
+    ctx: StepContext
+    deadline: float | None
+    chunks_left: int | None
+    chunks: int = 0
+    on_chunk: Callable[[GenerationModel], None] | None = None
+
+    def spent(self) -> bool:
+        if self.chunks_left is not None and self.chunks >= self.chunks_left:
+            return True
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def _claim(lc: Lifecycle, generation: int, grant: leases.LeaseGrant) -> GenerationModel | None:
+    """Fence the row with this slice's token and move SHADOW to BACKFILLING. None when the row is no
+    longer building (finished, reclaimed)."""
+    with transaction.atomic(using="default", durable=True):
+        row = lc.model.objects.select_for_update().filter(pk=generation).first()
+        if row is None or row.status not in BUILDING:
+            return None
+        if row.fencing_token > grant.token:
+            raise FenceLost(f"generation {generation} is fenced by token {row.fencing_token} > {grant.token}")
+        row.fencing_token = grant.token
+        if row.status == S.SHADOW:
+            row.status = S.BACKFILLING
+        row.progress["slices"] = row.progress.get("slices", 0) + 1
+        row.save(update_fields=["fencing_token", "status", "progress"])
+    return row
+
+
+def _save(sl: _Slice, **extra) -> None:
+    """Persist the row's progress (and any status change) fenced by the slice's token."""
+    row = sl.row
+    row.progress["state"], row.progress["stats"] = sl.ctx.state, sl.ctx.stats
+    updated = sl.lc.model.objects.filter(pk=row.pk, fencing_token=sl.grant.token, status__in=BUILDING).update(
+        progress=row.progress, status=row.status, **extra)
+    if updated != 1:
+        raise FenceLost(f"generation {row.generation} was reclaimed or finished by someone else")
+    leases.lease_renew(sl.grant, ttl_s=_default("OPS_JOB_LEASE_S", 60.0))
+    if sl.on_chunk is not None:
+        sl.on_chunk(row)
+
+
+def _run_step(sl: _Slice, step: str) -> bool:
+    """Chunks of a cursor step until it is done (True) or the slice's budget is spent (False)."""
+    row, fn = sl.row, getattr(sl.lc, step)
+    throttle = _default("GENERATION_THROTTLE_S", 0.0)
+    while True:
+        result: StepResult = fn(sl.ctx, row.progress.get("cursor"))
+        counts = row.progress.setdefault("steps", {}).setdefault(step, {"done": 0, "total": None})
+        counts["done"] += result.done
+        if result.total is not None:
+            counts["total"] = result.total
+        row.progress["cursor"] = result.cursor
+        sl.chunks += 1
+        _save(sl)
+        if result.cursor is None:
+            return True
+        if throttle > 0:
+            time.sleep(throttle)
+        if sl.spent():
+            return False
+
+
+def _advance(sl: _Slice, step: str) -> None:
+    nxt = STEPS[STEPS.index(step) + 1]
+    if sl.ctx.params.get("fail_after") == step:  # test hook: a failure right after this step
+        raise RebuildFailed(f"injected failure after the {step.replace('_', '-')}")
+    sl.row.progress["step"], sl.row.progress["cursor"] = nxt, None
+    sl.row.status = _STATUS_OF_STEP[nxt]
+    _save(sl)
+
+
+def _activate(sl: _Slice, actor: Actor) -> None:
+    """The CAS switch: the building generation -> ACTIVE and the ACTIVE one it started from -> RETIRED,
+    in one transaction with its audit record; refused if either moved."""
+    lc, row = sl.lc, sl.row
+    now = timezone.now()
+    with transaction.atomic(using="default", durable=True):
+        rows = list(lc.model.objects.select_for_update().filter(Q(pk=row.pk) | Q(status=S.ACTIVE))
+                    .order_by("generation"))
+        new = next((r for r in rows if r.pk == row.pk), None)
+        old = next((r for r in rows if r.status == S.ACTIVE), None)
+        if new is None or new.status not in BUILDING or new.fencing_token != sl.grant.token:
+            raise FenceLost(f"generation {row.generation} is no longer this run's")
+        if (old.generation if old else None) != row.previous_generation:
+            raise RebuildFailed(f"the ACTIVE generation changed from {row.previous_generation} to "
+                                f"{old.generation if old else None} during the rebuild")
+        lc.before_activate(new, sl.ctx.stats)
+        if old is not None:
+            lc.model.objects.filter(pk=old.pk).update(status=S.RETIRED, finished_at=now)
+        row.status = S.ACTIVE
+        row.progress["state"], row.progress["stats"] = sl.ctx.state, sl.ctx.stats
+        lc.model.objects.filter(pk=row.pk).update(status=S.ACTIVE, activated_at=now, progress=row.progress)
+        audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_activate", target_type=lc.target_type,
+                     target_id=str(row.generation), outcome="active",
+                     params={"retired": row.previous_generation, **_run_params(sl.ctx.params), "stats": sl.ctx.stats})
+    metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="activated")
+    row.refresh_from_db()
+    lc.after_activate(row)
+    _after_change_quietly(lc, row)
+
+
+def generation_slice(lc: Lifecycle, generation: int, *, grant: leases.LeaseGrant, actor: Actor,
+                     say: Callable[[str], None] | None = None, budget_s: float | None = None,
+                     max_chunks: int | None = None, on_chunk: Callable[[GenerationModel], None] | None = None
+                     ) -> bool:
+    """Run one slice of the rebuild of `generation` under `grant` (the lease on `lc.lease_resource`,
+    taken by the caller). Returns True when the run has ended (ACTIVE, or already finished), False when
+    the budget ran out first (the next slice resumes from the persisted cursor).
+
+    Any exception marks the generation FAILED (unless a newer token owns it) and propagates."""
+    row = _claim(lc, generation, grant)
+    if row is None:
+        return True
+    progress = row.progress
+    ctx = StepContext(lc, row, progress.get("params", {}), progress.setdefault("state", {}),
+                      progress.setdefault("stats", {}), say or (lambda msg: None))
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    sl = _Slice(lc, grant, row, ctx, deadline, max_chunks, on_chunk=on_chunk)
+    try:
+        _after_change_quietly(lc, row)
+        while True:
+            step = row.progress["step"]
+            if step == "verify":
+                lc.verify(ctx)
+                _activate(sl, actor)
+                retired = f"; {lc.label} {row.previous_generation}: RETIRED" if row.previous_generation else ""
+                ctx.say(f"{lc.label} {generation}: ACTIVE{retired}")
+                return True
+            if not _run_step(sl, step):
+                return False
+            _advance(sl, step)
+            if sl.spent():
+                return False
+    except BaseException as exc:
+        row.progress["state"], row.progress["stats"] = ctx.state, ctx.stats
+        generation_fail(lc, generation, actor=actor, error=exc, token=grant.token, progress=row.progress)
+        ctx.say(f"{lc.label} {generation}: FAILED ({exc.__class__.__name__}: {exc}); readers stay on "
+                f"{lc.label} {row.previous_generation}")
+        raise
+
+
+# --- registry of lifecycles (the ops-job handlers use it) ---------------------------------------------
+
+_LIFECYCLES: dict[str, Lifecycle] = {}
+_BY_JOB_KIND: dict[str, Lifecycle] = {}
+
+
+def lifecycle_register(lc: Lifecycle) -> Lifecycle:
+    _LIFECYCLES[lc.kind] = lc
+    return lc
+
+
+def lifecycle_get(kind: str) -> Lifecycle:
+    return _LIFECYCLES[kind]
+
+
+@dataclass
+class RunSummary:
+    """What a finished run looks like from outside (for a command's last line)."""
+
+    generation: int
+    status: str
+    failure: str = ""
+    stats: dict = field(default_factory=dict)
+
+
+def lifecycle_job_kind(lc: Lifecycle, *, job_kind: str, permission: str):
+    """The ops-job kind that runs rebuilds of `lc`: the job creates the SHADOW generation (in the
+    job's own transaction, so a refused start leaves no job), each slice runs `generation_slice` under
+    the lifecycle's lease, and a job whose worker died abandons its generation."""
+    from likes_project.opsjobs.services import JobKind, SliceContext
+
+    lifecycle_register(lc)
+    _BY_JOB_KIND[job_kind] = lc
+
+    def create(job, actor: Actor) -> None:
+        row = generation_start(lc, actor=actor, params=job.params, job_id=job.pk)
+        job.state["generation"] = row.generation
+        job.target = f"{lc.target_type}:{row.generation}"
+
+    def run_slice(ctx: SliceContext) -> bool:
+        generation = ctx.job.state["generation"]
+
+        def on_chunk(row: GenerationModel) -> None:
+            steps = row.progress.get("steps", {})
+            total = (steps.get("backfill") or {}).get("total")
+            ctx.progress(done=sum(s.get("done", 0) for s in steps.values()), total=total)
+
+        finished = generation_slice(lc, generation, grant=ctx.grant, actor=ctx.actor, say=ctx.say,
+                                    budget_s=ctx.time_left(), max_chunks=ctx.max_chunks, on_chunk=on_chunk)
+        if finished:
+            row = lc.model.objects.get(pk=generation)
+            ctx.result = {"generation": generation, "status": row.status, "failure": row.failure_reason,
+                          "stats": row.stats}
+            if row.status != S.ACTIVE:
+                raise RebuildFailed(f"generation {generation} ended {row.status}: {row.failure_reason}")
+        return finished
+
+    def abandon(job, actor: Actor, reason: str) -> None:
+        if "generation" in job.state:
+            generation_abandon(lc, job.state["generation"], actor=actor, reason=f"abandoned: {reason}")
+
+    return JobKind(kind=job_kind, permission=permission, run_slice=run_slice, create=create, abandon=abandon,
+                   lease_resource=lambda job: lc.lease_resource, unit="rows")
+
+
+def rebuild_inline(job_kind: str, *, actor: Actor, params: dict | None = None,
+                   say: Callable[[str], None] | None = None, on_progress=None) -> GenerationModel:
+    """Start a rebuild job and run it to its end in this process (a command's foreground, a test).
+    Returns the generation row as it ended (ACTIVE or FAILED)."""
+    from likes_project.opsjobs.services import job_run_inline, job_start
+
+    job = job_start(kind=job_kind, actor=actor, params=params)
+    job = job_run_inline(job.pk, on_say=say, on_progress=on_progress)
+    return _BY_JOB_KIND[job_kind].model.objects.get(pk=job.state["generation"])

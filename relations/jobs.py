@@ -1,0 +1,96 @@
+"""The ops-job kinds of the relations app (registered in RelationsConfig.ready): the relation cache
+rebuild, account deletion and the exact export of a user's likes. Thin adapters: each slice calls the
+services, saves its cursor in the job and reports progress."""
+
+from __future__ import annotations
+
+import os
+
+from likes_project.audit.services import Actor
+from likes_project.cursors import iso_utc
+from likes_project.opsjobs.services import JobKind, SliceContext, job_files_dir
+from relations import routing
+from relations.models import LikeRelation, RelationState
+from relations.services import accounts, export
+from relations.services.relation_cache_rebuild import JOB_KIND as RELCACHE_REBUILD
+
+ACCOUNT_DELETE = "account.delete"
+LIKES_EXPORT = "likes.export"
+
+
+# --- account deletion --------------------------------------------------------------------------------
+
+
+def _account_delete_create(job, actor: Actor) -> None:
+    user_id = int(job.params["user_id"])
+    already = accounts.account_mark_deleted(user_id=user_id, actor=actor)  # hidden at once, in this transaction
+    job.target = f"user:{user_id}"
+    job.state.update(already=already, last="", scanned=0, unliked=0, bypassed=0, reported=0)
+
+
+def _account_delete_slice(ctx: SliceContext) -> bool:
+    user_id = int(ctx.params["user_id"])
+    name = ctx.params.get("username", str(user_id))
+    every = max(1, int(ctx.params.get("progress_every") or accounts.DEFAULT_PROGRESS_EVERY))
+    st = ctx.state
+    if ctx.job.total is None:
+        liked = LikeRelation.objects.using(routing.alias_for_user(user_id)).filter(
+            user_id=user_id, state=RelationState.LIKED).count()
+        ctx.progress(total=st["scanned"] + liked)
+    at = accounts.WithdrawProgress(st["last"], st["scanned"], st["unliked"], st["bypassed"])
+    while True:
+        at = accounts.account_likes_withdraw_chunk(user_id=user_id, at=at,
+                                                   limit=max(1, min(accounts.SCAN_CHUNK, every)))
+        st.update(last=at.last, scanned=at.scanned, unliked=at.unliked, bypassed=at.bypassed)
+        if (at.finished and at.scanned != st["reported"]) or at.scanned - st["reported"] >= every:
+            st["reported"] = at.scanned
+            ctx.say(f"{name}: {at.scanned} likes handled, {at.unliked} withdrawn...")
+        ctx.progress(done=at.scanned)
+        if at.finished:
+            ctx.result = {"user_id": user_id, "alias": routing.alias_for_user(user_id),
+                          "already_deleted": st["already"], "scanned": at.scanned, "unliked": at.unliked,
+                          "rate_limit_bypassed": at.bypassed}
+            ctx.job.message = f"Deleted account {name}: {at.unliked} of {at.scanned} likes withdrawn."
+            return True
+        left = ctx.time_left()
+        if left is not None and left <= 0:
+            return False
+
+
+ACCOUNT_DELETE_KIND = JobKind(kind=ACCOUNT_DELETE, permission=accounts.ACCOUNT_DELETE_PERMISSION,
+                              run_slice=_account_delete_slice, create=_account_delete_create, unit="likes")
+
+
+# --- the exact export ---------------------------------------------------------------------------------
+
+
+def _export_slice(ctx: SliceContext) -> bool:
+    """One slice, to the end: the export is one snapshot transaction, which cannot be cut."""
+    user_id = int(ctx.params["user_id"])
+    name = f"likes-{ctx.params.get('username', user_id)}-job{ctx.job.pk}.jsonl"
+    target = job_files_dir() / name
+    tmp = target.with_name(f".{name}.part")
+
+    def progress(rows: int) -> None:
+        ctx.say(f"{rows} likes exported...")
+        ctx.progress(done=rows)
+
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            result = export.user_likes_export(user_id=user_id, out=out, actor=ctx.actor,
+                                              destination=ctx.params.get("destination", "ops job"), progress=progress)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    ctx.progress(done=result.row_count, total=result.row_count)
+    ctx.result = {"file": name, "rowCount": result.row_count, "unlistedCount": result.unlisted_count,
+                  "asOf": iso_utc(result.as_of), "shard": result.alias}
+    return True
+
+
+LIKES_EXPORT_KIND = JobKind(kind=LIKES_EXPORT, permission=export.EXPORT_PERMISSION, run_slice=_export_slice,
+                            create=lambda job, actor: setattr(job, "target", f"user:{job.params['user_id']}"),
+                            unit="likes", single_slice=True)
+
+JOB_KINDS = [RELCACHE_REBUILD, ACCOUNT_DELETE_KIND, LIKES_EXPORT_KIND]

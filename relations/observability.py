@@ -1,0 +1,35 @@
+"""The relations app's scrape-time gauges (registered with `likes_project.observability`): the outbox
+of every relation shard, by status and oldest pending age."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db.models import Count, Min
+from django.utils import timezone
+
+from likes_project.observability import Scrape, age_seconds, register_part
+from relations.models import OutboxEvent, OutboxStatus
+
+PENDING_OUTBOX_STATUSES = (OutboxStatus.NEW, OutboxStatus.RETRY, OutboxStatus.UNCERTAIN)
+
+
+def _outbox(alias: str) -> Callable[[Scrape], None]:
+    def part(scrape: Scrape) -> None:
+        rows = dict(OutboxEvent.objects.using(alias).order_by().values_list("status").annotate(n=Count("id")))
+        oldest = (OutboxEvent.objects.using(alias).filter(status__in=PENDING_OUTBOX_STATUSES)
+                  .aggregate(oldest=Min("created_at"))["oldest"])
+        family = scrape.family("likes_outbox_rows", "Outbox rows by status per relation shard.")
+        for status in OutboxStatus.values:
+            family.add(rows.get(status, 0), shard=alias, status=status)
+        scrape.family("likes_outbox_oldest_pending_age_seconds",
+                      "Age of the oldest NEW/RETRY/UNCERTAIN outbox row per relation shard (0 when none)."
+                      ).add(age_seconds(oldest, timezone.now()), shard=alias)
+
+    return part
+
+
+def register() -> None:
+    for alias in settings.RELATION_SHARD_ALIASES:
+        register_part(f"outbox:{alias}", _outbox(alias))
