@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
+
 from likes_project.audit.services import Actor
 from likes_project.cursors import iso_utc
 from likes_project.opsjobs.services import JobKind, SliceContext, job_files_dir
@@ -39,8 +41,8 @@ def _account_delete_slice(ctx: SliceContext) -> bool:
         ctx.progress(total=st["scanned"] + liked)
     at = accounts.WithdrawProgress(st["last"], st["scanned"], st["unliked"], st["bypassed"])
     while True:
-        at = accounts.account_likes_withdraw_chunk(user_id=user_id, at=at,
-                                                   limit=max(1, min(accounts.SCAN_CHUNK, every)))
+        limit = max(1, min(accounts.SCAN_CHUNK, every, settings.ACCOUNT_DELETE_CHUNK))
+        at = accounts.account_likes_withdraw_chunk(user_id=user_id, at=at, limit=limit)
         st.update(last=at.last, scanned=at.scanned, unliked=at.unliked, bypassed=at.bypassed)
         if (at.finished and at.scanned != st["reported"]) or at.scanned - st["reported"] >= every:
             st["reported"] = at.scanned

@@ -38,6 +38,7 @@ from likes_project.opsjobs.models import JobStatus, OpsJob
 logger = logging.getLogger(__name__)
 
 RUN_TASK = "opsjobs.run"
+RUN_LONG_TASK = "opsjobs.run_long"
 
 
 @dataclass
@@ -130,6 +131,11 @@ def job_file_path(job: OpsJob) -> Path | None:
     return path if path.is_file() else None
 
 
+def run_task_of(spec: JobKind) -> str:
+    """The Celery task that runs slices of this kind of job (one long slice for the uncuttable)."""
+    return RUN_LONG_TASK if spec.single_slice else RUN_TASK
+
+
 def job_kinds() -> list[JobKind]:
     return list(_KINDS.values())
 
@@ -162,7 +168,7 @@ def job_start(*, kind: str, actor: Actor, params: dict | None = None, target: st
                          params={"kind": kind, "params": job.params, "target": job.target})
         if job.state or job.target:
             OpsJob.objects.filter(pk=job.pk).update(state=job.state, target=job.target)
-    nudge(RUN_TASK, job.pk, debounce_s=0.0)  # after the commit; the sweeper starts it if this nudge is lost
+    nudge(run_task_of(spec), job.pk, debounce_s=0.0)  # after the commit; the sweeper starts it if this is lost
     metrics.inc("likes_ops_jobs_started_total", kind=kind)
     return job
 
@@ -291,6 +297,6 @@ def jobs_sweep(*, stale_s: float | None = None) -> SweepReport:
                                                      f"stopped without finishing (its lease expired)"):
                 report.abandoned.append(job.pk)
         elif (now - job.updated_at).total_seconds() >= stale_s:
-            nudge(RUN_TASK, job.pk, debounce_s=0.0)
+            nudge(run_task_of(job_kind_get(job.kind)), job.pk, debounce_s=0.0)
             report.nudged.append(job.pk)
     return report

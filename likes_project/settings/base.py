@@ -115,8 +115,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = 50
-CELERY_TASK_TIME_LIMIT = 60
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 50)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 60)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
@@ -135,7 +135,7 @@ CELERY_TASK_ROUTES = {
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
     "counting.count_cache_check_loss": {"queue": "maintenance"},
-    "opsjobs.run": {"queue": "ops"},
+    "opsjobs.run*": {"queue": "ops"},
     "opsjobs.sweep": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
@@ -237,6 +237,7 @@ COUNT_CACHE_VERIFY_IN_FLIGHT_S = env_float("COUNT_CACHE_VERIFY_IN_FLIGHT_S", 2.0
 OPS_JOB_SLICE_S = env_float("OPS_JOB_SLICE_S", 20.0)
 OPS_JOB_LEASE_S = env_float("OPS_JOB_LEASE_S", 60.0)
 OPS_JOB_RENUDGE_S = env_float("OPS_JOB_RENUDGE_S", 5.0)
+ACCOUNT_DELETE_CHUNK = env_int("ACCOUNT_DELETE_CHUNK", 100)  # withdrawals between two progress saves
 GENERATION_THROTTLE_S = env_float("GENERATION_THROTTLE_S", 0.0)  # pause between rebuild chunks (load)
 # Files a job produces (exports), served to operators from the job's admin page.
 OPS_JOB_FILES_DIR = os.environ.get("OPS_JOB_FILES_DIR", str(BASE_DIR / ".data" / "job-files"))

@@ -17,8 +17,9 @@ LIKES_REDIS_PREFIX = "likes-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 VIDEO_SERVICE_TOKEN = "test-video-service-token"
 CELERY_TASK_ALWAYS_EAGER = False
-# Tests drive the publisher and projectors explicitly (the real task functions), never via a broker.
-LIKES_NUDGE_ENABLED = False
+# Tests drive the publisher and projectors explicitly (the real task functions), never via a broker; a
+# drill that runs a real worker turns nudges back on for that worker's process only.
+LIKES_NUDGE_ENABLED = os.environ.get("LIKES_TEST_NUDGES") == "1"
 # Files ops jobs produce (exports) go to a private temporary directory, never into the checkout.
 import tempfile  # noqa: E402
 

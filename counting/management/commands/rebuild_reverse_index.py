@@ -17,12 +17,11 @@ class Command(JobCommand):
     def add_arguments(self, parser):
         parser.add_argument("--shards", type=int, required=True, help="R, the number of reverse shards of G+1.")
         parser.add_argument("--sample", type=int, default=None, help="Relations to sample-verify (all shards).")
+        parser.add_argument("--chunk", type=int, default=None, help="Relations per chunk (default 2000).")
         self.add_job_arguments(parser)
 
     def run(self, *args, **options):
-        params = {"shards": options["shards"]}
-        if options["sample"]:
-            params["sample"] = options["sample"]
+        params = {"shards": options["shards"], **{k: options[k] for k in ("sample", "chunk") if options[k]}}
         job = self.job_run(options=options, params=params)
         report = ReverseRebuildReport.of(ReverseIndexGeneration.objects.get(pk=job.state["generation"]))
         self.stdout.write(f"generation {report.generation}: {report.status} (R={report.shards}, "
