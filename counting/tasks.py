@@ -12,40 +12,21 @@ from counting.services.projection import CountProjector
 from counting.services.retire import deleted_videos_retire
 from counting.services.reverse.projector import ReverseIndexProjector
 from counting.services.snapshots import display_snapshot_refresh
-from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import consume_pass
+from likes_project.eventlog.consumer import consumer_tasks
 from likes_project.nudge import nudge
 
 
-@shared_task(name="counting.project_partition", acks_late=True, ignore_result=True)
-def project_partition_task(partition: int) -> dict:
-    """One bounded pass of the count projector over one stream partition (lease-owned; a duplicate
-    run returns `busy`). Re-triggers itself while there is more to read, and nudges the snapshot."""
-    report = consume_pass(CountProjector(), partition=int(partition), batch_size=settings.COUNT_PROJECTOR_BATCH)
-    if report.applied:
+def _nudge_snapshot(report) -> None:
+    if report.applied:  # the changed counts reach the display snapshot sooner than its beat
         nudge("counting.display_snapshot", debounce_s=0.2)
-    return {"status": report.status, "applied": report.applied, "dead": report.dead_lettered}
 
 
-@shared_task(name="counting.project_all", ignore_result=True)
-def project_all_task() -> None:
-    """Beat sweeper over every stream partition."""
-    for partition in streams.all_partitions():
-        project_partition_task.delay(partition)
-
-
-@shared_task(name="counting.project_reverse", acks_late=True, ignore_result=True)
-def project_reverse_task(partition: int) -> dict:
-    """One bounded pass of the reverse-index projector over one stream partition (REV-1, REV-2)."""
-    report = consume_pass(ReverseIndexProjector(), partition=int(partition), batch_size=500)
-    return {"status": report.status, "applied": report.applied}
-
-
-@shared_task(name="counting.project_reverse_all", ignore_result=True)
-def project_reverse_all_task() -> None:
-    """Beat sweeper: one reverse-projector pass per stream partition."""
-    for partition in streams.all_partitions():
-        project_reverse_task.delay(partition)
+# The count projector (PROJ) and the reverse-index projector (REV-1, REV-2), one pass per partition.
+project_partition_task, project_all_task = consumer_tasks(
+    CountProjector, sweep_name="counting.project_all", batch_size=lambda: settings.COUNT_PROJECTOR_BATCH,
+    after=_nudge_snapshot)
+project_reverse_task, project_reverse_all_task = consumer_tasks(
+    ReverseIndexProjector, sweep_name="counting.project_reverse_all", batch_size=lambda: 500)
 
 
 @shared_task(name="counting.display_snapshot", acks_late=True, ignore_result=True)

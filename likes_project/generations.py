@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 
 from django.conf import settings
 from django.db import models, transaction
@@ -152,13 +152,23 @@ class Lifecycle:
     """A user of the lifecycle. Subclasses set the class attributes and implement the steps; the
     engine calls them and owns everything else."""
 
-    kind: str  # short name, e.g. "relcache"
+    kind: str  # short name, e.g. "relcache": audit actions <kind>.rebuild_start / _activate / _failed / _abandoned
     model: type[GenerationModel]
-    lease_resource: str  # one run of this lifecycle at a time holds this lease
-    audit_prefix: str  # audit actions <prefix>.rebuild_start / _activate / _failed / _abandoned
     target_type: str  # audit target type of a generation
     label: str = "generation"  # how progress lines name a generation ("count cache generation 3")
-    running_code: str = "rebuild_running"
+
+    @property
+    def lease_resource(self) -> str:
+        """One run of this lifecycle at a time holds this lease."""
+        return f"generation:{self.kind}"
+
+    @property
+    def audit_prefix(self) -> str:
+        return self.kind
+
+    @property
+    def running_code(self) -> str:
+        return f"{self.kind}_rebuild_running"
 
     def create_fields(self, *, params: dict, previous: GenerationModel | None, state: dict) -> dict:
         """Extra column values of the new SHADOW row (called inside its creating transaction); may
@@ -478,14 +488,30 @@ def lifecycle_get(kind: str) -> Lifecycle:
     return _LIFECYCLES[kind]
 
 
-@dataclass
-class RunSummary:
-    """What a finished run looks like from outside (for a command's last line)."""
+@dataclass(kw_only=True)
+class RunReport:
+    """A rebuild's report: each field is read from the run's stats, else from the generation row's
+    attribute of the same name (or the name ALIASES gives), else its default. Users add their fields."""
+
+    ALIASES = {"failure": "failure_reason", "previous": "previous_generation"}
 
     generation: int
     status: str
+    previous: int | None = None
     failure: str = ""
-    stats: dict = field(default_factory=dict)
+    sampled: int = 0
+    mismatches: int = 0
+
+    @classmethod
+    def of(cls, row: GenerationModel):
+        values = {}
+        for f in fields(cls):
+            source = cls.ALIASES.get(f.name, f.name)
+            if f.name in row.stats:
+                values[f.name] = row.stats[f.name]
+            elif hasattr(row, source):
+                values[f.name] = getattr(row, source)
+        return cls(**values)
 
 
 def lifecycle_job_kind(lc: Lifecycle, *, job_kind: str, permission: str):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+from django.db import models
+
 HASH_SHA256_BE64 = "sha256-be64"
 
 
@@ -23,3 +25,17 @@ def length_prefixed_utf8(*parts: str) -> bytes:
         data = part.encode("utf-8")
         out += len(data).to_bytes(4, "big") + data
     return bytes(out)
+
+
+class HashContract(models.Model):
+    """The identity of a frozen hashing contract stored as a row (architecture §7): which algorithm,
+    seed and key encoding a version computes with. A version is never edited; a change is a new one."""
+
+    version = models.PositiveIntegerField(primary_key=True)
+    hash_algorithm = models.CharField(max_length=32)
+    hash_seed = models.CharField(max_length=64)
+    key_encoding = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True

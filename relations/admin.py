@@ -116,33 +116,50 @@ class FriendshipAddForm(forms.ModelForm):
 
 
 class SocialEdgeAdmin(ServiceWriteAdmin):
-    """List, add and delete; an edge is never edited in place."""
+    """List, add and delete; an edge is never edited in place. `add_fields` are the add form's fields,
+    `edge_fields` the stored columns; `set_edge(request, a, b, present)` calls the edge's service with
+    the two user ids in the form's order and returns the stored row's lookup."""
+
+    add_fields: tuple[str, str]
+    edge_fields: tuple[str, str]
+    search_fields = ()
+    ordering = ("-created_at",)
+
+    def get_list_display(self, request):
+        return (*self.edge_fields, "created_at")
+
+    def get_search_fields(self, request):
+        return tuple(f"={f}" for f in self.edge_fields)
+
+    def get_fields(self, request, obj=None):
+        return self.add_fields if obj is None else (*self.edge_fields, "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else (*self.edge_fields, "created_at")
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def set_edge(self, request, a: int, b: int, *, present: bool) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def save_via_service(self, request, obj, form, change):
+        a, b = (form.cleaned_data[f] for f in self.add_fields)
+        adopt_stored_row(obj, self.model.objects.get(**self.set_edge(request, a, b, present=True)))
+
+    def delete_via_service(self, request, obj):
+        self.set_edge(request, *(getattr(obj, f) for f in self.edge_fields), present=False)
 
 
 @admin.register(Friendship)
 class FriendshipAdmin(SocialEdgeAdmin):
     form = FriendshipAddForm
-    list_display = ("user_low", "user_high", "created_at")
-    search_fields = ("=user_low", "=user_high")
-    ordering = ("-created_at",)
+    add_fields, edge_fields = ("user_a", "user_b"), ("user_low", "user_high")
 
-    def get_fields(self, request, obj=None):
-        return ("user_a", "user_b") if obj is None else ("user_low", "user_high", "created_at")
-
-    def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else ("user_low", "user_high", "created_at")
-
-    def save_via_service(self, request, obj, form, change):
-        a, b = form.cleaned_data["user_a"], form.cleaned_data["user_b"]
-        friendship_set(user_a=a, user_b=b, present=True, actor=admin_actor(request.user))
+    def set_edge(self, request, a, b, *, present):
+        friendship_set(user_a=a, user_b=b, present=present, actor=admin_actor(request.user))
         low, high = sorted((a, b))
-        adopt_stored_row(obj, Friendship.objects.get(user_low=low, user_high=high))
-
-    def delete_via_service(self, request, obj):
-        friendship_set(user_a=obj.user_low, user_b=obj.user_high, present=False, actor=admin_actor(request.user))
+        return {"user_low": low, "user_high": high}
 
 
 class BlockAddForm(forms.ModelForm):
@@ -161,23 +178,11 @@ class BlockAddForm(forms.ModelForm):
 @admin.register(Block)
 class BlockAdmin(SocialEdgeAdmin):
     form = BlockAddForm
-    list_display = ("blocker_id", "blocked_id", "created_at")
-    search_fields = ("=blocker_id", "=blocked_id")
-    ordering = ("-created_at",)
+    add_fields = edge_fields = ("blocker_id", "blocked_id")
 
-    def get_fields(self, request, obj=None):
-        return ("blocker_id", "blocked_id") if obj is None else ("blocker_id", "blocked_id", "created_at")
-
-    def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else ("blocker_id", "blocked_id", "created_at")
-
-    def save_via_service(self, request, obj, form, change):
-        blocker, blocked = form.cleaned_data["blocker_id"], form.cleaned_data["blocked_id"]
-        block_set(blocker_id=blocker, blocked_id=blocked, present=True, actor=admin_actor(request.user))
-        adopt_stored_row(obj, Block.objects.get(blocker_id=blocker, blocked_id=blocked))
-
-    def delete_via_service(self, request, obj):
-        block_set(blocker_id=obj.blocker_id, blocked_id=obj.blocked_id, present=False, actor=admin_actor(request.user))
+    def set_edge(self, request, a, b, *, present):
+        block_set(blocker_id=a, blocked_id=b, present=present, actor=admin_actor(request.user))
+        return {"blocker_id": a, "blocked_id": b}
 
 
 # --- shard contract (read-only) ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from django.db.models import Q
 
 from likes_project.db_routers import RELATION_SHARD
 from likes_project.generations import GenerationModel
+from likes_project.hashing import HashContract
 
 
 class RelationState(models.TextChoices):
@@ -33,16 +34,11 @@ class VideoStatus(models.TextChoices):
 # --- control plane (default) -------------------------------------------------------------------
 
 
-class RelationShardContract(models.Model):
+class RelationShardContract(HashContract):
     """The frozen contract user_id -> logical slot (architecture §7). Never edited once created."""
 
-    version = models.PositiveIntegerField(primary_key=True)
-    hash_algorithm = models.CharField(max_length=32)
-    hash_seed = models.CharField(max_length=64)
-    key_encoding = models.CharField(max_length=32)
     logical_slots = models.PositiveIntegerField()
     is_active = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [

@@ -7,8 +7,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from likes_project.eventlog import leases, streams
-from likes_project.eventlog.consumer import CONSUMER_TASKS, consume_pass, holder_id
+from likes_project.eventlog import leases
+from likes_project.eventlog.consumer import CONSUMER_TASKS, consumer_tasks, holder_id
 from likes_project.eventlog.services import streams_trim
 from likes_project.nudge import nudge
 from relations import routing
@@ -83,18 +83,9 @@ def relcache_repair_task(user_id: int, video_ids: list[str]) -> int:
     return relation_cache_repair(user_id=int(user_id), video_ids=[str(v) for v in video_ids][:200])
 
 
-@shared_task(name="relations.project_relcache", acks_late=True, ignore_result=True)
-def project_relcache_task(partition: int) -> dict:
-    """One bounded pass of the relation-cache projector over one stream partition."""
-    report = consume_pass(RelationCacheProjector(), partition=int(partition), batch_size=500)
-    return {"status": report.status, "applied": report.applied}
-
-
-@shared_task(name="relations.project_relcache_all", ignore_result=True)
-def project_relcache_all_task() -> None:
-    """Beat sweeper: one relation-cache projector pass per stream partition."""
-    for partition in streams.all_partitions():
-        project_relcache_task.delay(partition)
+# The relation-cache projector (RCACHE-3), one pass per partition.
+project_relcache_task, project_relcache_all_task = consumer_tasks(
+    RelationCacheProjector, sweep_name="relations.project_relcache_all", batch_size=lambda: 500)
 
 
 @shared_task(name="relations.relcache_check_loss", acks_late=True, ignore_result=True)

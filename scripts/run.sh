@@ -25,7 +25,7 @@ echo
 pids=()
 cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup INT TERM EXIT
-"$VENV/bin/celery" -A likes_project worker --loglevel "${CELERY_LOGLEVEL:-WARNING}" -Q publish,count,relcache,reverse,snapshot,maintenance,celery \
+"$VENV/bin/celery" -A likes_project worker --loglevel "${CELERY_LOGLEVEL:-WARNING}" -Q publish,count,relcache,reverse,snapshot,maintenance,ops,celery \
   --concurrency "${CELERY_CONCURRENCY:-4}" &
 pids+=($!)
 "$VENV/bin/celery" -A likes_project beat --loglevel "${CELERY_LOGLEVEL:-WARNING}" &

@@ -3,8 +3,11 @@ partitions) and real Redis; nothing here mocks a store."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connections
 
 from likes_project import l1cache
@@ -12,7 +15,7 @@ from likes_project.redis_client import cache_redis, stream_redis
 from opsconsole.services import contracts_ensure
 from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
-from tests import factories
+from tests import factories, legacy
 
 
 def ensure_contracts() -> None:
@@ -29,6 +32,11 @@ def ensure_contracts() -> None:
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
+        if os.environ.get("LIKES_TEST_DATABASES") == "upgraded":
+            # The databases as the landed code created them, migrated forward in place.
+            for alias in connections:
+                legacy.database_load(alias)
+                call_command("migrate", database=alias, interactive=False, verbosity=0)
         ensure_contracts()
 
 

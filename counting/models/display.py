@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from likes_project.generations import GenerationModel
+from likes_project.switches import PauseSwitch
 
 
 class VideoDisplayCount(models.Model):
@@ -26,14 +27,11 @@ class VideoDisplayCount(models.Model):
         return f"{self.video_id}: {self.display_count} (snapshot {self.snapshot_id})"
 
 
-class CountRefreshSwitch(models.Model):
+class CountRefreshSwitch(PauseSwitch):
     """Per-video switch that pauses display refreshes (spec §8.6)."""
 
     video_id = models.CharField(max_length=64, primary_key=True)
     paused = models.BooleanField(default=True)
-    reason = models.CharField(max_length=256, blank=True, default="")
-    updated_by = models.CharField(max_length=150, blank=True, default="")
-    updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"{self.video_id}: refresh {'paused' if self.paused else 'on'}"

@@ -8,19 +8,15 @@ from django.db import models
 from django.db.models import Q
 
 from likes_project.db_routers import COUNT_PARTITION
+from likes_project.hashing import HashContract
 
 # --- control plane (default) -------------------------------------------------------------------
 
 
-class CountBucketSpace(models.Model):
+class CountBucketSpace(HashContract):
     """COUNT_BUCKET_SPACE (E-8): the immutable (hash algorithm, seed, key encoding, V) contract."""
 
-    version = models.PositiveIntegerField(primary_key=True)
-    hash_algorithm = models.CharField(max_length=32)
-    hash_seed = models.CharField(max_length=64)
-    key_encoding = models.CharField(max_length=32)
     virtual_buckets = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(virtual_buckets__gt=0), name="bucket_space_v_positive")]
@@ -158,8 +154,9 @@ class VideoLikeCountVbucket(models.Model):
         return f"g{self.generation} {self.video_id} vb{self.virtual_bucket} = {self.active_count}"
 
 
-class CountEventReceipt(models.Model):
-    """COUNT_EVENT_RECEIPT (E-6): which stream position this projection consumed."""
+class EventReceipt(models.Model):
+    """Which stream position a projection consumed into which generation, on the partition that holds
+    the rows it wrote, so a replay after a crash past the commit is absorbed (PROJ-4)."""
 
     db_family = COUNT_PARTITION
 
@@ -172,15 +169,22 @@ class CountEventReceipt(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"g{self.generation} {self.source_partition}/{self.source_offset} {self.outcome}"
+
+
+class CountEventReceipt(EventReceipt):
+    """COUNT_EVENT_RECEIPT (E-6): which stream position the count projection consumed."""
+
+    class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["generation", "source_topic", "source_partition", "source_offset"], name="uniq_receipt_position"
             ),
         ]
         indexes = [models.Index(fields=["event_id"], name="receipt_event_idx")]
-
-    def __str__(self) -> str:
-        return f"g{self.generation} {self.source_partition}/{self.source_offset} {self.outcome}"
 
 
 class FenceState(models.TextChoices):

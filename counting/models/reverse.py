@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from counting.models.projection import EventReceipt
 from likes_project.db_routers import COUNT_PARTITION
 from likes_project.generations import GenerationModel
 
@@ -92,19 +93,8 @@ class LikeReverseSort(models.Model):
         return f"g{self.generation} {self.video_id}/{self.reverse_shard} {self.liked_at} {self.user_id}"
 
 
-class ReverseEventReceipt(models.Model):
-    """Which stream position the reverse projector consumed into which generation, on the partition
-    that holds the rows it wrote (so a replay after a crash past the commit is absorbed)."""
-
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    source_topic = models.CharField(max_length=64)
-    source_partition = models.PositiveIntegerField()
-    source_offset = models.CharField(max_length=32)
-    event_id = models.CharField(max_length=64)
-    outcome = models.CharField(max_length=12)  # applied | stale | duplicate
-    created_at = models.DateTimeField()
+class ReverseEventReceipt(EventReceipt):
+    """The reverse projector's receipts (per generation it wrote)."""
 
     class Meta:
         db_table = "relations_reverseeventreceipt"
@@ -113,8 +103,6 @@ class ReverseEventReceipt(models.Model):
                                     name="uniq_reverse_receipt_position"),
         ]
 
-    def __str__(self) -> str:
-        return f"g{self.generation} {self.source_partition}/{self.source_offset} {self.outcome}"
 
 
 

@@ -67,6 +67,23 @@ def rows_ensure(alias: str, model, *, columns: list[tuple[str, str]], rows: Iter
         cursor.execute(sql, [*(params or []), *([r[i] for r in rows] for i in range(len(columns)))])
 
 
+def rows_lock(cursor, model, *, keys, columns: list[tuple[str, str]], values: list[str],
+              generation: int | None = None) -> dict[tuple, tuple]:
+    """Lock the rows of `keys` (values of the key `columns`, each `(name, postgres array type)`) in key
+    order, in the caller's transaction, and return key -> the `values` columns. Rows that do not exist
+    are absent (callers create them first, `rows_ensure`, so the lock order holds)."""
+    names = [name for name, _type in columns]
+    keys = sorted(set(keys))
+    cursor.execute(
+        f"SELECT {', '.join([*names, *values])} FROM {table(model)} WHERE "
+        f"{'generation = %s AND ' if generation is not None else ''}({', '.join(names)}) IN "
+        f"(SELECT * FROM unnest({', '.join(f'%s::{pg_type}[]' for _name, pg_type in columns)})) "
+        f"ORDER BY {', '.join(names)} FOR UPDATE",
+        [*([] if generation is None else [generation]), *([k[i] for k in keys] for i in range(len(names)))],
+    )
+    return {tuple(row[:len(names)]): tuple(row[len(names):]) for row in cursor.fetchall()}
+
+
 def receipts_seen(cursor, model, *, generations: list[int], partition: int,
                   refs: Iterable[str]) -> set[tuple[int, str]]:
     """(generation, stream entry id) pairs already receipted on this partition: a replay after a crash

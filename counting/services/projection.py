@@ -22,18 +22,7 @@ from django.utils.dateparse import parse_datetime
 
 from counting import routing
 from counting.models import CountEventReceipt, CountRouteFence, DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
-from counting.services.group_kit import (
-    APPLIED,
-    DUPLICATE,
-    GroupOutcome,
-    apply_result,
-    consumer_fence_check,
-    fold_versions,
-    receipts_seen,
-    receipts_write,
-    rows_ensure,
-    table,
-)
+from counting.services import group_kit as kit
 from likes_project import metrics
 from likes_project.eventlog.consumer import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry
@@ -72,7 +61,7 @@ class Event:
 def _check_route_fence(cursor, gen: routing.GenerationRoutes, events: list[Event]) -> None:
     wanted = {e.vb: e.route.epoch for e in events}
     cursor.execute(
-        f"SELECT virtual_bucket, route_epoch, state FROM {table(CountRouteFence)} "
+        f"SELECT virtual_bucket, route_epoch, state FROM {kit.table(CountRouteFence)} "
         "WHERE bucket_space_version = %s AND virtual_bucket = ANY(%s) FOR SHARE",
         [gen.space.version, sorted(wanted)],
     )
@@ -104,7 +93,7 @@ def fold_events(events: list[Event], before: dict[tuple[int, str], tuple[str, in
         fold.relations[(e.user_id, e.video_id)] = (e.state, e.version, e.vb)
         return (e.state, e.version)
 
-    _state, verdicts = fold_versions(events, before, key=lambda e: (e.user_id, e.video_id),
+    _state, verdicts = kit.fold_versions(events, before, key=lambda e: (e.user_id, e.video_id),
                                      version=lambda e: e.version, stored_version=lambda cur: cur[1], apply=apply)
     fold.verdicts = {e.entry.entry_id: verdict for e, verdict in verdicts}
     return fold
@@ -114,7 +103,7 @@ def _ensure_bucket_rows(alias: str, gen: routing.GenerationRoutes, events: list[
     """Create the group's missing bucket rows (count 0) before the group transaction (D31): without
     it, one transaction's ordered SELECT ... FOR UPDATE and another's INSERT of a row it found missing
     lock in different orders and deadlock whenever several partitions write a newly hot video."""
-    rows_ensure(alias, VideoLikeCountVbucket, columns=[("video_id", "text"), ("virtual_bucket", "int")],
+    kit.rows_ensure(alias, VideoLikeCountVbucket, columns=[("video_id", "text"), ("virtual_bucket", "int")],
                 rows=[(e.video_id, e.vb) for e in events],
                 defaults={"generation": "%s", "bucket_space_version": "%s", "active_count": "0",
                           "bucket_version": "0", "frozen": "false", "updated_at": "%s"},
@@ -135,7 +124,7 @@ def _isolate_bad_buckets(cursor, alias: str, gen: routing.GenerationRoutes, buck
             metrics.inc("likes_negative_bucket_rejections_total")
             logger.error("ALERT negative bucket %s on %s: bucket frozen, events dead-lettered", key, alias)
             cursor.execute(
-                f"INSERT INTO {table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+                f"INSERT INTO {kit.table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
                 "bucket_space_version, active_count, bucket_version, frozen, updated_at) "
                 "VALUES (%s, %s, %s, %s, 0, 0, true, %s) ON CONFLICT (generation, video_id, virtual_bucket) "
                 "DO UPDATE SET frozen = true, updated_at = EXCLUDED.updated_at",
@@ -145,41 +134,31 @@ def _isolate_bad_buckets(cursor, alias: str, gen: routing.GenerationRoutes, buck
 
 
 def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event], *, consumer: str,
-                 partition: int, token: int) -> GroupOutcome:
+                 partition: int, token: int) -> kit.GroupOutcome:
     """One local transaction on count partition `alias` (PROJ-3, PROJ-7 step 3)."""
-    out = GroupOutcome()
+    out = kit.GroupOutcome()
     g = gen.generation
     now = timezone.now()
     _ensure_bucket_rows(alias, gen, events, now)
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        consumer_fence_check(cursor, consumer, partition, token)
+        kit.consumer_fence_check(cursor, consumer, partition, token)
         _check_route_fence(cursor, gen, events)
-        receipted = receipts_seen(cursor, CountEventReceipt, generations=[g], partition=partition,
+        receipted = kit.receipts_seen(cursor, CountEventReceipt, generations=[g], partition=partition,
                                   refs=[e.entry.entry_id for e in events])
         fresh = []
         for e in events:
             if (g, e.entry.entry_id) in receipted:  # PROJ-4: a replay after a crash past the commit
-                out.add(e.entry.entry_id, DUPLICATE)
+                out.add(e.entry.entry_id, kit.DUPLICATE)
             else:
                 fresh.append(e)
         if not fresh:
             return out
-        keys = sorted({(e.user_id, e.video_id) for e in fresh})
-        cursor.execute(
-            f"SELECT user_id, video_id, projected_state, projected_version FROM {table(LikeCountProjection)} "
-            "WHERE generation = %s AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
-            "ORDER BY user_id, video_id FOR UPDATE",
-            [g, [k[0] for k in keys], [k[1] for k in keys]],
-        )
-        before = {(u, v): (s, ver) for u, v, s, ver in cursor.fetchall()}
+        before = kit.rows_lock(cursor, LikeCountProjection, keys=[(e.user_id, e.video_id) for e in fresh],
+                               columns=[("user_id", "bigint"), ("video_id", "text")],
+                               values=["projected_state", "projected_version"], generation=g)
         buckets = sorted({(e.video_id, e.vb) for e in fresh})
-        cursor.execute(
-            f"SELECT video_id, virtual_bucket, active_count, frozen FROM {table(VideoLikeCountVbucket)} "
-            "WHERE generation = %s AND (video_id, virtual_bucket) IN "
-            "(SELECT * FROM unnest(%s::text[], %s::int[])) ORDER BY video_id, virtual_bucket FOR UPDATE",
-            [g, [b[0] for b in buckets], [b[1] for b in buckets]],
-        )
-        stored = {(v, vb): (count, frozen) for v, vb, count, frozen in cursor.fetchall()}
+        stored = kit.rows_lock(cursor, VideoLikeCountVbucket, keys=buckets, values=["active_count", "frozen"],
+                               columns=[("video_id", "text"), ("virtual_bucket", "int")], generation=g)
         fold = fold_events(fresh, before)
         bad = _isolate_bad_buckets(cursor, alias, gen, buckets, stored, fold, now)
         if bad:
@@ -201,7 +180,7 @@ def _write(cursor, gen: routing.GenerationRoutes, fresh: list[Event], stored: di
     g = gen.generation
     if fold.relations:
         cursor.executemany(
-            f"INSERT INTO {table(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
+            f"INSERT INTO {kit.table(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
             "projected_version, bucket_space_version, virtual_bucket, updated_at) VALUES (%s, %s, %s, %s, %s, %s, "
             "%s, %s) ON CONFLICT (generation, user_id, video_id) DO UPDATE SET projected_state = "
             "EXCLUDED.projected_state, projected_version = EXCLUDED.projected_version, "
@@ -217,14 +196,14 @@ def _write(cursor, gen: routing.GenerationRoutes, fresh: list[Event], stored: di
     new = [(g, v, vb, gen.space.version, d, now) for (v, vb), d in nonzero if (v, vb) not in stored]
     if existing:
         cursor.executemany(
-            f"UPDATE {table(VideoLikeCountVbucket)} SET active_count = active_count + %s, "
+            f"UPDATE {kit.table(VideoLikeCountVbucket)} SET active_count = active_count + %s, "
             "bucket_version = bucket_version + 1, updated_at = %s "
             "WHERE generation = %s AND video_id = %s AND virtual_bucket = %s",
             existing,
         )
     if new:
         cursor.executemany(
-            f"INSERT INTO {table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+            f"INSERT INTO {kit.table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
             "bucket_space_version, active_count, bucket_version, frozen, updated_at) VALUES (%s, %s, %s, %s, %s, 1, "
             "false, %s) ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = "
             "b.active_count + EXCLUDED.active_count, bucket_version = b.bucket_version + 1, "
@@ -233,18 +212,18 @@ def _write(cursor, gen: routing.GenerationRoutes, fresh: list[Event], stored: di
         )
     if nonzero:
         cursor.executemany(
-            f"INSERT INTO {table(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, "
+            f"INSERT INTO {kit.table(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, "
             "first_dirty_at, last_dirty_at) VALUES (%s, %s, %s, 1, %s, %s) "
             "ON CONFLICT (generation, video_id, source_partition) "
             "DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at",
             [(g, v, partition, now, now) for v in sorted({v for (v, _), _ in nonzero})],
         )
-    receipts_write(cursor, CountEventReceipt, partition=partition, now=now,
+    kit.receipts_write(cursor, CountEventReceipt, partition=partition, now=now,
                    rows=[(g, e.entry.entry_id, e.event_id, fold.verdicts[e.entry.entry_id]) for e in fresh])
 
 
 def _observe_lag(fresh: list[Event], fold: Fold, now) -> None:
-    lags = [(now - t).total_seconds() for e in fresh if fold.verdicts.get(e.entry.entry_id) == APPLIED
+    lags = [(now - t).total_seconds() for e in fresh if fold.verdicts.get(e.entry.entry_id) == kit.APPLIED
             and (t := parse_datetime(e.changed_at)) is not None]
     for lag in lags:
         metrics.observe("likes_projection_lag_seconds", lag)
@@ -274,7 +253,7 @@ class CountProjector:
             groups[route.partition].append(Event(entry, ev["userId"], ev["videoId"], ev["relationVersion"],
                                                  ev["absoluteState"], ev["eventId"], ev["stateChangedAt"], vb,
                                                  route))
-        outcome = GroupOutcome()
+        outcome = kit.GroupOutcome()
         for alias, events in sorted(groups.items()):
             try:
                 outcome.merge(_apply_group(alias, gen, events, consumer=consumer, partition=partition, token=token))
@@ -284,4 +263,4 @@ class CountProjector:
             except (Retryable, DatabaseError) as exc:
                 logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
                 outcome.failed.update({e.entry.entry_id: Retryable(str(exc)) for e in events})
-        return apply_result(entries, outcome)
+        return kit.apply_result(entries, outcome)

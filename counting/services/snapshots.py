@@ -19,8 +19,9 @@ from counting.models import CountRefreshSwitch, DirtyVideo, VideoDisplayCount, V
 from counting.services.count_cache import layers as count_cache
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
-from likes_project.audit.services import Actor, audit_record
+from likes_project.audit.services import Actor
 from likes_project.eventlog.checkpoints import checkpoints_get
+from likes_project.switches import pause_switch_set
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +135,6 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
 def count_refresh_switch_set(*, video_id: str, paused: bool, reason: str, actor: Actor) -> CountRefreshSwitch:
     """Pause or resume one video's display refreshes (spec §8.6). A paused video keeps its dirty
     marks, so nothing is lost; its count resumes from the buckets when the switch is lifted.
-
-    Transaction: switch row + audit record on `default`. Idempotency: setting the same state again
-    rewrites the row and audits it."""
-    with transaction.atomic(using="default", durable=True):
-        switch, _ = CountRefreshSwitch.objects.update_or_create(
-            video_id=video_id, defaults={"paused": paused, "reason": reason, "updated_by": actor.name})
-        audit_record(actor=actor, action="count.refresh_pause" if paused else "count.refresh_resume",
-                     target_type="video", target_id=video_id, params={"reason": reason})
-    return switch
+    Transaction: switch row + audit record on `default`."""
+    return pause_switch_set(CountRefreshSwitch, key=video_id, paused=paused, reason=reason, actor=actor,
+                            action_prefix="count.refresh", target_type="video")

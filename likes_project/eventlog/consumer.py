@@ -17,6 +17,7 @@ import logging
 import os
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -270,3 +271,29 @@ def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_b
     if report.dispatched >= batch_size * max_batches:
         nudge(CONSUMER_TASKS[projector.name], int(partition), debounce_s=0.0)
     return report
+
+
+def consumer_tasks(projector: Callable[[], Projector], *, sweep_name: str, batch_size: Callable[[], int],
+                   after: Callable[[ConsumeReport], None] | None = None):
+    """The two Celery tasks of a projector: one bounded pass over one partition (named as in
+    CONSUMER_TASKS; lease-owned, so a duplicate run returns `busy`), and the beat sweeper that starts a
+    pass per stream partition. `after(report)` runs after each pass (e.g. nudge the snapshot job)."""
+    from celery import shared_task
+
+    name = CONSUMER_TASKS[projector().name]
+
+    @shared_task(name=name, acks_late=True, ignore_result=True)
+    def pass_task(partition: int) -> dict:
+        report = consume_pass(projector(), partition=int(partition), batch_size=batch_size())
+        if after is not None:
+            after(report)
+        return {"status": report.status, "applied": report.applied, "dead": report.dead_lettered}
+
+    @shared_task(name=sweep_name, ignore_result=True)
+    def sweep_task() -> None:
+        for partition in streams.all_partitions():
+            pass_task.delay(partition)
+
+    pass_task.__doc__ = f"One bounded pass of the {projector().name} projector over one stream partition."
+    sweep_task.__doc__ = f"Beat sweeper: one {projector().name} projector pass per stream partition."
+    return pass_task, sweep_task

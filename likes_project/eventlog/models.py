@@ -5,18 +5,16 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from likes_project.hashing import HashContract
+from likes_project.switches import PauseSwitch
 
-class StreamContract(models.Model):
+
+class StreamContract(HashContract):
     """Frozen partitioning of the event log: aggregateKey -> partition (architecture §7)."""
 
-    version = models.PositiveIntegerField(primary_key=True)
     topic = models.CharField(max_length=64)
-    hash_algorithm = models.CharField(max_length=32)
-    hash_seed = models.CharField(max_length=64)
-    key_encoding = models.CharField(max_length=32)
     partitions = models.PositiveIntegerField()
     is_active = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
@@ -66,14 +64,10 @@ class ConsumerCheckpoint(models.Model):
         return f"{self.consumer}[{self.partition}] done through {self.last_done_id}"
 
 
-class ConsumerSwitch(models.Model):
+class ConsumerSwitch(PauseSwitch):
     """Runtime switch: pause dispatch for a consumer (snapshot barrier, incident response)."""
 
     consumer = models.CharField(max_length=64, primary_key=True)
-    paused = models.BooleanField(default=False)
-    reason = models.CharField(max_length=256, blank=True, default="")
-    updated_by = models.CharField(max_length=150, blank=True, default="")
-    updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"{self.consumer}: {'paused' if self.paused else 'running'}"

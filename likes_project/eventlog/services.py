@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from likes_project.audit.services import audit_record
 from likes_project.eventlog import streams
 from likes_project.eventlog.models import ConsumerSwitch, StreamContract
 from likes_project.hashing import HASH_SHA256_BE64
+from likes_project.switches import pause_switch_set
 
 STREAM_V1_SEED = "likes-stream-v1"
 
@@ -36,13 +36,8 @@ def stream_contract_ensure() -> StreamContract:
 
 def consumer_switch_set(*, consumer: str, paused: bool, reason: str, actor) -> ConsumerSwitch:
     """Pause or resume dispatch for a consumer. Transaction: switch row + audit on `default`."""
-    with transaction.atomic(using="default", durable=True):
-        switch, _ = ConsumerSwitch.objects.update_or_create(
-            consumer=consumer, defaults={"paused": paused, "reason": reason, "updated_by": actor.name}
-        )
-        audit_record(actor=actor, action="consumer.pause" if paused else "consumer.resume",
-                     target_type="consumer", target_id=consumer, params={"reason": reason})
-    return switch
+    return pause_switch_set(ConsumerSwitch, key=consumer, paused=paused, reason=reason, actor=actor,
+                            action_prefix="consumer.", target_type="consumer")
 
 
 def streams_trim(*, retention_s: int) -> dict[int, int]:

@@ -3,7 +3,7 @@
 # (and every grant of it) is moved onto the holder's content type, so `opsconsole.view_relation_lookup`
 # keeps meaning what it meant.
 
-from django.db import migrations
+from django.db import migrations, models
 
 
 def move_lookup_permission(apps, schema_editor):
@@ -29,7 +29,6 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("opsconsole", "0001_initial"),
-        ("audit", "0001_initial"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]
@@ -37,7 +36,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.CreateModel(
             name="ConsolePermission",
-            fields=[],
+            fields=[("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"))],
             options={
                 "managed": False,
                 "default_permissions": (),

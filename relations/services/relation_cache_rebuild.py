@@ -21,15 +21,9 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from likes_project import generations
 from likes_project.audit.services import Actor, system_actor
-from likes_project.generations import (
-    Lifecycle,
-    RebuildFailed,
-    StepContext,
-    StepResult,
-    lifecycle_job_kind,
-    rebuild_inline,
-)
+from likes_project.generations import Lifecycle, RebuildFailed, RunReport, StepContext, StepResult
 from relations import cache, routing
 from relations.models import LikeRelation, OutboxEvent, RelationCacheGeneration
 from relations.services.relation_cache import REBUILD_JOB, cache_generations_mirror, floors_advance, floors_to_redis
@@ -102,12 +96,7 @@ def _sample_verify(generation: int) -> tuple[int, int]:
 
 
 class RelationCacheLifecycle(Lifecycle):
-    kind = "relcache"
-    model = RelationCacheGeneration
-    lease_resource = "generation:relcache"
-    audit_prefix = "relcache"
-    target_type = "cache_generation"
-    running_code = "relcache_rebuild_running"
+    kind, model, target_type = "relcache", RelationCacheGeneration, "cache_generation"
 
     def create_fields(self, *, params, previous, state):
         state["scan_started"] = timezone.now().isoformat()
@@ -140,25 +129,16 @@ class RelationCacheLifecycle(Lifecycle):
 
 
 LIFECYCLE = RelationCacheLifecycle()
-JOB_KIND = lifecycle_job_kind(LIFECYCLE, job_kind=REBUILD_JOB, permission=REBUILD_PERMISSION)
+JOB_KIND = generations.lifecycle_job_kind(LIFECYCLE, job_kind=REBUILD_JOB, permission=REBUILD_PERMISSION)
 
 
-@dataclass
-class RebuildReport:
-    generation: int
-    status: str
+@dataclass(kw_only=True)
+class RebuildReport(RunReport):
+    ALIASES = {**RunReport.ALIASES, "watermark": "baseline_watermark"}
+
     scanned: int = 0
     caught_up: int = 0
-    sampled: int = 0
-    mismatches: int = 0
-    failure: str = ""
     watermark: dict = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, row: RelationCacheGeneration) -> RebuildReport:
-        s = row.stats
-        return cls(row.generation, row.status, s.get("scanned", 0), s.get("caught_up", 0), s.get("sampled", 0),
-                   s.get("mismatches", 0), row.failure_reason, row.baseline_watermark)
 
 
 def relation_cache_rebuild(*, actor: Actor | None = None, progress=None, chunk: int | None = None,
@@ -169,5 +149,6 @@ def relation_cache_rebuild(*, actor: Actor | None = None, progress=None, chunk: 
     params = {"chunk": chunk} if chunk else {}
     if fail_after_scan:
         params["fail_after"] = "backfill"
-    row = rebuild_inline(REBUILD_JOB, actor=actor or system_actor("relcache-rebuild"), params=params, say=progress)
+    row = generations.rebuild_inline(REBUILD_JOB, actor=actor or system_actor("relcache-rebuild"), params=params,
+                                     say=progress)
     return RebuildReport.of(row)

@@ -49,10 +49,10 @@ from likes_project import metrics
 from likes_project.audit.services import Actor
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.generations import (
-    GenerationStatus,
     Lifecycle,
     RebuildFailed,
     RebuildRunning,
+    RunReport,
     StepContext,
     StepResult,
     lifecycle_job_kind,
@@ -238,13 +238,9 @@ def _mismatched(pin: _Pin, video_ids: list[str]) -> set[str]:
 
 
 class CountCacheLifecycle(Lifecycle):
-    kind = "count_cache"
-    model = CountCacheGeneration
-    lease_resource = REBUILD_LEASE
-    audit_prefix = "count_cache"
-    target_type = "count_cache_generation"
+    kind, model, target_type = "count_cache", CountCacheGeneration, "count_cache_generation"
     label = "count cache generation"
-    running_code = "count_cache_rebuild_running"
+    lease_resource = REBUILD_LEASE  # the name it had before the lifecycle (operators may watch it)
 
     def create_fields(self, *, params, previous, state):
         try:
@@ -321,30 +317,18 @@ LIFECYCLE = CountCacheLifecycle()
 JOB_KIND = lifecycle_job_kind(LIFECYCLE, job_kind=REBUILD_JOB, permission=REBUILD_PERMISSION)
 
 
-@dataclass
-class CountCacheRebuildReport:
-    generation: int
-    previous: int | None
+@dataclass(kw_only=True)
+class CountCacheRebuildReport(RunReport):
+    ALIASES = {**RunReport.ALIASES, "manifest_id": "route_manifest_id"}
+
     projection_generation: int
     manifest_id: int
-    status: str = GenerationStatus.SHADOW
     rows: dict[str, int] = field(default_factory=dict)  # partition -> bucket rows written in the scan
     rows_written: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # script verdict -> n (concurrent newer writes)
     views_written: int = 0
     caught_up_rows: int = 0
     caught_up_views: int = 0
-    sampled: int = 0
-    mismatches: int = 0
-    failure: str = ""
-
-    @classmethod
-    def of(cls, row: CountCacheGeneration) -> CountCacheRebuildReport:
-        s = row.stats
-        return cls(row.generation, row.previous_generation, row.projection_generation, row.route_manifest_id,
-                   row.status, dict(s.get("rows", {})), s.get("rows_written", 0), dict(s.get("refused", {})),
-                   s.get("views_written", 0), s.get("caught_up_rows", 0), s.get("caught_up_views", 0),
-                   s.get("sampled", 0), s.get("mismatches", 0), row.failure_reason)
 
 
 def count_cache_rebuild(*, actor: Actor, progress=None, batch: int | None = None,

@@ -28,17 +28,7 @@ from django.utils.dateparse import parse_datetime
 
 from counting import routing
 from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort, ReverseEventReceipt
-from counting.services.group_kit import (
-    DUPLICATE,
-    GroupOutcome,
-    apply_result,
-    consumer_fence_check,
-    fold_versions,
-    receipts_seen,
-    receipts_write,
-    rows_ensure,
-    table,
-)
+from counting.services import group_kit as kit
 from likes_project.eventlog.consumer import Retryable
 from likes_project.eventlog.streams import StreamEntry
 from relations.events import LIKED, UNLIKED, validate_event
@@ -82,7 +72,7 @@ def fold_items(items: list[Item], before: dict[tuple[int, str, int], Row]
     """REV-2 in stream order, in memory: a version not above the current one changes nothing; a higher
     UNLIKED makes a tombstone (no sort entry); a higher LIKED (v13 across a missing v12 included) puts
     the entry at that version's own stateChangedAt. Unknown relations start as UNLIKED v0."""
-    return fold_versions(
+    return kit.fold_versions(
         items, before, key=lambda it: it.key, version=lambda it: it.version, stored_version=lambda row: row.version,
         apply=lambda it, _cur: Row(it.state, it.version, it.changed_at if it.state == LIKED else None, it.shard),
     )
@@ -91,7 +81,7 @@ def fold_items(items: list[Item], before: dict[tuple[int, str, int], Row]
 def _ensure_state_rows(alias: str, items: list[Item], now) -> None:
     """Missing state rows as UNLIKED v0 placeholders ("never seen") before the group transaction, so
     the projector and a rebuild's backfill of the same rows never race on an insert (D31)."""
-    rows_ensure(alias, LikeReverseProjection,
+    kit.rows_ensure(alias, LikeReverseProjection,
                 columns=[("generation", "int"), ("video_id", "text"), ("user_id", "bigint"), ("reverse_shard", "int")],
                 rows=[(it.generation, it.video_id, it.user_id, it.shard) for it in items],
                 defaults={"relation_version": "0", "state": f"'{UNLIKED}'", "liked_at": "NULL", "updated_at": "%s"},
@@ -102,15 +92,10 @@ def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
     """Inside the caller's transaction: lock the state rows, fold, then move the sort entries (exact
     delete with the stored liked_at, then insert) and update the state/tombstone rows."""
     _lock_videos(cursor, {(it.generation, it.video_id) for it in items})
-    keys = sorted({it.key for it in items})
-    cursor.execute(
-        f"SELECT generation, video_id, user_id, state, relation_version, liked_at, reverse_shard "
-        f"FROM {table(LikeReverseProjection)} WHERE (generation, video_id, user_id) IN "
-        "(SELECT * FROM unnest(%s::int[], %s::text[], %s::bigint[])) ORDER BY generation, video_id, user_id "
-        "FOR UPDATE",
-        [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]],
-    )
-    before = {(g, v, u): Row(s, ver, at, sh) for g, v, u, s, ver, at, sh in cursor.fetchall()}
+    locked = kit.rows_lock(cursor, LikeReverseProjection, keys=[it.key for it in items],
+                           columns=[("generation", "int"), ("video_id", "text"), ("user_id", "bigint")],
+                           values=["state", "relation_version", "liked_at", "reverse_shard"])
+    before = {key: Row(*values) for key, values in locked.items()}
     after, verdicts = fold_items(items, before)
     deletes, inserts, updates = [], [], []
     for key in sorted(after):
@@ -127,19 +112,19 @@ def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
         updates.append((new.state, new.version, new.liked_at, now, g, video_id, user_id))
     if deletes:
         cursor.executemany(
-            f"DELETE FROM {table(LikeReverseSort)} WHERE generation = %s AND video_id = %s AND reverse_shard = %s "
+            f"DELETE FROM {kit.table(LikeReverseSort)} WHERE generation = %s AND video_id = %s AND reverse_shard = %s "
             "AND liked_at = %s AND user_id = %s",
             deletes,
         )
     if inserts:
         cursor.executemany(
-            f"INSERT INTO {table(LikeReverseSort)} (generation, video_id, reverse_shard, liked_at, user_id) "
+            f"INSERT INTO {kit.table(LikeReverseSort)} (generation, video_id, reverse_shard, liked_at, user_id) "
             "VALUES (%s, %s, %s, %s, %s)",
             inserts,
         )
     if updates:
         cursor.executemany(
-            f"UPDATE {table(LikeReverseProjection)} SET state = %s, relation_version = %s, liked_at = %s, "
+            f"UPDATE {kit.table(LikeReverseProjection)} SET state = %s, relation_version = %s, liked_at = %s, "
             "updated_at = %s WHERE generation = %s AND video_id = %s AND user_id = %s",
             updates,
         )
@@ -166,7 +151,7 @@ def _recent_write(cursor, deletes: list[tuple], inserts: list[tuple]) -> None:
     remove the rows of entries that went away, add the new entries, refill from this partition's sort
     entries where a removed row was among the kept ones, then prune every touched video to the newest
     RECENT_KEEP rows. Every read is bounded (K rows per shard of this partition)."""
-    recent = table(LikeReverseRecent)
+    recent = kit.table(LikeReverseRecent)
     touched = {(g, v) for g, v, _s, _at, _u in deletes} | {(g, v) for g, v, _s, _at, _u in inserts}
     if not touched:
         return
@@ -189,7 +174,7 @@ def _recent_write(cursor, deletes: list[tuple], inserts: list[tuple]) -> None:
         cursor.execute(
             f"INSERT INTO {recent} (generation, video_id, user_id, liked_at) "
             "SELECT %s, %s, e.user_id, e.liked_at FROM unnest(%s::int[]) AS f(s) CROSS JOIN LATERAL "
-            f"(SELECT liked_at, user_id FROM {table(LikeReverseSort)} WHERE generation = %s AND video_id = %s "
+            f"(SELECT liked_at, user_id FROM {kit.table(LikeReverseSort)} WHERE generation = %s AND video_id = %s "
             "AND reverse_shard = f.s ORDER BY liked_at DESC, user_id DESC LIMIT %s) e "
             "ON CONFLICT (generation, video_id, user_id) DO NOTHING",
             [g, video_id, local, g, video_id, RECENT_KEEP],
@@ -215,25 +200,25 @@ def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, st
         return _fold_and_write(cursor, items, now)
 
 
-def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int, token: int) -> GroupOutcome:
+def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int, token: int) -> kit.GroupOutcome:
     """One local transaction on count partition `alias`: fence, receipts, fold, sort entries."""
-    out = GroupOutcome()
+    out = kit.GroupOutcome()
     now = timezone.now()
     _ensure_state_rows(alias, items, now)
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        consumer_fence_check(cursor, consumer, partition, token)
-        receipted = receipts_seen(cursor, ReverseEventReceipt, generations=[it.generation for it in items],
+        kit.consumer_fence_check(cursor, consumer, partition, token)
+        receipted = kit.receipts_seen(cursor, ReverseEventReceipt, generations=[it.generation for it in items],
                                   partition=partition, refs=[it.ref for it in items])
         fresh = []
         for it in items:
             if (it.generation, it.ref) in receipted:  # a replay after a crash past the commit
-                out.add(it.ref, DUPLICATE)
+                out.add(it.ref, kit.DUPLICATE)
             else:
                 fresh.append(it)
         if not fresh:
             return out
         verdicts = _fold_and_write(cursor, fresh, now)
-        receipts_write(cursor, ReverseEventReceipt, partition=partition, now=now,
+        kit.receipts_write(cursor, ReverseEventReceipt, partition=partition, now=now,
                        rows=[(it.generation, it.ref, it.event_id, verdict) for it, verdict in verdicts])
     for it, verdict in verdicts:
         out.add(it.ref, verdict)
@@ -262,15 +247,15 @@ class ReverseIndexProjector:
         validate_event(entry.event)
 
     def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int):
-        outcome = GroupOutcome()
+        outcome = kit.GroupOutcome()
         try:
             generations = routing.reverse_live()
         except (DatabaseError, routing.ReverseContractInvalid) as exc:
             outcome.failed = {e.entry_id: Retryable(str(exc)) for e in entries}
-            return apply_result(entries, outcome)
+            return kit.apply_result(entries, outcome)
         if not generations:
             outcome.failed = {e.entry_id: Retryable("no live reverse index generation") for e in entries}
-            return apply_result(entries, outcome)
+            return kit.apply_result(entries, outcome)
         facts = [(e.event["userId"], e.event["videoId"], e.event["relationVersion"], e.event["absoluteState"],
                   parse_datetime(e.event["stateChangedAt"]), e.entry_id, str(e.event["eventId"])) for e in entries]
         for alias, items in sorted(items_by_partition(generations, facts).items()):
@@ -280,4 +265,4 @@ class ReverseIndexProjector:
                 logger.warning("reverse group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
                 error = exc if isinstance(exc, Retryable) else Retryable(str(exc))
                 outcome.failed.update({it.ref: error for it in items})
-        return apply_result(entries, outcome)
+        return kit.apply_result(entries, outcome)

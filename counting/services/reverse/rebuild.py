@@ -33,6 +33,7 @@ from likes_project.generations import (
     GenerationStatus,
     Lifecycle,
     RebuildFailed,
+    RunReport,
     StepContext,
     StepResult,
     lifecycle_job_kind,
@@ -149,12 +150,7 @@ def reverse_index_verify(*, generation: int, sample: int | None = None, changed_
 
 
 class ReverseIndexLifecycle(Lifecycle):
-    kind = "reverse"
-    model = ReverseIndexGeneration
-    lease_resource = "generation:reverse"
-    audit_prefix = "reverse"
-    target_type = "reverse_generation"
-    running_code = "reverse_rebuild_running"
+    kind, model, target_type = "reverse", ReverseIndexGeneration, "reverse_generation"
 
     def create_fields(self, *, params, previous, state):
         shards = params.get("shards")
@@ -196,23 +192,11 @@ LIFECYCLE = ReverseIndexLifecycle()
 JOB_KIND = lifecycle_job_kind(LIFECYCLE, job_kind=REBUILD_JOB, permission=REBUILD_PERMISSION)
 
 
-@dataclass
-class ReverseRebuildReport:
-    generation: int
-    previous: int | None
+@dataclass(kw_only=True)
+class ReverseRebuildReport(RunReport):
     shards: int
-    status: str
     scanned: int = 0
     caught_up: int = 0
-    sampled: int = 0
-    mismatches: int = 0
-    failure: str = ""
-
-    @classmethod
-    def of(cls, row: ReverseIndexGeneration) -> ReverseRebuildReport:
-        s = row.stats
-        return cls(row.generation, row.previous_generation, row.shards, row.status, s.get("scanned", 0),
-                   s.get("caught_up", 0), s.get("sampled", 0), s.get("mismatches", 0), row.failure_reason)
 
 
 def reverse_index_rebuild(*, shards: int, actor: Actor | None = None, progress=None, chunk: int | None = None,

@@ -1,8 +1,15 @@
 # The audit log moves from `opsconsole` into the core audit app. The table stays where it is
-# (`opsconsole_auditrecord`): only Django's state changes, so no data is copied. On a fresh database
-# opsconsole 0001 creates the table first.
+# (`opsconsole_auditrecord`): only Django's state changes, so no data is copied (on a fresh database
+# opsconsole 0001 creates the table first), and its content type moves, so `view_auditrecord` grants
+# are kept. Records name the ops job they ran in (`job_id`).
 
 from django.db import migrations, models
+
+
+def move_content_type(apps, schema_editor):
+    ContentType = apps.get_model("contenttypes", "ContentType")
+    if not ContentType.objects.filter(app_label="audit", model="auditrecord").exists():
+        ContentType.objects.filter(app_label="opsconsole", model="auditrecord").update(app_label="audit")
 
 
 class Migration(migrations.Migration):
@@ -10,7 +17,8 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ("opsconsole", "0001_initial"),
+        ("opsconsole", "0002_auditrecord_moves_to_core"),
+        ("contenttypes", "0002_remove_content_type_name"),
     ]
 
     operations = [
@@ -35,4 +43,8 @@ class Migration(migrations.Migration):
             ],
             database_operations=[],
         ),
+        migrations.AddField(
+            model_name="auditrecord", name="job_id", field=models.BigIntegerField(blank=True, db_index=True, null=True),
+        ),
+        migrations.RunPython(move_content_type, migrations.RunPython.noop, hints={"family": "default"}),
     ]
