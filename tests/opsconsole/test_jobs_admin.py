@@ -112,3 +112,42 @@ def test_a_job_is_visible_to_who_may_start_it_and_to_nobody_else(staff, make_use
     grant(user, "change_accountstatus")
     assert client.get(url).status_code == 200
     assert client.get("/admin/opsjobs/opsjob/").status_code == 200
+
+
+def test_a_command_with_async_leaves_the_job_to_the_workers_and_follows_it(make_user, make_video):
+    """`--async` starts the job and only follows it: here the test plays the worker, in another thread."""
+    import io
+    import threading
+
+    from django.core.management import call_command
+    from django.db import connections
+
+    author, doomed = make_user(), make_user()
+    for i in range(3):
+        make_video(f"jc-{i}", author)
+        relation_set_state(user_id=doomed.pk, video_id=f"jc-{i}", desired_state="LIKED", operation_id=f"jc-{i}")
+    out, err = io.StringIO(), io.StringIO()
+
+    def command():
+        try:
+            call_command("delete_account", doomed.username, "--async", stdout=out, stderr=err)
+        finally:
+            for alias in connections:
+                connections[alias].close()
+
+    follower = threading.Thread(target=command)
+    follower.start()
+    job_id = None
+    for _ in range(400):  # the command has started the job and is following it ...
+        job_id = OpsJob.objects.filter(kind="account.delete").values_list("pk", flat=True).first()
+        if job_id:
+            break
+        follower.join(0.05)
+    assert job_id is not None and OpsJob.objects.get(pk=job_id).status == "QUEUED"
+    assert all(relation_row(doomed.pk, f"jc-{i}").state == "LIKED" for i in range(3))  # ... not running it
+    run_job_task(job_id)  # the worker
+    follower.join(30)
+    assert not follower.is_alive()
+    assert f"job {job_id} (account.delete) started on the workers" in err.getvalue()
+    assert "3 of 3 likes withdrawn" in out.getvalue()
+    assert all(relation_row(doomed.pk, f"jc-{i}").state == "UNLIKED" for i in range(3))

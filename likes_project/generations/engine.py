@@ -1,206 +1,33 @@
-"""The one generation lifecycle: how a projection or cache is rebuilt into a new generation and
-switched in, written once and used by the relation cache, the count cache and the reverse index
-(and next by repair, recovery restore and bucket-space changes).
-
-    SHADOW -> BACKFILLING -> CATCHING_UP -> VERIFYING -> ACTIVE          (the previous ACTIVE -> RETIRED)
-       \\__________\\______________\\______________\\-> FAILED
-
-- A generation is a row of a model built on `GenerationModel`. From its creation (SHADOW) the live
-  writers of that projection write it too (tail capture); readers use the ACTIVE one only.
-- A user supplies a `Lifecycle`: how to create its row, and three steps (backfill, catch-up,
-  verify). The engine owns states, leases, fencing, progress, audit and failure.
-- The run happens in slices. A slice holds the lifecycle's lease (a fencing token; a zombie slice's
-  writes to the generation row are refused), does chunks of the current step until its budget is
-  spent, and persists the step's cursor after every chunk, so the next slice resumes exactly there.
-  Every chunk is idempotent (versions or upserts decide), so redoing the chunk a crash interrupted is
-  harmless.
-- Any exception, the Celery time limit included, makes the generation FAILED at once, and readers
-  stay on (or go back to) the ACTIVE one. A holder that died without a word (SIGKILL, a lost node) is
-  reclaimed: once its lease has expired, the next start of a rebuild, or the ops-job sweeper, marks
-  its generation FAILED.
-- One audit record when a run starts (`<prefix>.rebuild_start`), one when it ends
-  (`<prefix>.rebuild_activate`, `.rebuild_failed` or `.rebuild_abandoned`), in the transaction of the
-  state change they describe.
-"""
+"""The engine of the generation lifecycle: start a run, run it slice by slice under its lease, switch
+it in, fail or reclaim it. See the package docstring for the whole protocol."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import models, transaction
-from django.db.models import Q, Value
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from likes_project import metrics
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import Conflict
 from likes_project.eventlog import leases
+from likes_project.generations.lifecycle import (
+    FenceLost,
+    Lifecycle,
+    RebuildFailed,
+    RebuildRunning,
+    StepContext,
+    StepResult,
+)
+from likes_project.generations.models import _STATUS_OF_STEP, BUILDING, STEPS, GenerationModel
+from likes_project.generations.models import GenerationStatus as S
 
 logger = logging.getLogger(__name__)
-
-
-class GenerationStatus(models.TextChoices):
-    SHADOW = "SHADOW"
-    BACKFILLING = "BACKFILLING"
-    CATCHING_UP = "CATCHING_UP"
-    VERIFYING = "VERIFYING"
-    ACTIVE = "ACTIVE"
-    FAILED = "FAILED"
-    RETIRED = "RETIRED"
-
-
-S = GenerationStatus
-BUILDING = (S.SHADOW.value, S.BACKFILLING.value, S.CATCHING_UP.value, S.VERIFYING.value)
-LIVE = (*BUILDING, S.ACTIVE.value)  # the generations live writers keep current
-FINISHED = (S.FAILED.value, S.RETIRED.value)
-STEPS = ("backfill", "catch_up", "verify")
-_STATUS_OF_STEP = {"backfill": S.BACKFILLING, "catch_up": S.CATCHING_UP, "verify": S.VERIFYING}
-
-
-class GenerationModel(models.Model):
-    """The columns the lifecycle owns. A concrete generation model adds its own contract or pins."""
-
-    generation = models.PositiveIntegerField(primary_key=True)
-    status = models.CharField(max_length=12, choices=GenerationStatus.choices)
-    previous_generation = models.PositiveIntegerField(null=True, blank=True)  # ACTIVE when the run began
-    job_id = models.BigIntegerField(null=True, blank=True)  # the ops job running the rebuild
-    progress = models.JSONField(default=dict, blank=True)  # step, cursor, counters, user state
-    fencing_token = models.BigIntegerField(default=0)  # the highest lease token that wrote this row
-    started_by = models.CharField(max_length=150, blank=True, default="")
-    activated_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)  # when it became FAILED or RETIRED
-    failure_reason = models.CharField(max_length=512, blank=True, default="")
-
-    class Meta:
-        abstract = True
-        constraints = [
-            models.UniqueConstraint(fields=["status"], condition=Q(status="ACTIVE"),
-                                    name="%(app_label)s_%(class)s_one_active"),
-            # At most one run at a time: a unique index over a constant, for the building states only.
-            models.UniqueConstraint(Value(True), condition=Q(status__in=BUILDING),
-                                    name="%(app_label)s_%(class)s_one_building"),
-        ]
-
-    @property
-    def is_building(self) -> bool:
-        return self.status in BUILDING
-
-    @property
-    def step(self) -> str | None:
-        return (self.progress or {}).get("step")
-
-    @property
-    def stats(self) -> dict:
-        return (self.progress or {}).get("stats", {})
-
-
-# --- errors and step results -------------------------------------------------------------------------
-
-
-class RebuildFailed(Exception):
-    """The rebuild cannot finish correctly (a verification mismatch, a pin that moved, an injected
-    failure): its generation becomes FAILED and readers stay on the ACTIVE one."""
-
-
-class FenceLost(RebuildFailed):
-    """The generation row carries a newer lease token, or it is no longer building: someone else
-    reclaimed it. This slice must stop writing."""
-
-
-class RebuildRunning(Conflict):
-    code = "rebuild_running"
-    default_message = "A rebuild is already running."
-
-    def __init__(self, message: str | None = None, *, code: str | None = None, **extra):
-        super().__init__(message, **extra)
-        if code:
-            self.code = code
-
-
-@dataclass
-class StepResult:
-    """One chunk of a step: where the next chunk starts (`cursor`, JSON; None when the step is
-    done), how many units it handled, and the step's total units when known."""
-
-    cursor: dict | None
-    done: int = 0
-    total: int | None = None
-
-
-@dataclass
-class StepContext:
-    """What a step sees: its generation row, the run's parameters, the user's own persisted `state`
-    (set in `create_fields` or by earlier steps), the `stats` counters that end up in the report, and
-    `say` for progress lines."""
-
-    lifecycle: Lifecycle
-    row: GenerationModel
-    params: dict
-    state: dict
-    stats: dict
-    say: Callable[[str], None]
-
-    def count(self, name: str, n: int = 1) -> None:
-        self.stats[name] = self.stats.get(name, 0) + n
-
-
-class Lifecycle:
-    """A user of the lifecycle. Subclasses set the class attributes and implement the steps; the
-    engine calls them and owns everything else."""
-
-    kind: str  # short name, e.g. "relcache": audit actions <kind>.rebuild_start / _activate / _failed / _abandoned
-    model: type[GenerationModel]
-    target_type: str  # audit target type of a generation
-    label: str = "generation"  # how progress lines name a generation ("count cache generation 3")
-
-    @property
-    def lease_resource(self) -> str:
-        """One run of this lifecycle at a time holds this lease."""
-        return f"generation:{self.kind}"
-
-    @property
-    def audit_prefix(self) -> str:
-        return self.kind
-
-    @property
-    def running_code(self) -> str:
-        return f"{self.kind}_rebuild_running"
-
-    def create_fields(self, *, params: dict, previous: GenerationModel | None, state: dict) -> dict:
-        """Extra column values of the new SHADOW row (called inside its creating transaction); may
-        fill `state` for the steps. Raise a DomainError to refuse the run."""
-        return {}
-
-    def backfill(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def catch_up(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def verify(self, ctx: StepContext) -> None:  # pragma: no cover - abstract
-        """Raise RebuildFailed when the generation does not hold what the source holds."""
-        raise NotImplementedError
-
-    def before_activate(self, row: GenerationModel, stats: dict) -> None:
-        """Inside the switching transaction: raise RebuildFailed to refuse the switch (a pin moved), or
-        record final columns of the row."""
-
-    def after_change(self, row: GenerationModel | None) -> None:
-        """After a commit that changed a status: copy what the live writers consult (a Redis
-        registry). Must tolerate its store being down; the next slice calls it again."""
-
-    def after_activate(self, row: GenerationModel) -> None:
-        """After the switch committed (mark the new generation's content whole)."""
-
-    def report(self, row: GenerationModel):
-        return row
-
-
-# --- the engine --------------------------------------------------------------------------------------
 
 
 def _default(setting: str, fallback: float) -> float:
@@ -471,95 +298,3 @@ def generation_slice(lc: Lifecycle, generation: int, *, grant: leases.LeaseGrant
         ctx.say(f"{lc.label} {generation}: FAILED ({exc.__class__.__name__}: {exc}); readers stay on "
                 f"{lc.label} {row.previous_generation}")
         raise
-
-
-# --- registry of lifecycles (the ops-job handlers use it) ---------------------------------------------
-
-_LIFECYCLES: dict[str, Lifecycle] = {}
-_BY_JOB_KIND: dict[str, Lifecycle] = {}
-
-
-def lifecycle_register(lc: Lifecycle) -> Lifecycle:
-    _LIFECYCLES[lc.kind] = lc
-    return lc
-
-
-def lifecycle_get(kind: str) -> Lifecycle:
-    return _LIFECYCLES[kind]
-
-
-@dataclass(kw_only=True)
-class RunReport:
-    """A rebuild's report: each field is read from the run's stats, else from the generation row's
-    attribute of the same name (or the name ALIASES gives), else its default. Users add their fields."""
-
-    ALIASES = {"failure": "failure_reason", "previous": "previous_generation"}
-
-    generation: int
-    status: str
-    previous: int | None = None
-    failure: str = ""
-    sampled: int = 0
-    mismatches: int = 0
-
-    @classmethod
-    def of(cls, row: GenerationModel):
-        values = {}
-        for f in fields(cls):
-            source = cls.ALIASES.get(f.name, f.name)
-            if f.name in row.stats:
-                values[f.name] = row.stats[f.name]
-            elif hasattr(row, source):
-                values[f.name] = getattr(row, source)
-        return cls(**values)
-
-
-def lifecycle_job_kind(lc: Lifecycle, *, job_kind: str, permission: str):
-    """The ops-job kind that runs rebuilds of `lc`: the job creates the SHADOW generation (in the
-    job's own transaction, so a refused start leaves no job), each slice runs `generation_slice` under
-    the lifecycle's lease, and a job whose worker died abandons its generation."""
-    from likes_project.opsjobs.services import JobKind, SliceContext
-
-    lifecycle_register(lc)
-    _BY_JOB_KIND[job_kind] = lc
-
-    def create(job, actor: Actor) -> None:
-        row = generation_start(lc, actor=actor, params=job.params, job_id=job.pk)
-        job.state["generation"] = row.generation
-        job.target = f"{lc.target_type}:{row.generation}"
-
-    def run_slice(ctx: SliceContext) -> bool:
-        generation = ctx.job.state["generation"]
-
-        def on_chunk(row: GenerationModel) -> None:
-            steps = row.progress.get("steps", {})
-            total = (steps.get("backfill") or {}).get("total")
-            ctx.progress(done=sum(s.get("done", 0) for s in steps.values()), total=total)
-
-        finished = generation_slice(lc, generation, grant=ctx.grant, actor=ctx.actor, say=ctx.say,
-                                    budget_s=ctx.time_left(), max_chunks=ctx.max_chunks, on_chunk=on_chunk)
-        if finished:
-            row = lc.model.objects.get(pk=generation)
-            ctx.result = {"generation": generation, "status": row.status, "failure": row.failure_reason,
-                          "stats": row.stats}
-            if row.status != S.ACTIVE:
-                raise RebuildFailed(f"generation {generation} ended {row.status}: {row.failure_reason}")
-        return finished
-
-    def abandon(job, actor: Actor, reason: str) -> None:
-        if "generation" in job.state:
-            generation_abandon(lc, job.state["generation"], actor=actor, reason=f"abandoned: {reason}")
-
-    return JobKind(kind=job_kind, permission=permission, run_slice=run_slice, create=create, abandon=abandon,
-                   lease_resource=lambda job: lc.lease_resource, unit="rows")
-
-
-def rebuild_inline(job_kind: str, *, actor: Actor, params: dict | None = None,
-                   say: Callable[[str], None] | None = None, on_progress=None) -> GenerationModel:
-    """Start a rebuild job and run it to its end in this process (a command's foreground, a test).
-    Returns the generation row as it ended (ACTIVE or FAILED)."""
-    from likes_project.opsjobs.services import job_run_inline, job_start
-
-    job = job_start(kind=job_kind, actor=actor, params=params)
-    job = job_run_inline(job.pk, on_say=say, on_progress=on_progress)
-    return _BY_JOB_KIND[job_kind].model.objects.get(pk=job.state["generation"])
