@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from likes_project.audit.services import Actor
+from likes_project.redis_client import reset_clients
 from relations import routing
 from relations.services.videos import video_snapshot_upsert
 
@@ -27,6 +30,29 @@ def make_user(username: str | None = None, *, shard: str | None = None):
             return user
         if username:
             raise AssertionError(f"{username} does not route to {shard}")
+
+
+def make_staff(username: str | None = None):
+    """A staff user with no permission at all (grant what a test needs with `grant`)."""
+    user = make_user(username)
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    return user
+
+
+def grant(user, *perms: str) -> None:
+    """Give `user` each permission, named as Django names it: "app_label.codename"."""
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+
+
+def login_non_staff(client, *perms: str):
+    """Log `client` in as a new user who holds `perms` but is not staff (the admin must still refuse)."""
+    user = make_user()
+    grant(user, *perms)
+    client.force_login(user)
+    return user
 
 
 def make_video(video_id: str, author, *, visibility: str = "public", status: str = "active", version=None):
@@ -55,6 +81,26 @@ def put_like(client: APIClient, video_id: str, desired: str, key: str, **body):
         f"/v1/videos/{video_id}/like-relation", data=json.dumps(payload), content_type="application/json",
         HTTP_IDEMPOTENCY_KEY=key,
     )
+
+
+UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
+
+
+@contextlib.contextmanager
+def redis_unreachable(settings, *, streams: bool = True):
+    """Point the cache Redis (and, unless `streams=False`, the streams Redis) at a closed port for the
+    duration of the block; the process-wide clients are rebuilt on the way in and out."""
+    names = ("REDIS_URL", "REDIS_STREAMS_URL") if streams else ("REDIS_URL",)
+    saved = {name: getattr(settings, name) for name in names}
+    for name in names:
+        setattr(settings, name, UNREACHABLE_REDIS)
+    reset_clients()
+    try:
+        yield
+    finally:
+        for name, url in saved.items():
+            setattr(settings, name, url)
+        reset_clients()
 
 
 def run_jobs(*, max_slices: int = 1000) -> list:

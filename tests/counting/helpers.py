@@ -1,15 +1,21 @@
-"""Drive the real publisher and projector, and read the truth straight from the shards."""
+"""Drive the real publisher and projectors (count and reverse index), and read the truth straight from
+the shards."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.conf import settings
 from django.db.models import Sum
+from django.utils import timezone
 
 from counting import routing as count_routing
 from counting.models import LikeCountProjection, VideoLikeCountVbucket
 from counting.services.projection import CountProjector
-from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import consume_partition
+from counting.services.reverse.projector import ReverseIndexProjector
+from likes_project.eventlog import leases, streams
+from likes_project.eventlog.consumer import ApplyResult, consume_partition
+from likes_project.eventlog.models import Lease
 from relations.models import LikeRelation, OutboxEvent
 from relations.services import outbox
 from relations.services.outbox import ClaimedRow, event_envelope
@@ -30,9 +36,48 @@ def project_all(**kw) -> list:
     return [consume_partition(CountProjector(), partition=p, **kw) for p in streams.all_partitions()]
 
 
+def project_reverse(**kw) -> list:
+    return [consume_partition(ReverseIndexProjector(), partition=p, **kw) for p in streams.all_partitions()]
+
+
 def drain() -> None:
+    """Publish everything and run the count projector over every partition."""
     publish_all()
     project_all()
+
+
+def drain_reverse() -> list:
+    """Publish everything and run the reverse (who liked) projector over every partition."""
+    publish_all()
+    return project_reverse()
+
+
+def drain_all() -> None:
+    """Publish everything and run both the count and the reverse projector."""
+    drain()
+    project_reverse()
+
+
+def lease_expire(grant: leases.LeaseGrant) -> None:
+    """The holder of `grant` is gone (paused or crashed): its lease runs out, so another may take over."""
+    Lease.objects.filter(resource=grant.resource).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+
+def apply_then_crash(projector, *, partition: int) -> tuple[ApplyResult, list]:
+    """A worker applies what is published on `partition` under its lease, then "crashes": the checkpoint
+    is never advanced and the lease expires, so another worker takes over. Returns (result, batch)."""
+    batch = streams.read_after(partition, "0-0", 100)
+    grant = leases.lease_acquire(resource=f"consumer:{projector.name}:{partition}", holder="crashing-worker",
+                                 ttl_s=30)
+    result = projector.apply(batch, consumer=projector.name, partition=partition, token=grant.token)
+    lease_expire(grant)
+    return result, batch
+
+
+def count_partition_of(user, video_id: str) -> str:
+    """The count partition that holds the vbucket of this user's like of the video."""
+    gen = count_routing.active()
+    return gen.routes[count_routing.virtual_bucket(gen.space, video_id, user.pk)].partition
 
 
 def liked_facts(video_id: str) -> int:

@@ -10,7 +10,6 @@ import uuid
 import pytest
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth.models import Permission
 from django.urls import reverse
 from django.utils import timezone
 
@@ -33,17 +32,15 @@ from likes_project.eventlog import leases, streams
 from likes_project.eventlog.consumer import NonRetryable, consume_partition, dead_letter_record
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter, Lease, StreamContract
 from likes_project.eventlog.services import consumer_switch_set
-from likes_project.redis_client import reset_clients
 from relations.models import OutboxEvent
-from relations.services.commands import relation_set_state
 from relations.services.outbox import outbox_publish_batch
-from tests.factories import TEST_ACTOR
+from tests.factories import TEST_ACTOR, grant, login_non_staff
+from tests.relations.helpers import cmd as like
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 SHARDS = ("rel_00", "rel_01")
-UNREACHABLE = "redis://127.0.0.1:1/0"
 VBUCKETS_URL = "/admin/counting/videodisplaycount/vbuckets/"
 SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 
@@ -75,11 +72,6 @@ def family(samples, name: str) -> dict[frozenset, float]:
     return {labels: v for (n, labels), v in samples.items() if n == name}
 
 
-def like(user, video_id: str, desired: str = "LIKED"):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
 def publish(alias: str) -> int:
     """Publish every pending row of one shard (the publisher only claims committed rows)."""
     sent = 0
@@ -99,36 +91,6 @@ def count_route(user, video_id: str) -> tuple[str, int]:
     gen = count_routing.active()
     vb = count_routing.virtual_bucket(gen.space, video_id, user.pk)
     return gen.routes[vb].partition, vb
-
-
-def grant(user, codename: str, app_label: str = "counting") -> None:
-    user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-
-
-@pytest.fixture
-def author(make_user):
-    return make_user()
-
-
-@pytest.fixture
-def staff(make_user):
-    user = make_user()
-    user.is_staff = True
-    user.save(update_fields=["is_staff"])
-    return user
-
-
-@pytest.fixture
-def unreachable_redis(settings):
-    """Both Redis roles point at a closed port; the process-wide clients are rebuilt around it."""
-    saved = settings.REDIS_URL, settings.REDIS_STREAMS_URL
-    settings.REDIS_URL = settings.REDIS_STREAMS_URL = UNREACHABLE
-    reset_clients()
-    try:
-        yield
-    finally:
-        settings.REDIS_URL, settings.REDIS_STREAMS_URL = saved
-        reset_clients()
 
 
 # --- /metrics: outbox, streams, consumer lag ---------------------------------------------------
@@ -401,16 +363,14 @@ def test_vbuckets_page_needs_its_permission_and_is_linked_from_the_index(client,
     assert client.get(VBUCKETS_URL, {"video_id": "vid-v"}).status_code == 403
     assert VBUCKETS_URL not in client.get("/admin/").content.decode()
 
-    grant(staff, "view_videolikecountvbucket")
+    grant(staff, "counting.view_videolikecountvbucket")
     assert client.get(VBUCKETS_URL, {"video_id": "vid-v"}).status_code == 200
     assert VBUCKETS_URL in client.get("/admin/").content.decode()
     assert client.post(VBUCKETS_URL, {"video_id": "vid-v"}).status_code == 405
 
 
-def test_vbuckets_page_is_refused_to_non_staff(client, make_user):
-    user = make_user()
-    grant(user, "view_videolikecountvbucket")
-    client.force_login(user)
+def test_vbuckets_page_is_refused_to_non_staff(client):
+    login_non_staff(client, "counting.view_videolikecountvbucket")
     resp = client.get(VBUCKETS_URL)
     assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
 

@@ -8,30 +8,23 @@ from __future__ import annotations
 import io
 import queue
 import threading
-import uuid
 
 import pytest
 import redis
 from django.conf import settings
-from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db import connections
 from django.utils import timezone
 from redis.exceptions import ResponseError
 
 from counting import cache, selectors
+from counting import models as count_models
 from counting import routing as count_routing
 from counting.models import (
-    CountBucketRoute,
     CountCacheGeneration,
-    CountConsumerFence,
-    CountEventReceipt,
     CountProjectionGeneration,
-    CountRouteFence,
     CountRouteManifest,
     CountRouteManifestItem,
-    DirtyVideo,
-    LikeCountProjection,
     VideoDisplayCount,
     VideoLikeCountVbucket,
 )
@@ -47,15 +40,14 @@ from likes_project.errors import DegradedOverloaded
 from likes_project.eventlog.leases import lease_acquire
 from likes_project.eventlog.models import ConsumerCheckpoint
 from likes_project.l1cache import L1Cache
-from likes_project.redis_client import cache_redis, reset_clients
-from relations.services.commands import relation_set_state
-from tests.counting.helpers import drain, liked_facts
-from tests.factories import TEST_ACTOR, run_jobs
+from likes_project.redis_client import cache_redis
+from tests.counting.helpers import count_partition_of, drain, liked_facts
+from tests.factories import TEST_ACTOR, grant, run_jobs
+from tests.relations.helpers import cmd as like
 
 ALL_DB = pytest.mark.django_db(databases="__all__")
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
 TX_DB = pytest.mark.django_db(databases="__all__", transaction=True)
-UNREACHABLE = "redis://127.0.0.1:1/0"
 
 
 @pytest.fixture(autouse=True)
@@ -85,16 +77,6 @@ class FakeClock:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def like(user, video_id: str, desired: str = "LIKED"):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
-def count_partition_of(user, video_id: str) -> str:
-    gen = count_routing.active()
-    return gen.routes[count_routing.virtual_bucket(gen.space, video_id, user.pk)].partition
-
-
 def count_keys(pattern: str | None = None) -> list[bytes]:
     return list(cache_redis().scan_iter(match=pattern or cache.key_pattern(), count=1000))
 
@@ -108,13 +90,14 @@ def flush_count_cache() -> int:
 
 def durable_state() -> dict:
     """Every durable row the count projection owns, in primary-key order."""
+    m = count_models
     out = {}
     for alias in settings.COUNT_PARTITION_ALIASES:
-        for model in (LikeCountProjection, VideoLikeCountVbucket, CountEventReceipt, DirtyVideo, CountRouteFence,
-                      CountConsumerFence):
+        for model in (m.LikeCountProjection, m.VideoLikeCountVbucket, m.CountEventReceipt, m.DirtyVideo,
+                      m.CountRouteFence, m.CountConsumerFence):
             out[(alias, model.__name__)] = list(model.objects.using(alias).order_by("pk").values())
-    for model in (VideoDisplayCount, ConsumerCheckpoint, CountProjectionGeneration, CountRouteManifest,
-                  CountRouteManifestItem, CountBucketRoute):
+    for model in (m.VideoDisplayCount, ConsumerCheckpoint, m.CountProjectionGeneration, m.CountRouteManifest,
+                  m.CountRouteManifestItem, m.CountBucketRoute):
         out[("default", model.__name__)] = list(model.objects.order_by("pk").values())
     return out
 
@@ -193,18 +176,6 @@ class RoundTrips:
 def round_trips(monkeypatch):
     cache_redis().ping()  # a just-used connection sends no health-check PING inside the measured call
     return RoundTrips(monkeypatch)
-
-
-@pytest.fixture
-def redis_down(settings):
-    saved = settings.REDIS_URL, settings.REDIS_STREAMS_URL
-    settings.REDIS_URL = settings.REDIS_STREAMS_URL = UNREACHABLE
-    reset_clients()
-    try:
-        yield
-    finally:
-        settings.REDIS_URL, settings.REDIS_STREAMS_URL = saved
-        reset_clients()
 
 
 # --- CCACHE-2: key layout and Redis Cluster slots --------------------------------------------------
@@ -388,7 +359,7 @@ def test_display_counts_all_in_redis_touch_no_database(round_trips, django_asser
 
 
 @ALL_DB
-def test_redis_down_the_durable_snapshot_answers(redis_down):
+def test_redis_down_the_durable_snapshot_answers(unreachable_redis):
     count_cache_generation_bootstrap()
     ids = _snapshots(4)
     before = metrics.value("likes_count_cache_fallback_total", reason="redis_error")
@@ -647,20 +618,17 @@ def test_rebuild_command_shows_progress_and_fails_cleanly_when_one_is_running():
 
 
 @ALL_DB
-def test_admin_rebuild_action_needs_its_permission_and_is_audited(client, make_user):
+def test_admin_rebuild_action_needs_its_permission_and_is_audited(client, staff):
     count_cache_generation_bootstrap()
     url = "/admin/counting/countcachegeneration/"
-    staff = make_user()
-    staff.is_staff = True
-    staff.save(update_fields=["is_staff"])
-    staff.user_permissions.add(Permission.objects.get(codename="view_countcachegeneration"))
+    grant(staff, "counting.view_countcachegeneration")
     client.force_login(staff)
     assert client.get(url).status_code == 200
     assert "rebuild_count_cache" not in client.get(url).content.decode()
     client.post(url, {"action": "rebuild_count_cache", "_selected_action": ["1"]})
     assert statuses() == {1: "ACTIVE"}  # refused: the action is not offered without the permission
 
-    staff.user_permissions.add(Permission.objects.get(codename="rebuild_count_cache"))
+    grant(staff, "counting.rebuild_count_cache")
     client.force_login(staff)
     assert "rebuild_count_cache" in client.get(url).content.decode()
     resp = client.post(url, {"action": "rebuild_count_cache", "_selected_action": ["1"]}, follow=True)

@@ -3,7 +3,6 @@ T10 and T20, negative-bucket isolation, lease fencing, and the convergence prope
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import random
 import uuid
@@ -11,7 +10,6 @@ import uuid
 import pytest
 from django.conf import settings
 from django.db import OperationalError
-from django.utils import timezone
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -22,36 +20,36 @@ from counting.services import projection
 from counting.services.projection import CountProjector
 from likes_project.eventlog import leases, streams
 from likes_project.eventlog.consumer import ApplyResult, consume_partition, contiguous_prefix_end
-from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter, Lease
+from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
 from likes_project.hashing import length_prefixed_utf8, stable_hash
-from relations.services.commands import relation_set_state
 from tests.counting.helpers import (
+    apply_then_crash,
     bucket_sum,
+    count_partition_of,
     drain,
     envelopes,
+    lease_expire,
     liked_facts,
     mark_all_sent,
     project_all,
     projection_row,
     publish_all,
 )
+from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def cmd(user, video_id, desired, key=None):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=key or uuid.uuid4().hex)
 
 
 def partition_of(user, video_id) -> int:
     return streams.partition_for(f"{user.pk}:{video_id}")
 
 
-def count_partition_of(user, video_id) -> str:
-    gen = count_routing.active()
-    return gen.routes[count_routing.virtual_bucket(gen.space, video_id, user.pk)].partition
+def like_published(user, video_id: str) -> int:
+    """The user's like of the video, committed and published; returns its stream partition."""
+    cmd(user, video_id, "LIKED")
+    publish_all()
+    return partition_of(user, video_id)
 
 
 @pytest.fixture
@@ -214,15 +212,9 @@ def test_t8_counter_example_a_real_relike_does_add(make_user, video):
 
 def test_t9_crash_after_projection_commit_before_checkpoint_does_not_double_apply(make_user, video):
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
-    entries = streams.read_after(p, "0-0", 100)
-    grant = leases.lease_acquire(resource=f"consumer:count:{p}", holder="crashing-worker", ttl_s=30)
-    result = CountProjector().apply(entries, consumer="count", partition=p, token=grant.token)
+    p = like_published(user, video.video_id)
+    result, entries = apply_then_crash(CountProjector(), partition=p)
     assert result.applied == 1
-    # "crash": the checkpoint was never advanced; the lease expires and another worker takes over
-    Lease.objects.filter(resource=grant.resource).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
     report = consume_partition(CountProjector(), partition=p)
     assert (report.applied, report.duplicates) == (0, 1)
     assert bucket_sum(video.video_id) == 1
@@ -231,9 +223,7 @@ def test_t9_crash_after_projection_commit_before_checkpoint_does_not_double_appl
 
 def test_t9_counter_example_crash_before_commit_replays_normally(make_user, video, monkeypatch):
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
+    p = like_published(user, video.video_id)
     real = projection._apply_group
     monkeypatch.setattr(projection, "_apply_group", lambda *a, **k: (_ for _ in ()).throw(OperationalError("down")))
     first = consume_partition(CountProjector(), partition=p)
@@ -351,9 +341,7 @@ def test_a_poison_event_is_quarantined_and_the_partition_keeps_moving(make_user,
 
 def test_a_retryable_failure_is_retried_then_quarantined_after_max_attempts(make_user, video, monkeypatch):
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
+    p = like_published(user, video.video_id)
     monkeypatch.setattr(projection, "_apply_group", lambda *a, **k: (_ for _ in ()).throw(OperationalError("x")))
     for attempt in range(1, 3):
         report = consume_partition(CountProjector(), partition=p, max_attempts=3)
@@ -366,13 +354,11 @@ def test_a_retryable_failure_is_retried_then_quarantined_after_max_attempts(make
 
 def test_a_paused_old_lease_holder_is_fenced_out(make_user, video):
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
+    p = like_published(user, video.video_id)
     entries = streams.read_after(p, "0-0", 10)
     old = leases.lease_acquire(resource=f"consumer:count:{p}", holder="old", ttl_s=30)
     # the old holder pauses (GC, network); its lease expires and a new holder takes over
-    Lease.objects.filter(resource=old.resource).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    lease_expire(old)
     new = leases.lease_acquire(resource=old.resource, holder="new", ttl_s=30)
     assert new.token > old.token
     fresh = CountProjector().apply(entries, consumer="count", partition=p, token=new.token)
@@ -390,9 +376,7 @@ def test_a_paused_old_lease_holder_is_fenced_out(make_user, video):
 
 def test_a_second_consumer_copy_is_harmless(make_user, video):
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
+    p = like_published(user, video.video_id)
     held = leases.lease_acquire(resource=f"consumer:count:{p}", holder="first", ttl_s=30)
     assert consume_partition(CountProjector(), partition=p).status == "busy"
     leases.lease_release(held)
@@ -404,9 +388,7 @@ def test_pause_switch_stops_dispatch(make_user, video):
     from tests.factories import TEST_ACTOR
 
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
+    p = like_published(user, video.video_id)
     consumer_switch_set(consumer="count", paused=True, reason="snapshot barrier", actor=TEST_ACTOR)
     assert consume_partition(CountProjector(), partition=p).status == "paused"
     assert bucket_sum(video.video_id) == 0
@@ -418,9 +400,7 @@ def test_route_epoch_mismatch_never_advances_the_checkpoint(make_user, video):
     from counting.models import CountRouteFence
 
     user = make_user()
-    cmd(user, video.video_id, "LIKED")
-    publish_all()
-    p = partition_of(user, video.video_id)
+    p = like_published(user, video.video_id)
     gen = count_routing.active()
     vb = count_routing.virtual_bucket(gen.space, video.video_id, user.pk)
     alias = gen.routes[vb].partition

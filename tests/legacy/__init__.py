@@ -10,7 +10,8 @@ from django.db import connections
 from likes_project.db_routers import COUNT_PARTITION, RELATION_SHARD, family_of_alias
 
 HERE = Path(__file__).resolve().parent
-DUMPS = {"default": "default.sql.gz", RELATION_SHARD: "relation_shard.sql.gz", COUNT_PARTITION: "count_partition.sql.gz"}
+DUMPS = {"default": "default.sql.gz", RELATION_SHARD: "relation_shard.sql.gz",
+         COUNT_PARTITION: "count_partition.sql.gz"}
 
 
 def dump_sql(family: str) -> str:

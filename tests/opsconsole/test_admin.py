@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
-from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.urls import reverse
 
@@ -16,6 +15,7 @@ from likes_project.audit.models import AuditRecord
 from relations import cache, routing, selectors
 from relations.models import Block, Friendship, LikeRelation, OutboxEvent, VideoSnapshot
 from relations.services.commands import relation_set_state
+from tests.factories import grant, login_non_staff, make_staff
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 
@@ -43,14 +43,6 @@ def admin_audits(**filters) -> list[AuditRecord]:
 @pytest.fixture
 def author(make_user):
     return make_user()
-
-
-@pytest.fixture
-def staff_without_lookup(make_user):
-    user = make_user()
-    user.is_staff = True
-    user.save(update_fields=["is_staff"])
-    return user
 
 
 # --- lookup page -------------------------------------------------------------------------------
@@ -171,24 +163,21 @@ def test_outbox_lookup_by_event_id(admin_client, make_user, make_video, author):
     assert both.context["result"] is None
 
 
-def test_lookup_needs_the_lookup_permission(client, staff_without_lookup):
+def test_lookup_needs_the_lookup_permission(client):
+    staff_without_lookup = make_staff()
     client.force_login(staff_without_lookup)
     assert client.get(LOOKUP_URL).status_code == 403
     assert LOOKUP_URL not in client.get("/admin/").content.decode()
 
-    staff_without_lookup.user_permissions.add(
-        Permission.objects.get(content_type__app_label="opsconsole", codename="view_relation_lookup"))
+    grant(staff_without_lookup, "opsconsole.view_relation_lookup")
     assert client.get(LOOKUP_URL).status_code == 200
     assert LOOKUP_URL in client.get("/admin/").content.decode()
     # With only this permission the Opsconsole app page lists the lookup (and nothing else).
     assert LOOKUP_URL in client.get("/admin/opsconsole/").content.decode()
 
 
-def test_lookup_is_refused_to_non_staff(client, make_user):
-    user = make_user()
-    user.user_permissions.add(
-        Permission.objects.get(content_type__app_label="opsconsole", codename="view_relation_lookup"))
-    client.force_login(user)
+def test_lookup_is_refused_to_non_staff(client):
+    login_non_staff(client, "opsconsole.view_relation_lookup")
     resp = client.get(LOOKUP_URL)
     assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
 

@@ -1,15 +1,34 @@
-"""Assertions over what the relation shards hold (read straight from each shard database)."""
+"""Shared helpers of the relations tests: the real like command, what the relation shards hold (read
+straight from each shard database), and the HTTP contract of the public and internal APIs."""
 
 from __future__ import annotations
 
+import json
+import uuid
+
 from django.conf import settings
+from rest_framework.test import APIClient
 
 from relations import routing
 from relations.models import LikeCommand, LikeRelation, OutboxEvent
+from relations.services.commands import relation_set_state
 
 
-def shard_rows(model, **filters) -> dict[str, list]:
-    return {alias: list(model.objects.using(alias).filter(**filters)) for alias in settings.RELATION_SHARD_ALIASES}
+def cmd(user, video_id: str, desired: str = "LIKED", key: str | None = None):
+    """The real like command for `user`, with a fresh operation id unless `key` names one."""
+    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
+                              operation_id=key or uuid.uuid4().hex)
+
+
+# --- what the shards hold ------------------------------------------------------------------------
+
+
+def shard_rows() -> dict[str, int]:
+    """Rows of every relation-shard table, summed over all shards."""
+    return {model.__name__: total(model) for model in (LikeRelation, LikeCommand, OutboxEvent)}
+
+
+NOTHING = {"LikeRelation": 0, "LikeCommand": 0, "OutboxEvent": 0}
 
 
 def total(model, **filters) -> int:
@@ -35,3 +54,56 @@ def command_rows(user_id: int) -> list[LikeCommand]:
 
 def nothing_written() -> bool:
     return total(LikeRelation) == 0 and total(LikeCommand) == 0 and total(OutboxEvent) == 0
+
+
+# --- the HTTP contract ---------------------------------------------------------------------------
+
+SERVICE_TOKEN = "test-video-service-token"
+COMMAND_KEYS = {
+    "operationId", "videoId", "state", "relationVersion", "operationResult", "currentRelation",
+    "changed", "replayed", "countConsistency",
+}
+
+
+def body_of(resp) -> dict:
+    """The JSON body; fails on anything that is not a JSON response (an HTML error page, say)."""
+    assert resp["Content-Type"].startswith("application/json"), (resp.status_code, resp["Content-Type"])
+    data = json.loads(resp.content)
+    assert isinstance(data, dict)
+    return data
+
+
+def assert_error(resp, status: int, code: str) -> dict:
+    assert resp.status_code == status, (resp.status_code, resp.content[:300])
+    data = body_of(resp)
+    assert data["code"] == code, data
+    assert isinstance(data["message"], str) and data["message"]
+    return data
+
+
+def assert_command_shape(data: dict) -> None:
+    assert set(data) == COMMAND_KEYS
+    assert data["countConsistency"] == "EVENTUAL"
+    assert set(data["operationResult"]) == {"state", "relationVersion"}
+    assert set(data["currentRelation"]) == {"state", "relationVersion"}
+    assert data["state"] == data["operationResult"]["state"]
+    assert data["relationVersion"] == data["operationResult"]["relationVersion"]
+    assert isinstance(data["changed"], bool) and isinstance(data["replayed"], bool)
+
+
+def raw_put(client, video_id: str, body: bytes | str, key: str | None = "op-1",
+            content_type: str = "application/json", **extra):
+    """PUT a raw like-relation body; `extra` adds request headers (`HTTP_ACCEPT=...`, `CONTENT_LENGTH=...`)."""
+    if key is not None:
+        extra["HTTP_IDEMPOTENCY_KEY"] = key
+    return client.put(f"/v1/videos/{video_id}/like-relation", data=body, content_type=content_type, **extra)
+
+
+def service_client(token: str = SERVICE_TOKEN) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def push_video(client, video_id: str, **body):
+    return client.put(f"/internal/v1/videos/{video_id}", data=json.dumps(body), content_type="application/json")

@@ -126,13 +126,8 @@ def _is_int64(value, minimum=-INT64_MAX - 1) -> bool:
 
 
 def _is_storable_text(value) -> bool:
-    if not isinstance(value, str) or "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    # Restated by code point: no NUL (PostgreSQL text) and no surrogate (it has no UTF-8 encoding).
+    return isinstance(value, str) and not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in value)
 
 
 def parse_body(raw: bytes):

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
 from counting.tasks import display_snapshot_task
-from likes_project.redis_client import reset_clients
 from relations import routing
-from relations.services.commands import relation_set_state
 from tests.counting.helpers import drain, liked_facts
-from tests.factories import put_like
+from tests.factories import put_like, redis_unreachable
+from tests.relations.helpers import cmd as like
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 URL = "/v1/like-relations/batch-query"
@@ -22,16 +20,6 @@ URL = "/v1/like-relations/batch-query"
 
 def batch(client, video_ids, **extra):
     return client.post(URL, data=json.dumps({"videoIds": video_ids, **extra}), content_type="application/json")
-
-
-def like(user, video_id, desired="LIKED"):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
-@pytest.fixture
-def author(make_user):
-    return make_user()
 
 
 def test_items_follow_first_occurrence_order_deduplicated_with_the_contract_shape(api, make_user, make_video, author):
@@ -142,13 +130,7 @@ def test_redis_down_answers_stay_correct(api, make_user, make_video, author, set
     drain()
     display_snapshot_task()
     client = api.as_user(me)
-    saved = settings.REDIS_URL
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    reset_clients()
-    try:
+    with redis_unreachable(settings, streams=False):
         items = {i["videoId"]: i for i in batch(client, ["rd", "rd-priv"]).json()["items"]}
-    finally:
-        settings.REDIS_URL = saved
-        reset_clients()
     assert (items["rd"]["myState"], items["rd"]["relationVersion"], items["rd"]["displayCount"]) == ("LIKED", 1, 1)
     assert items["rd-priv"]["available"] is False

@@ -24,11 +24,6 @@ def viewer(make_user):
     return make_user()
 
 
-@pytest.fixture
-def video(make_user, make_video):
-    return make_video("vid-1", make_user())
-
-
 def set_state(user, video_id, desired, key, **kw):
     return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired, operation_id=key, **kw)
 

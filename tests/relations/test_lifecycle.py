@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 
 import pytest
 from django.conf import settings
@@ -19,38 +18,28 @@ from rest_framework.authtoken.models import Token
 
 from counting import routing as reverse_routing
 from counting.models import LikeReverseProjection, LikeReverseSort
-from counting.services.reverse.projector import ReverseIndexProjector
 from likes_project.audit.models import AuditRecord
 from likes_project.errors import RateLimited
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import consume_partition
 from relations import routing
 from relations.models import AccountStatus, LikeCommand, LikeRelation, OutboxEvent, UserPrivacy
 from relations.services.accounts import account_delete
 from relations.services.commands import relation_set_state
 from relations.services.social import friendship_set
-from tests.counting.helpers import bucket_sum, envelopes, project_all, projection_row, publish_all
+from tests.counting.helpers import (
+    bucket_sum,
+    drain_all,
+    envelopes,
+    project_all,
+    project_reverse,
+    projection_row,
+    publish_all,
+)
 from tests.factories import TEST_ACTOR, run_jobs
-from tests.relations.helpers import outbox_rows, relation_row, total
+from tests.relations.helpers import cmd, outbox_rows, relation_row, total
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def cmd(user, video_id, desired):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
-def project_reverse():
-    for p in streams.all_partitions():
-        consume_partition(ReverseIndexProjector(), partition=p)
-
-
-def drain():
-    publish_all()
-    project_all()
-    project_reverse()
 
 
 def sort_users(video_id: str) -> set[int]:
@@ -84,11 +73,6 @@ def put_json(client, url: str, body) -> object:
 def relations_of(user) -> list[tuple[str, str, int, str]]:
     return sorted(LikeRelation.objects.using(routing.alias_for_user(user.pk)).filter(user_id=user.pk).values_list(
         "video_id", "state", "relation_version", "last_operation_id"))
-
-
-@pytest.fixture
-def author(make_user):
-    return make_user()
 
 
 # --- privacy settings API ---------------------------------------------------------------------------
@@ -141,7 +125,7 @@ def test_likes_private_set_through_the_api_hides_the_user_from_likers(make_user,
     shy, open_ = make_user(), make_user()
     cmd(shy, "lc-hide", "LIKED")
     cmd(open_, "lc-hide", "LIKED")
-    drain()
+    drain_all()
     assert set(likers_ids(api.as_user(author), "lc-hide")) == {shy.pk, open_.pk}
     assert put_json(api.as_user(shy), "/v1/me/privacy", {"likesPrivate": True}).status_code == 200
     assert likers_ids(api.as_user(author), "lc-hide") == [open_.pk]
@@ -156,7 +140,7 @@ def test_per_video_likers_visibility_by_the_author_only(make_user, make_video, a
     make_video("lc-vis-private", author, visibility="private")
     other = make_user()
     cmd(other, "lc-vis", "LIKED")
-    drain()
+    drain_all()
     url = "/v1/videos/lc-vis/likers-visibility"
     assert api.as_user(other).get("/v1/videos/lc-vis/likers").json()["code"] == "likers_not_visible"
     r = put_json(api.as_user(other), url, {"likersPublic": True})
@@ -264,7 +248,7 @@ def test_delete_account_unlikes_everything_and_the_projections_converge(make_use
         cmd(doomed, vid, "LIKED")
     cmd(keeper, vids[0], "LIKED")
     cmd(doomed, vids[4], "UNLIKED")  # already withdrawn: v2, untouched by the deletion
-    drain()
+    drain_all()
     doomed_client = api.as_user(doomed)
     assert [bucket_sum(v) for v in vids] == [2, 1, 1, 1, 0]
     assert set(likers_ids(api.as_user(author), vids[0])) == {doomed.pk, keeper.pk}
@@ -294,7 +278,7 @@ def test_delete_account_unlikes_everything_and_the_projections_converge(make_use
     assert len(outbox_rows(doomed.pk, vids[4])) == 2  # no new event for an already withdrawn like
     assert relation_row(keeper.pk, vids[0]).state == "LIKED"
 
-    drain()
+    drain_all()
     assert [bucket_sum(v) for v in vids] == [1, 0, 0, 0, 0]
     assert sort_users(vids[0]) == {keeper.pk}  # the index converged, not merely hidden at read time
     assert all(reverse_state(doomed.pk, v) == ("UNLIKED", 2) for v in vids)
@@ -395,7 +379,7 @@ def test_t34_a_like_published_before_an_account_deletion_and_consumed_after_stay
     assert user.pk in sort_users("lc-t34a")  # the projection holds the late like for now ...
     assert likers_ids(viewer, "lc-t34a") == [keeper.pk]  # ... but AccountStatus hides it at read time
 
-    drain()  # the deletion's UNLIKED (version 2) arrives
+    drain_all()  # the deletion's UNLIKED (version 2) arrives
     assert reverse_state(user.pk, "lc-t34a") == ("UNLIKED", 2)
     assert sort_users("lc-t34a") == {keeper.pk}
     assert bucket_sum("lc-t34a") == 1
@@ -419,7 +403,7 @@ def test_t34_b_a_deleted_video_then_a_late_like_serves_neither_likers_nor_count(
     viewer = api.as_user(author)
     assert viewer.get("/v1/videos/lc-t34b/like-count").status_code == 200
     make_video("lc-t34b", author, status="deleted")
-    drain()  # the late like is consumed after the deletion
+    drain_all()  # the late like is consumed after the deletion
     # The projections still record the version (they apply by version, whatever the video's status);
     # serving is refused at read time and the rows are retired by a job.
     assert reverse_state(user.pk, "lc-t34b") == ("LIKED", 1)

@@ -11,7 +11,6 @@ import threading
 from datetime import datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.core import signing
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -26,7 +25,7 @@ from relations import routing, selectors_my_likes
 from relations.models import LikeRelation, VideoSnapshot
 from relations.services import export
 from relations.services.commands import relation_set_state
-from tests.factories import put_like, run_jobs
+from tests.factories import grant, login_non_staff, put_like, run_jobs
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 transactional = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -76,15 +75,6 @@ def traverse(client, *, limit: int, cursor: str | None = None, max_pages: int = 
 def cursor_key(user, cursor: str) -> tuple:
     key = selectors_my_likes.list_cursor_decode(user_id=user.pk, cursor=cursor)
     return key.updated_at, key.video_id
-
-
-def grant(user, codename: str, app_label: str = "relations") -> None:
-    user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-
-
-@pytest.fixture
-def author(make_user):
-    return make_user()
 
 
 @pytest.fixture
@@ -492,7 +482,7 @@ def test_the_export_command_writes_the_file_progress_as_of_and_an_audit_record(m
     user = make_user(shard="rel_00")
     like_new(user, author, make_video, ids(5))
     operator = make_user()
-    grant(operator, "view_likerelation")
+    grant(operator, "relations.view_likerelation")
     out, err, target = io.StringIO(), io.StringIO(), tmp_path / "likes.jsonl"
 
     call_command("export_user_likes", user.username, "--out", str(target), "--chunk-rows", "2",
@@ -546,19 +536,11 @@ def test_a_failed_export_leaves_no_file_and_no_audit(make_user, author, make_vid
     assert not AuditRecord.objects.filter(action="likes.export").exists()
 
 
-@pytest.fixture
-def staff(make_user):
-    user = make_user()
-    user.is_staff = True
-    user.save(update_fields=["is_staff"])
-    return user
-
-
 @transactional
 def test_the_admin_export_downloads_the_same_file_and_is_audited(client, staff, make_user, author, make_video):
     user = make_user(shard="rel_01")
     like_new(user, author, make_video, ids(4))
-    grant(staff, "view_likerelation")
+    grant(staff, "relations.view_likerelation")
     client.force_login(staff)
 
     assert client.get(EXPORT_ADMIN_URL).status_code == 200
@@ -584,13 +566,11 @@ def test_the_admin_export_needs_staff_and_the_permission(client, staff, make_use
     client.force_login(staff)
     assert client.post(EXPORT_ADMIN_URL, {"username": user.username}).status_code == 403
 
-    grant(staff, "view_likerelation")
+    grant(staff, "relations.view_likerelation")
     resp = client.post(EXPORT_ADMIN_URL, {"username": "nobody-here"})
     assert resp.status_code == 200 and "No user with this username." in resp.content.decode()
 
-    plain = make_user()
-    grant(plain, "view_likerelation")
-    client.force_login(plain)
+    login_non_staff(client, "relations.view_likerelation")
     resp = client.post(EXPORT_ADMIN_URL, {"username": user.username})
     assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
     assert not AuditRecord.objects.filter(action="likes.export").exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import uuid
 
 import pytest
 from django.conf import settings
@@ -19,16 +18,11 @@ from likes_project.redis_client import stream_redis
 from relations import routing
 from relations.models import OutboxArchive, OutboxEvent
 from relations.services import commands, outbox
-from relations.services.commands import relation_set_state
 from tests.counting.helpers import bucket_sum, drain, liked_facts, project_all, publish_all
 from tests.factories import put_like
+from tests.relations.helpers import cmd as like
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def like(user, video_id, desired="LIKED"):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
 
 
 def rows(alias, **filters):

@@ -3,18 +3,15 @@ and T7, with counter-examples."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
-from likes_project.redis_client import cache_redis, reset_clients
+from likes_project.redis_client import cache_redis
 from relations import cache, routing, selectors
 from relations.models import LikeRelationCacheProjection, RelationCacheGeneration
-from relations.services.commands import relation_set_state
 from relations.services.relation_cache import (
     RelationCacheProjector,
     floors_advance,
@@ -23,14 +20,10 @@ from relations.services.relation_cache import (
 )
 from relations.services.relation_cache_rebuild import relation_cache_rebuild
 from tests.counting.helpers import envelopes, mark_all_sent, publish_all
-from tests.factories import run_jobs
+from tests.factories import grant, redis_unreachable, run_jobs
+from tests.relations.helpers import cmd
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def cmd(user, video_id, desired):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
 
 
 def project_relcache():
@@ -48,23 +41,25 @@ def active_gen() -> int:
     return RelationCacheGeneration.objects.get(status="ACTIVE").generation
 
 
+def run_and_cache(user, video_id: str, *states: str) -> int:
+    """Commit the commands, publish them and project them into the relation cache; returns the active
+    cache generation."""
+    for desired in states:
+        cmd(user, video_id, desired)
+    publish_all()
+    project_relcache()
+    return active_gen()
+
+
 def read(user, video_ids, mins=None):
     selectors.reset_generation_cache()
     return selectors.relation_states_get(user_id=user.pk, video_ids=video_ids, min_versions=mins)
 
 
-@pytest.fixture
-def author(make_user):
-    return make_user()
-
-
 def test_projector_writes_the_floor_then_redis(make_user, make_video, author):
     user = make_user()
     make_video("rc-1", author)
-    cmd(user, "rc-1", "LIKED")
-    publish_all()
-    project_relcache()
-    g = active_gen()
+    g = run_and_cache(user, "rc-1", "LIKED")
     floor = LikeRelationCacheProjection.objects.using(routing.alias_for_user(user.pk)).get(
         cache_generation=g, user_id=user.pk, video_id="rc-1")
     assert (floor.state, floor.relation_version) == ("LIKED", 1)
@@ -74,10 +69,7 @@ def test_projector_writes_the_floor_then_redis(make_user, make_video, author):
 def test_t6_after_a_redis_flush_a_late_v1_cannot_overwrite_v2(make_user, make_video, author, settings):
     user = make_user()
     make_video("rc-6", author)
-    cmd(user, "rc-6", "LIKED")
-    cmd(user, "rc-6", "UNLIKED")
-    publish_all()
-    project_relcache()
+    run_and_cache(user, "rc-6", "LIKED", "UNLIKED")
     v1, _v2 = envelopes(user.pk, "rc-6")
     flush_cache_redis(settings)  # Redis loses everything, the durable floor does not
     relation_cache_check_loss()  # the loss is detected and the cache rebuilt into G+1
@@ -103,10 +95,7 @@ def test_t6_counter_example_without_the_floor_redis_alone_would_take_v1(make_use
 def test_t7_an_old_generation_task_arriving_after_the_rebuild_cannot_write(make_user, make_video, author):
     user = make_user()
     make_video("rc-7", author)
-    cmd(user, "rc-7", "LIKED")
-    publish_all()
-    project_relcache()
-    old = active_gen()
+    old = run_and_cache(user, "rc-7", "LIKED")
     report = relation_cache_rebuild()
     assert report.status == "ACTIVE" and report.generation == old + 1
     assert RelationCacheGeneration.objects.get(generation=old).status == "RETIRED"
@@ -119,11 +108,8 @@ def test_t7_an_old_generation_task_arriving_after_the_rebuild_cannot_write(make_
 def test_rcache5_a_stale_read_hint_after_a_newer_event_changes_nothing(make_user, make_video, author):
     user = make_user()
     make_video("rc-5", author)
-    cmd(user, "rc-5", "LIKED")  # a reader sees v1 in the database (a miss) ...
-    cmd(user, "rc-5", "UNLIKED")  # ... an unlike commits v2 and its event reaches the cache
-    publish_all()
-    project_relcache()
-    g = active_gen()
+    # A reader sees v1 in the database (a miss) ... an unlike commits v2 and its event reaches the cache.
+    g = run_and_cache(user, "rc-5", "LIKED", "UNLIKED")
     alias = routing.alias_for_user(user.pk)
     floors = floors_advance(alias=alias, generations=[g], facts=[(user.pk, "rc-5", "LIKED", 1)])  # the late hint
     assert floors[(g, user.pk, "rc-5")] == ("UNLIKED", 2)
@@ -134,10 +120,7 @@ def test_rcache5_a_stale_read_hint_after_a_newer_event_changes_nothing(make_user
 def test_an_evicted_key_is_never_backfilled_by_a_reader(make_user, make_video, author):
     user = make_user()
     make_video("rc-ev", author)
-    cmd(user, "rc-ev", "LIKED")
-    publish_all()
-    project_relcache()
-    g = active_gen()
+    g = run_and_cache(user, "rc-ev", "LIKED")
     cache_redis().delete(cache.relation_key(g, user.pk, "rc-ev"))  # evicted
     assert read(user, ["rc-ev"])["rc-ev"].as_dict() == {"state": "LIKED", "relationVersion": 1}
     assert not cache_redis().exists(cache.relation_key(g, user.pk, "rc-ev"))  # the reader wrote nothing
@@ -148,9 +131,7 @@ def test_an_evicted_key_is_never_backfilled_by_a_reader(make_user, make_video, a
 def test_read_your_writes_with_min_relation_version(make_user, make_video, author):
     user = make_user()
     make_video("rc-ryw", author)
-    cmd(user, "rc-ryw", "LIKED")
-    publish_all()
-    project_relcache()
+    run_and_cache(user, "rc-ryw", "LIKED")
     second = cmd(user, "rc-ryw", "UNLIKED")  # committed; its event has not reached the cache yet
     assert read(user, ["rc-ryw"])["rc-ryw"].as_dict() == {"state": "LIKED", "relationVersion": 1}  # cached, older
     fresh = read(user, ["rc-ryw"], {"rc-ryw": second.result.relation_version})["rc-ryw"]
@@ -240,15 +221,9 @@ def test_redis_down_reads_stay_correct(make_user, make_video, author, settings):
     user = make_user()
     make_video("rc-down", author)
     cmd(user, "rc-down", "LIKED")
-    url = settings.REDIS_URL
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    reset_clients()
-    try:
+    with redis_unreachable(settings, streams=False):
         assert read(user, ["rc-down", "other"]) == {
             "rc-down": selectors.RelationView("LIKED", 1), "other": selectors.UNLIKED_V0}
-    finally:
-        settings.REDIS_URL = url
-        reset_clients()
 
 
 def test_events_reordered_in_the_stream_still_leave_the_highest_version(make_user, make_video, author):
@@ -277,13 +252,8 @@ def test_the_rebuild_is_an_audited_admin_action_too(admin_client, make_user):
     assert (record.channel, record.outcome, record.target_id) == ("admin", "active", str(old + 1))
 
 
-def test_a_staff_user_without_the_permission_cannot_rebuild(client, make_user):
-    staff = make_user()
-    staff.is_staff = True
-    staff.save()
-    from django.contrib.auth.models import Permission
-
-    staff.user_permissions.add(Permission.objects.get(codename="view_relationcachegeneration"))
+def test_a_staff_user_without_the_permission_cannot_rebuild(client, staff):
+    grant(staff, "relations.view_relationcachegeneration")
     client.force_login(staff)
     old = active_gen()
     resp = client.post("/admin/relations/relationcachegeneration/", {

@@ -9,13 +9,12 @@ import pytest
 from likes_project import metrics
 from likes_project.audit.models import AuditRecord
 from likes_project.errors import RateLimited
-from likes_project.redis_client import reset_clients
 from relations import cache, selectors
 from relations.errors import BlockedByAuthor, VideoFriendsOnly, VideoNotFound, VideoTakenDown
 from relations.services import limits
 from relations.services.commands import relation_set_state
 from relations.services.social import block_set, friendship_set
-from tests.factories import TEST_ACTOR, put_like
+from tests.factories import TEST_ACTOR, put_like, redis_unreachable
 from tests.relations.helpers import nothing_written, relation_row
 
 pytestmark = pytest.mark.django_db(databases="__all__")
@@ -38,31 +37,37 @@ def fan(make_user):
 # --- visibility matrix --------------------------------------------------------------------------
 
 CASES = [
-    # visibility, status, friends, blocked, viewer is author, expected error (None = allowed)
-    ("public", "active", False, False, False, None),
-    ("public", "active", False, False, True, None),
-    ("friends", "active", True, False, False, None),
-    ("friends", "active", False, False, True, None),
-    ("friends", "active", False, False, False, VideoFriendsOnly),
-    ("private", "active", True, False, False, VideoNotFound),
-    ("private", "active", False, False, True, None),
-    ("public", "taken_down", False, False, False, VideoTakenDown),
-    ("private", "taken_down", False, False, False, VideoNotFound),
-    ("public", "deleted", False, False, False, VideoNotFound),
-    ("public", "deleted", False, False, True, VideoNotFound),
-    ("public", "active", False, True, False, BlockedByAuthor),
-    ("friends", "active", True, True, False, BlockedByAuthor),
+    # visibility, status, how the viewer stands to the author, expected error (None = allowed)
+    ("public", "active", set(), None),
+    ("public", "active", {"is_author"}, None),
+    ("friends", "active", {"friends"}, None),
+    ("friends", "active", {"is_author"}, None),
+    ("friends", "active", set(), VideoFriendsOnly),
+    ("private", "active", {"friends"}, VideoNotFound),
+    ("private", "active", {"is_author"}, None),
+    ("public", "taken_down", set(), VideoTakenDown),
+    ("private", "taken_down", set(), VideoNotFound),
+    ("public", "deleted", set(), VideoNotFound),
+    ("public", "deleted", {"is_author"}, VideoNotFound),
+    ("public", "active", {"blocked"}, BlockedByAuthor),
+    ("friends", "active", {"friends", "blocked"}, BlockedByAuthor),
 ]
 
 
-@pytest.mark.parametrize(("visibility", "status", "friends", "blocked", "as_author", "error"), CASES)
-def test_new_like_rules(author, fan, make_video, visibility, status, friends, blocked, as_author, error):
+def _case_id(case) -> str:
+    visibility, status, relation, error = case
+    return "-".join([visibility, status, "+".join(sorted(relation)) or "stranger",
+                     error.__name__ if error else "allowed"])
+
+
+@pytest.mark.parametrize(("visibility", "status", "relation", "error"), CASES, ids=[_case_id(c) for c in CASES])
+def test_new_like_rules(author, fan, make_video, visibility, status, relation, error):
     make_video("v1", author, visibility=visibility, status=status)
-    if friends:
+    if "friends" in relation:
         friendship_set(user_a=author.pk, user_b=fan.pk, present=True, actor=TEST_ACTOR)
-    if blocked:
+    if "blocked" in relation:
         block_set(blocker_id=author.pk, blocked_id=fan.pk, present=True, actor=TEST_ACTOR)
-    viewer = author if as_author else fan
+    viewer = author if "is_author" in relation else fan
     if error is None:
         assert like(viewer, "v1").result.state == "LIKED"
     else:
@@ -151,16 +156,10 @@ def test_the_cached_snapshot_always_expires(author, make_video):
 
 def test_snapshot_reads_fall_back_to_the_database_when_redis_is_down(author, fan, make_video, settings):
     make_video("v1", author, status="taken_down")
-    url = settings.REDIS_URL
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    reset_clients()
-    try:
+    with redis_unreachable(settings, streams=False):
         assert selectors.video_snapshot_get(video_id="v1").status == "taken_down"
         with pytest.raises(VideoTakenDown):
             like(fan, "v1")
-    finally:
-        settings.REDIS_URL = url
-        reset_clients()
 
 
 # --- abuse limits -------------------------------------------------------------------------------
@@ -217,18 +216,12 @@ def test_ip_limit_applies_across_users(author, make_user, make_video, api, setti
 
 def test_limits_fail_open_and_are_counted_when_redis_is_down(author, fan, make_video, settings):
     make_video("v1", author)
-    url = settings.REDIS_URL
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    reset_clients()
-    before = metrics.value("likes_ratelimit_fail_open_total", scope="user")
-    try:
+    with redis_unreachable(settings, streams=False):
+        before = metrics.value("likes_ratelimit_fail_open_total", scope="user")
         verdict = limits.request_limits_check(user_id=fan.pk, client_ip="127.0.0.1")
         assert verdict.allowed
         assert metrics.value("likes_ratelimit_fail_open_total", scope="user") == before + 1
         assert like(fan, "v1").changed  # the command path itself keeps working without Redis
-    finally:
-        settings.REDIS_URL = url
-        reset_clients()
 
 
 def test_token_bucket_state_lives_in_redis_under_the_prefix(fan):

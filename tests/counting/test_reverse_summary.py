@@ -5,38 +5,32 @@ is built by the real publisher and reverse projector."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 from django.conf import settings
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
+from counting import cache as count_cache
 from counting import routing as reverse_routing
-from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort
-from counting.services.reverse.projector import RECENT_KEEP, ReverseIndexProjector
+from counting.models import (
+    CountCacheGeneration,
+    LikeReverseProjection,
+    LikeReverseRecent,
+    LikeReverseSort,
+    VideoDisplayCount,
+)
+from counting.services.reverse.projector import RECENT_KEEP
 from counting.services.reverse.retire import reverse_index_retire_deleted
-from counting.tasks import retire_deleted_videos_task
+from counting.tasks import display_snapshot_task, retire_deleted_videos_task
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import consume_partition
 from relations import routing as relation_routing
 from relations.models import LikeRelation, UserPrivacy
-from relations.services.commands import relation_set_state
-from tests.counting.helpers import publish_all
+from tests.counting.helpers import drain, drain_reverse, publish_all
+from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed.
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def cmd(user, video_id, desired):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
-def drain():
-    publish_all()
-    for p in streams.all_partitions():
-        consume_partition(ReverseIndexProjector(), partition=p)
 
 
 def gen():
@@ -67,18 +61,18 @@ def test_summary_follows_like_unlike_and_relike(make_user, make_video):
     author, u = make_user(), make_user()
     make_video("rs-one", author)
     cmd(u, "rs-one", "LIKED")
-    drain()
+    drain_reverse()
     alias = gen().alias_of(u.pk)
     first = changed_at(u, "rs-one")
     assert recent("rs-one", alias) == {u.pk: first}
     assert recent("rs-one") == {u.pk: first}  # and nowhere else
 
     cmd(u, "rs-one", "UNLIKED")
-    drain()
+    drain_reverse()
     assert recent("rs-one") == {}
 
     cmd(u, "rs-one", "LIKED")
-    drain()
+    drain_reverse()
     second = changed_at(u, "rs-one")
     assert second > first
     assert recent("rs-one") == {u.pk: second}  # moved to the re-like's stateChangedAt
@@ -93,7 +87,7 @@ def test_summary_keeps_only_the_newest_k_per_partition_and_refills(make_user, ma
         u = make_user()
         cmd(u, "rs-many", "LIKED")
         per_alias[g.alias_of(u.pk)].append(u)
-    drain()
+    drain_reverse()
     for alias, users in per_alias.items():
         assert LikeReverseSort.objects.using(alias).filter(generation=g.generation, video_id="rs-many").count() \
             == len(users) > RECENT_KEEP
@@ -106,7 +100,7 @@ def test_summary_keeps_only_the_newest_k_per_partition_and_refills(make_user, ma
     alias = settings.COUNT_PARTITION_ALIASES[0]
     gone = per_alias[alias][-1]
     cmd(gone, "rs-many", "UNLIKED")
-    drain()
+    drain_reverse()
     kept = recent("rs-many", alias)
     assert gone.pk not in kept
     assert len(kept) == RECENT_KEEP
@@ -120,7 +114,7 @@ def test_recent_endpoint_reads_the_summary_not_the_sort_index(make_user, make_vi
     users = [make_user() for _ in range(6)]
     for u in users:
         cmd(u, "rs-api", "LIKED")
-    drain()
+    drain_reverse()
     UserPrivacy.objects.create(user_id=users[-2].pk, likes_private=True)  # the second newest liker
     client = api.as_user(author)
     captures = [CaptureQueriesContext(connections[a]) for a in ["default", *settings.COUNT_PARTITION_ALIASES]]
@@ -161,7 +155,7 @@ def test_retirement_removes_a_deleted_videos_rows_and_leaves_others(make_user, m
         cmd(u, "rs-dead", "LIKED")
         cmd(u, "rs-live", "LIKED")
     cmd(users[0], "rs-dead", "UNLIKED")  # a tombstone too
-    drain()
+    drain_reverse()
     assert _rows("rs-dead") == {"state": 8, "sort": 7, "recent": 7}
     live = _rows("rs-live")
     assert live == {"state": 8, "sort": 8, "recent": 8}
@@ -193,7 +187,7 @@ def test_metrics_show_the_reverse_consumer_lag(make_user, make_video, client):
     assert _lag_lines(client.get("/metrics").content.decode(), "likes_consumer_lag_entries") == {}
 
     cmd(u, "rs-lag", "LIKED")
-    drain()
+    drain_reverse()
     text = client.get("/metrics").content.decode()
     entries = _lag_lines(text, "likes_consumer_lag_entries")
     assert set(entries) == {str(p) for p in streams.all_partitions()}
@@ -208,17 +202,11 @@ def test_metrics_show_the_reverse_consumer_lag(make_user, make_video, client):
 
 
 def test_retirement_also_stops_serving_a_deleted_videos_count(make_user, make_video):
-    from counting import cache as count_cache
-    from counting.models import CountCacheGeneration, VideoDisplayCount
-    from counting.tasks import display_snapshot_task
-    from tests.counting.helpers import drain
-
     author = make_user()
     make_video("ret-gone", author)
     make_video("ret-kept", author)
     for video_id in ("ret-gone", "ret-kept"):
-        relation_set_state(user_id=make_user().pk, video_id=video_id, desired_state="LIKED",
-                           operation_id=uuid.uuid4().hex)
+        cmd(make_user(), video_id, "LIKED")
     drain()
     display_snapshot_task()
     gen = CountCacheGeneration.objects.get(status="ACTIVE").generation

@@ -5,33 +5,19 @@ built by the real publisher and reverse projector."""
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 
 import pytest
 from django.conf import settings
 
 from counting import routing as reverse_routing
 from counting.models import LikeReverseSort
-from counting.services.reverse.projector import ReverseIndexProjector
 from counting.services.reverse.rebuild import reverse_index_rebuild
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import consume_partition
 from relations.models import AccountStatus, Block, UserPrivacy, VideoLikersVisibility
-from relations.services.commands import relation_set_state
-from tests.counting.helpers import publish_all
+from tests.counting.helpers import drain_reverse
+from tests.relations.helpers import cmd
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def cmd(user, video_id, desired):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
-def drain():
-    publish_all()
-    for p in streams.all_partitions():
-        consume_partition(ReverseIndexProjector(), partition=p)
 
 
 def expected(video_id: str) -> list[int]:
@@ -72,17 +58,12 @@ def traverse(client, video_id, limit) -> tuple[list[int], list[list[int]]]:
     raise AssertionError("the traversal never ended")
 
 
-@pytest.fixture
-def author(make_user):
-    return make_user()
-
-
 def likers(make_user, make_video, author, video_id, n):
     make_video(video_id, author)
     users = [make_user() for _ in range(n)]
     for u in users:
         cmd(u, video_id, "LIKED")
-    drain()
+    drain_reverse()
     return users
 
 
@@ -119,7 +100,7 @@ def test_index_watermark_is_the_lowest_reverse_checkpoint(make_user, make_video,
         if parts == set(streams.all_partitions()):
             break
     assert parts == set(streams.all_partitions())
-    drain()
+    drain_reverse()
     done = ConsumerCheckpoint.objects.filter(consumer="reverse").values_list("last_done_id", flat=True)
     lowest_ms = min(int(d.split("-")[0]) for d in done)
     mark = page(client, "lk-wm").json()["indexWatermark"]
@@ -157,7 +138,7 @@ def test_t30_unlike_and_relike_during_paging(make_user, make_video, author, api)
     for u in (mover, again):
         cmd(u, "lk-30", "UNLIKED")
         cmd(u, "lk-30", "LIKED")
-    drain()
+    drain_reverse()
     rest, cursor = [], first.json()["nextCursor"]
     while cursor is not None:
         r = page(client, "lk-30", limit=3, cursor=cursor)
@@ -212,7 +193,7 @@ def test_t32_prefetched_but_unpopped_rows_are_read_again(make_user, make_video, 
     order = [a[0], b[0], c[0], a[1], a[2], b[1], c[1], c[2], a[3], b[2], b[3], c[3]]
     for u in order:
         cmd(u, "lk-32", "LIKED")
-    drain()
+    drain_reverse()
     want = [u.pk for u in reversed(order)]
     assert expected("lk-32") == want
     client = api.as_user(author)

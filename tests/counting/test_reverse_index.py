@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import io
-import uuid
 
 import pytest
 from django.conf import settings
@@ -19,30 +18,23 @@ from counting.models import LikeReverseProjection, LikeReverseSort, ReverseEvent
 from counting.services.reverse.projector import ReverseIndexProjector
 from counting.services.reverse.rebuild import reverse_generation_shadow_create, reverse_index_rebuild
 from likes_project.audit.models import AuditRecord
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
-from likes_project.eventlog.models import ConsumerCheckpoint, Lease
+from likes_project.eventlog.models import ConsumerCheckpoint
 from relations import routing as relation_routing
 from relations.models import LikeRelation, VideoSnapshot
-from relations.services.commands import relation_set_state
-from tests.counting.helpers import envelopes, mark_all_sent, publish_all
+from tests.counting.helpers import (
+    apply_then_crash,
+    drain_reverse,
+    envelopes,
+    mark_all_sent,
+    project_reverse,
+    publish_all,
+)
+from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-def cmd(user, video_id, desired):
-    return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
-                              operation_id=uuid.uuid4().hex)
-
-
-def project_reverse(**kw):
-    return [consume_partition(ReverseIndexProjector(), partition=p, **kw) for p in streams.all_partitions()]
-
-
-def drain():
-    publish_all()
-    return project_reverse()
 
 
 def fact(user, video_id) -> LikeRelation:
@@ -66,11 +58,6 @@ def entries(generation: int, video_id: str) -> list[tuple[int, dt.datetime]]:
 
 def g1() -> int:
     return reverse_routing.reverse_active().generation
-
-
-@pytest.fixture
-def author(make_user):
-    return make_user()
 
 
 # --- the frozen contract (REV-4) ----------------------------------------------------------------
@@ -136,13 +123,13 @@ def test_t13_counter_example_v11_then_v12_deletes_the_exact_entry(make_user, mak
     make_video("rv-13b", author)
     cmd(user, "rv-13b", "LIKED")
     cmd(other, "rv-13b", "LIKED")
-    drain()
+    drain_reverse()
     liked_at = fact(user, "rv-13b").state_changed_at
     assert (user.pk, liked_at) in entries(g1(), "rv-13b")
     row = state_row(g1(), user.pk, "rv-13b")
     assert (row.state, row.relation_version, row.liked_at) == ("LIKED", 1, liked_at)
     cmd(user, "rv-13b", "UNLIKED")
-    drain()
+    drain_reverse()
     assert entries(g1(), "rv-13b") == [(other.pk, fact(other, "rv-13b").state_changed_at)]
     row = state_row(g1(), user.pk, "rv-13b")
     assert (row.state, row.relation_version, row.liked_at) == ("UNLIKED", 2, None)
@@ -194,13 +181,13 @@ def test_unlike_then_relike_gives_a_new_entry_at_the_new_time(make_user, make_vi
     user = make_user()
     make_video("rv-rl", author)
     cmd(user, "rv-rl", "LIKED")
-    drain()
+    drain_reverse()
     first = fact(user, "rv-rl").state_changed_at
     cmd(user, "rv-rl", "UNLIKED")
-    drain()
+    drain_reverse()
     assert entries(g1(), "rv-rl") == []
     cmd(user, "rv-rl", "LIKED")
-    drain()
+    drain_reverse()
     again = fact(user, "rv-rl").state_changed_at
     assert again > first
     assert entries(g1(), "rv-rl") == [(user.pk, again)]
@@ -212,7 +199,7 @@ def test_state_row_and_sort_entry_live_on_the_placement_partition(make_user, mak
     make_video("rv-place", author)
     for u in users:
         cmd(u, "rv-place", "LIKED")
-    drain()
+    drain_reverse()
     gen = reverse_routing.reverse_active()
     for u in users:
         alias = gen.placement[gen.shard_of(u.pk)]
@@ -249,12 +236,8 @@ def test_crash_after_commit_before_checkpoint_does_not_double_anything(make_user
     cmd(user, "rv-crash", "LIKED")
     publish_all()
     p = streams.partition_for(f"{user.pk}:rv-crash")
-    batch = streams.read_after(p, "0-0", 100)
-    grant = leases.lease_acquire(resource=f"consumer:reverse:{p}", holder="crashing-worker", ttl_s=30)
-    result = ReverseIndexProjector().apply(batch, consumer="reverse", partition=p, token=grant.token)
+    result, batch = apply_then_crash(ReverseIndexProjector(), partition=p)
     assert result.applied == 3
-    # "crash": the checkpoint was never advanced; the lease expires and another worker takes over
-    Lease.objects.filter(resource=grant.resource).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
     report = consume_partition(ReverseIndexProjector(), partition=p)
     assert (report.applied, report.duplicates) == (0, 3)
     assert entries(g1(), "rv-crash") == [(user.pk, fact(user, "rv-crash").state_changed_at)]
@@ -311,7 +294,7 @@ def _population(make_user, make_video, author):
             cmd(u, "rv-r2", "LIKED")
             cmd(u, "rv-r2", "UNLIKED")
             cmd(u, "rv-r2", "LIKED")
-    drain()
+    drain_reverse()
     return users
 
 
@@ -350,7 +333,7 @@ def test_the_projector_writes_the_shadow_generation_from_its_creation(make_user,
     make_video("rv-tail", author)
     shadow = reverse_generation_shadow_create(shards=3)
     cmd(user, "rv-tail", "LIKED")
-    drain()
+    drain_reverse()
     t = fact(user, "rv-tail").state_changed_at
     assert entries(1, "rv-tail") == [(user.pk, t)]
     assert entries(shadow.generation, "rv-tail") == [(user.pk, t)]
@@ -364,7 +347,7 @@ def test_a_failed_rebuild_stays_failed_and_the_old_generation_stays_active(make_
     assert reverse_routing.reverse_active().generation == 1
     before_failed = _rows(2)
     cmd(users[1], "rv-r1", "UNLIKED")
-    drain()
+    drain_reverse()
     assert (users[1].pk, fact(users[1], "rv-r1").state_changed_at) not in entries(1, "rv-r1")
     assert state_row(1, users[1].pk, "rv-r1").relation_version == 2
     assert _rows(2) == before_failed  # a FAILED generation is no longer written
