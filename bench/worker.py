@@ -1,7 +1,8 @@
 """Benchmark client processes: command generation and the two ways of sending a command.
 
 Each process is started with the `spawn` method, calls `django.setup()` once, and then runs jobs sent by
-the driver (bench/command_bench.py) until it is told to stop. A job is one workload at one layer:
+the driver (bench/command_bench.py; bench/projection/roles.py runs the same job as its command load) until it
+is told to stop. A job is one workload at one layer:
 
 * `service`: calls `relations.services.commands.relation_set_state(...)` directly, in this process;
 * `http`: PUT /v1/videos/<id>/like-relation against the bench gunicorn on 127.0.0.1.
@@ -14,16 +15,14 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import signal
 import time
 from collections import Counter
 
-from bench.common import HttpStatusError, serve_jobs
+from bench.procs import HTTP_TIMEOUT_S, client_setup, error_kind, http_exchange, serve_jobs, wait_until
 
 # Safety bounds: a job never runs longer than this, nor sends more commands than this per client.
 MAX_JOB_SECONDS = 300.0
 MAX_COMMANDS_PER_JOB = 2_000_000
-HTTP_TIMEOUT_S = 10.0
 
 KINDS = ("like", "unlike", "noop", "replay")
 UNLIKED, LIKED = "UNLIKED", "LIKED"
@@ -129,18 +128,8 @@ def _http_sender(port: int, sizes: Counter):
         body = json.dumps({"desiredState": desired, "deviceId": "bench"})
         headers = {"Authorization": f"Token {token}", "Idempotency-Key": key,
                    "Content-Type": "application/json", "Connection": "keep-alive"}
-        try:
-            conn.request("PUT", f"/v1/videos/{video_id}/like-relation", body=body, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException):
-            conn.close()  # the next request reconnects
-            raise
-        sizes["request"] += len(body)
-        sizes["response"] += len(data)
-        sizes["n"] += 1
-        if resp.status != 200:
-            raise HttpStatusError(resp.status, data)
+        data = http_exchange(conn, "PUT", f"/v1/videos/{video_id}/like-relation", body=body, headers=headers,
+                             sizes=sizes)
         doc = json.loads(data)
         return doc["currentRelation"]["state"], doc["changed"], doc["replayed"]
 
@@ -160,11 +149,8 @@ def run_job(job: dict) -> dict:
     else:
         send, conn = _http_sender(job["port"], sizes)
 
-    t_start, measure_start, t_end = job["t_start"], job["t_measure"], job["t_end"]
-    t_end = min(t_end, time.time() + MAX_JOB_SECONDS)
-    delay = t_start - time.time()
-    if delay > 0:
-        time.sleep(min(delay, 30.0))  # all clients start at the same instant (pacing)
+    measure_start, t_end = job["t_measure"], min(job["t_end"], time.time() + MAX_JOB_SECONDS)
+    wait_until(job["t_start"])
 
     latencies: list[float] = []
     errors: Counter = Counter()
@@ -183,7 +169,7 @@ def run_job(job: dict) -> dict:
                 state, was_changed, was_replayed = send(user_id, token, vid, desired, key)
                 err = None
             except Exception as exc:
-                err = exc.__class__.__name__ + (f":{exc.status}" if isinstance(exc, HttpStatusError) else "")
+                err = error_kind(exc)
             elapsed_ms = (time.perf_counter() - t0) * 1000.0
             if err is None:
                 gen.observe(ui, vid, state)
@@ -273,10 +259,7 @@ def run_probe(job: dict) -> dict:
 
 def worker_main(index: int, tasks, results) -> None:
     """Entry point of one spawned client process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
-    import django
-
-    django.setup()
+    client_setup()
     from bench import naive
 
     naive.install(enabled=False)

@@ -210,10 +210,8 @@ class VideoDisplayCountAdmin(ReadOnlyAdmin):
 class CountRefreshSwitchForm(PauseReasonForm):
     pause_subject = "this video's display refreshes"
 
-    class Meta:
-        model = CountRefreshSwitch
-        fields = ("video_id", "paused", "reason")
-        help_texts = {"reason": "Required when pausing; recorded in the audit log."}
+    class Meta(PauseReasonForm.Meta):
+        model, fields = CountRefreshSwitch, ("video_id", "paused", "reason")
 
     def clean_video_id(self):
         return _video_id_field(self.cleaned_data["video_id"])

@@ -145,6 +145,9 @@ class PauseReasonForm(forms.ModelForm):
 
     pause_subject = "this"
 
+    class Meta:  # subclasses: `class Meta(PauseReasonForm.Meta): model = ...; fields = (<key>, "paused", "reason")`
+        help_texts = {"reason": "Required when pausing; recorded in the audit log."}
+
     def clean(self):
         cleaned = super().clean()
         cleaned["reason"] = (cleaned.get("reason") or "").strip()

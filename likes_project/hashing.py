@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from django.db import models
+from django.db.models import Q
 
 HASH_SHA256_BE64 = "sha256-be64"
 
@@ -39,3 +40,8 @@ class HashContract(models.Model):
 
     class Meta:
         abstract = True
+
+
+def one_active(name: str) -> models.UniqueConstraint:
+    """A contract table's "at most one row has is_active" (the version new writes use)."""
+    return models.UniqueConstraint(fields=["is_active"], condition=Q(is_active=True), name=name)

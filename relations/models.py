@@ -11,7 +11,7 @@ from django.db.models import Q
 
 from likes_project.db_routers import RELATION_SHARD
 from likes_project.generations import GenerationModel
-from likes_project.hashing import HashContract
+from likes_project.hashing import HashContract, one_active
 
 
 class RelationState(models.TextChoices):
@@ -42,9 +42,7 @@ class RelationShardContract(HashContract):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["is_active"], condition=Q(is_active=True), name="one_active_shard_contract"
-            ),
+            one_active("one_active_shard_contract"),
             models.CheckConstraint(condition=Q(logical_slots__gt=0), name="shard_contract_slots_positive"),
         ]
 

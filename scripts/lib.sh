@@ -54,7 +54,7 @@ ensure_venv() {
 
 probe() { "$VENV/bin/python" "$ROOT/scripts/probe.py" "$@" 2>/dev/null; }
 
-start_private_postgres() {
+start_private_pg() {
   local bindir
   bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
   if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
@@ -79,43 +79,45 @@ start_private_postgres() {
   fi
 }
 
-ensure_postgres() {
-  if [ -n "${DATABASE_URL:-}" ]; then
-    probe pg "$DATABASE_URL" || die "DATABASE_URL is set but its server does not answer"
+start_private_redis() {
+  command -v redis-server >/dev/null || apt_install redis-server
+  mkdir -p "$DATA/redis"
+  if ! probe redis "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0"; then
+    log "starting a private Redis on 127.0.0.1:$PRIVATE_REDIS_PORT"
+    redis-server --port "$PRIVATE_REDIS_PORT" --bind 127.0.0.1 --daemonize yes --dir "$DATA/redis" \
+      --pidfile "$DATA/redis/redis.pid" --logfile "$DATA/redis/redis.log" --save "" --appendonly no
+    for _ in $(seq 1 50); do probe redis "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0" && break; sleep 0.1; done
+  fi
+}
+
+# ensure_store KIND VAR NAME LOCAL_URL PRIVATE_URL LOG: use $VAR when set (it must answer), else the
+# store on its default local port, else start a private one; export VAR.
+ensure_store() {
+  local kind=$1 var=$2 name=$3 url=$4 private_url=$5 logfile=$6
+  if [ -n "${!var:-}" ]; then
+    probe "$kind" "${!var}" || die "$var is set but its server does not answer"
     return
   fi
-  local url="${LIKES_LOCAL_PG_URL:-postgres://postgres@127.0.0.1:5432/likes}"
-  if probe pg "$url"; then
-    log "using PostgreSQL at 127.0.0.1:5432"
+  if probe "$kind" "$url"; then
+    local where=${url#*://}
+    where=${where#*@}
+    log "using $name at ${where%%/*}"
   else
-    start_private_postgres
-    url="postgres://postgres@127.0.0.1:$PRIVATE_PG_PORT/likes"
-    probe pg "$url" || die "the private PostgreSQL did not come up (see .data/pg/server.log)"
+    "start_private_$kind"
+    url=$private_url
+    probe "$kind" "$url" || die "the private $name did not come up (see $logfile)"
   fi
-  export DATABASE_URL="$url"
+  export "$var=$url"
+}
+
+ensure_postgres() {
+  ensure_store pg DATABASE_URL PostgreSQL "${LIKES_LOCAL_PG_URL:-postgres://postgres@127.0.0.1:5432/likes}" \
+    "postgres://postgres@127.0.0.1:$PRIVATE_PG_PORT/likes" .data/pg/server.log
 }
 
 ensure_redis() {
-  if [ -n "${REDIS_URL:-}" ]; then
-    probe redis "$REDIS_URL" || die "REDIS_URL is set but its server does not answer"
-    return
-  fi
-  local url="${LIKES_LOCAL_REDIS_URL:-redis://127.0.0.1:6379/0}"
-  if probe redis "$url"; then
-    log "using Redis at 127.0.0.1:6379"
-  else
-    command -v redis-server >/dev/null || apt_install redis-server
-    mkdir -p "$DATA/redis"
-    if ! probe redis "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0"; then
-      log "starting a private Redis on 127.0.0.1:$PRIVATE_REDIS_PORT"
-      redis-server --port "$PRIVATE_REDIS_PORT" --bind 127.0.0.1 --daemonize yes --dir "$DATA/redis" \
-        --pidfile "$DATA/redis/redis.pid" --logfile "$DATA/redis/redis.log" --save "" --appendonly no
-      for _ in $(seq 1 50); do probe redis "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0" && break; sleep 0.1; done
-    fi
-    url="redis://127.0.0.1:$PRIVATE_REDIS_PORT/0"
-    probe redis "$url" || die "the private Redis did not come up (see .data/redis/redis.log)"
-  fi
-  export REDIS_URL="$url"
+  ensure_store redis REDIS_URL Redis "${LIKES_LOCAL_REDIS_URL:-redis://127.0.0.1:6379/0}" \
+    "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0" .data/redis/redis.log
 }
 
 setup_all() {

@@ -1,7 +1,10 @@
 -- Raw SQL ceiling of one like command (bench/command_bench.py runs it with pgbench on one relation shard).
 -- The statements of relations.services.commands._apply: idempotency lookup, relation row lock,
 -- relation insert-or-flip (one upsert keeps it valid for random pairs), outbox row, command row.
--- :users and :videos are passed with pgbench -D.
+-- :users and :videos are passed with pgbench -D, and :naive_hot: 1 runs the naive hot-counter variant
+-- (row like_tx_naive_hot), the same transaction plus a synchronous counter UPDATE on one video row
+-- (bench_naive_video, created by bench/dataset.py) at the point the naive service wrapper runs it:
+-- after the relation write, before the outbox insert.
 \set uid random(1, :users)
 \set vid random(1, :videos)
 \set op random(1, 9000000000000000000)
@@ -18,6 +21,9 @@ ON CONFLICT (user_id, video_id) DO UPDATE
        relation_version = relations_likerelation.relation_version + 1,
        last_operation_id = EXCLUDED.last_operation_id, state_changed_at = now(), updated_at = now()
 RETURNING relation_version AS ver \gset
+\if :naive_hot
+UPDATE bench_naive_video SET like_count = like_count + 1 WHERE video_id = 'bench-hot';
+\endif
 INSERT INTO relations_outboxevent (event_id, aggregate_key, relation_version, event_type, schema_version, payload,
                                    xact_id, status, retry_count, next_retry_at, claimed_by, claim_expires_at,
                                    last_error, stream_key, stream_entry_id, created_at, published_at)

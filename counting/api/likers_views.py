@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from counting import selectors_likers
 from relations import validation
-from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer
+from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer, liked_at_field, next_cursor_field
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
 WATERMARK_HELP = ("The reverse index holds every relation change published up to this time (UTC): the lowest "
@@ -21,16 +21,13 @@ WATERMARK_HELP = ("The reverse index holds every relation change published up to
 class LikerSerializer(serializers.Serializer):
     userId = serializers.IntegerField()
     username = serializers.CharField()
-    likedAt = serializers.DateTimeField(help_text="When the like happened (the relation's state change), UTC.")
+    likedAt = liked_at_field()
 
 
 class LikersPageSerializer(serializers.Serializer):
     items = LikerSerializer(many=True)
-    nextCursor = serializers.CharField(
-        allow_null=True,
-        help_text="Opaque; pass back as `cursor` for the next page. Null only when every reverse shard is exhausted. "
-                  "A page may be short or empty while nextCursor is not null (likers hidden by privacy rules).",
-    )
+    nextCursor = next_cursor_field(end="when every reverse shard is exhausted",
+                                   short_because="likers hidden by privacy rules")
     indexWatermark = serializers.DateTimeField(allow_null=True, help_text=WATERMARK_HELP)
 
 

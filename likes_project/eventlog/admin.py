@@ -58,10 +58,8 @@ def _known_consumers() -> list[str]:
 class ConsumerSwitchForm(PauseReasonForm):
     pause_subject = "this consumer"
 
-    class Meta:
-        model = ConsumerSwitch
-        fields = ("consumer", "paused", "reason")
-        help_texts = {"reason": "Required when pausing; recorded in the audit log."}
+    class Meta(PauseReasonForm.Meta):
+        model, fields = ConsumerSwitch, ("consumer", "paused", "reason")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from likes_project.hashing import HashContract
+from likes_project.hashing import HashContract, one_active
 from likes_project.switches import PauseSwitch
 
 
@@ -18,9 +18,7 @@ class StreamContract(HashContract):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["is_active"], condition=Q(is_active=True), name="one_active_stream_contract"
-            ),
+            one_active("one_active_stream_contract"),
             models.CheckConstraint(condition=Q(partitions__gt=0), name="stream_partitions_positive"),
         ]
 

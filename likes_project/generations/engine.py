@@ -22,7 +22,6 @@ from likes_project.generations.lifecycle import (
     RebuildFailed,
     RebuildRunning,
     StepContext,
-    StepResult,
 )
 from likes_project.generations.models import _STATUS_OF_STEP, BUILDING, STEPS, GenerationModel
 from likes_project.generations.models import GenerationStatus as S
@@ -204,8 +203,12 @@ def _run_step(sl: _Slice, step: str) -> bool:
     """Chunks of a cursor step until it is done (True) or the slice's budget is spent (False)."""
     row, fn = sl.row, getattr(sl.lc, step)
     throttle = _default("GENERATION_THROTTLE_S", 0.0)
+    if step == STEPS[0] and row.progress.get("cursor") is None:
+        shape = sl.lc.describe(row)
+        sl.ctx.say(f"{sl.lc.label} {row.generation}: {row.status} (previous {row.previous_generation})"
+                   + (f", {shape}" if shape else ""))
     while True:
-        result: StepResult = fn(sl.ctx, row.progress.get("cursor"))
+        result = fn(sl.ctx, row.progress.get("cursor"))  # a StepResult
         counts = row.progress.setdefault("steps", {}).setdefault(step, {"done": 0, "total": None})
         counts["done"] += result.done
         if result.total is not None:

@@ -83,6 +83,11 @@ class Lifecycle:
         fill `state` for the steps. Raise a DomainError to refuse the run."""
         return {}
 
+    def describe(self, row: GenerationModel) -> str:
+        """What the first progress line of a run says about the new generation beyond its number,
+        status and predecessor (its shape, what it is pinned to)."""
+        return ""
+
     def backfill(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
         raise NotImplementedError
 

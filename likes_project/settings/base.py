@@ -141,20 +141,20 @@ CELERY_TASK_ROUTES = {
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
 # Beat sweepers (schedules live in code; the DatabaseScheduler syncs them into its tables).
-CELERY_BEAT_SCHEDULE = {
-    "publish-outbox": {"task": "relations.publish_all", "schedule": 1.0},
-    "project-counts": {"task": "counting.project_all", "schedule": 1.0},
-    "display-snapshot": {"task": "counting.display_snapshot", "schedule": 1.0},
-    "republish-lost-events": {"task": "relations.republish_lost", "schedule": 30.0},
-    "archive-outbox": {"task": "relations.archive_outbox", "schedule": 300.0},
-    "project-relation-cache": {"task": "relations.project_relcache_all", "schedule": 1.0},
-    "relation-cache-loss-check": {"task": "relations.relcache_check_loss", "schedule": 5.0},
-    "relation-cache-sampler": {"task": "relations.relcache_sample_check", "schedule": 60.0},
-    "count-cache-loss-check": {"task": "counting.count_cache_check_loss", "schedule": 10.0},
-    "project-reverse-index": {"task": "counting.project_reverse_all", "schedule": 1.0},
-    "retire-deleted-videos": {"task": "counting.retire_deleted_videos", "schedule": 600.0},
-    "ops-jobs-sweep": {"task": "opsjobs.sweep", "schedule": 5.0},
-}
+CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task, every_s in (
+    ("publish-outbox",            "relations.publish_all",           1.0),
+    ("project-counts",            "counting.project_all",            1.0),
+    ("display-snapshot",          "counting.display_snapshot",       1.0),
+    ("republish-lost-events",     "relations.republish_lost",        30.0),
+    ("archive-outbox",            "relations.archive_outbox",        300.0),
+    ("project-relation-cache",    "relations.project_relcache_all",  1.0),
+    ("relation-cache-loss-check", "relations.relcache_check_loss",   5.0),
+    ("relation-cache-sampler",    "relations.relcache_sample_check", 60.0),
+    ("count-cache-loss-check",    "counting.count_cache_check_loss", 10.0),
+    ("project-reverse-index",     "counting.project_reverse_all",    1.0),
+    ("retire-deleted-videos",     "counting.retire_deleted_videos",  600.0),
+    ("ops-jobs-sweep",            "opsjobs.sweep",                   5.0),
+)}
 
 # --- API ---------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -10,22 +10,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from relations import selectors_my_likes, selectors_privacy
-from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer
+from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer, liked_at_field, next_cursor_field
 
 
 class MyLikesItemSerializer(serializers.Serializer):
     videoId = serializers.CharField()
-    likedAt = serializers.DateTimeField(help_text="When the like happened (the relation's state change), UTC.")
+    likedAt = liked_at_field()
     relationVersion = serializers.IntegerField(min_value=1)
 
 
 class MyLikesPageSerializer(serializers.Serializer):
     items = MyLikesItemSerializer(many=True)
-    nextCursor = serializers.CharField(
-        allow_null=True,
-        help_text="Opaque; pass back as `cursor` for the next page. Null only at the end of the list. "
-                  "A page may be short or empty while nextCursor is not null (filtered videos).",
-    )
+    nextCursor = next_cursor_field(end="at the end of the list", short_because="filtered videos")
 
 
 class MyLikesView(APIView):

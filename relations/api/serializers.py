@@ -66,3 +66,17 @@ PAGE_PARAMETERS = [
     OpenApiParameter("cursor", str, OpenApiParameter.QUERY, required=False,
                      description="The nextCursor of the previous page; omit for the first page."),
 ]
+
+
+def liked_at_field() -> serializers.DateTimeField:
+    return serializers.DateTimeField(help_text="When the like happened (the relation's state change), UTC.")
+
+
+def next_cursor_field(*, end: str, short_because: str) -> serializers.CharField:
+    """The nextCursor of every cursor-paged list: `end` says when it is null, `short_because` why a
+    page may be short while it is not."""
+    return serializers.CharField(
+        allow_null=True,
+        help_text=f"Opaque; pass back as `cursor` for the next page. Null only {end}. "
+                  f"A page may be short or empty while nextCursor is not null ({short_because}).",
+    )

@@ -11,6 +11,9 @@ class EdgeCommand(DomainCommand):
     first: str  # argument names, e.g. "blocker"
     second: str
     model_name: str  # the edge's model, for the permission: relations.add_<model> / relations.delete_<model>
+    setter: staticmethod  # the service: setter(<keys[0]>=a.pk, <keys[1]>=b.pk, present=..., actor=...) -> changed
+    keys: tuple[str, str]
+    said: tuple[str, str]  # the output when present / removed, formatted with {a} and {b} (usernames)
 
     def add_arguments(self, parser):
         parser.add_argument(self.first)
@@ -18,16 +21,12 @@ class EdgeCommand(DomainCommand):
         parser.add_argument("--remove", action="store_true")
         self.add_actor_argument(parser)
 
-    def set_edge(self, a, b, *, present: bool, actor) -> bool:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def describe(self, a, b, *, removed: bool) -> str:  # pragma: no cover - abstract
-        raise NotImplementedError
-
     def run(self, *args, **options):
         a, b = user_by_username(options[self.first]), user_by_username(options[self.second])
         removed = options["remove"]
         actor = cli_actor_resolve(username=options.get("actor"),
                                   permission=f"relations.{'delete' if removed else 'add'}_{self.model_name}")
-        changed = self.set_edge(a, b, present=not removed, actor=actor)
-        self.stdout.write(f"{self.describe(a, b, removed=removed)} ({'changed' if changed else 'unchanged'})")
+        ids = dict(zip(self.keys, (a.pk, b.pk), strict=True))
+        changed = type(self).setter(**ids, present=not removed, actor=actor)
+        line = self.said[removed].format(a=a.username, b=b.username)
+        self.stdout.write(f"{line} ({'changed' if changed else 'unchanged'})")

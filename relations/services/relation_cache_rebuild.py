@@ -102,10 +102,10 @@ class RelationCacheLifecycle(Lifecycle):
         state["scan_started"] = timezone.now().isoformat()
         return {"baseline_watermark": _watermark()}
 
+    def describe(self, row):
+        return f"baseline watermark {row.baseline_watermark}"
+
     def backfill(self, ctx, cursor):
-        if cursor is None:
-            ctx.say(f"generation {ctx.row.generation}: {ctx.row.status}, baseline watermark "
-                    f"{ctx.row.baseline_watermark}")
         return _scan(ctx, cursor)
 
     def catch_up(self, ctx, cursor):

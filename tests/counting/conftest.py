@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from likes_project.redis_client import cache_redis
+from tests.counting.helpers import RoundTrips
 from tests.factories import make_staff, redis_unreachable
 
 
@@ -22,3 +24,10 @@ def unreachable_redis(settings):
     """Both Redis roles point at a closed port for the test."""
     with redis_unreachable(settings):
         yield
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """Counts the round trips to Redis from here on (see RoundTrips)."""
+    cache_redis().ping()  # a just-used connection sends no health-check PING inside the measured call
+    return RoundTrips(monkeypatch)

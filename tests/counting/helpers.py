@@ -1,24 +1,37 @@
-"""Drive the real publisher and projectors (count and reverse index), and read the truth straight from
-the shards."""
+"""Drive the real publisher and projectors (count and reverse index), read the truth straight from
+the shards, and the shared pieces of the observability and count-cache tests (one shard's publish,
+dead letters, the count-cache process state and Redis round trips)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
+import pytest
+import redis
 from django.conf import settings
 from django.db.models import Sum
 from django.utils import timezone
 
 from counting import routing as count_routing
+from counting import selectors
 from counting.models import LikeCountProjection, VideoLikeCountVbucket
 from counting.services.projection import CountProjector
 from counting.services.reverse.projector import ReverseIndexProjector
+from likes_project import l1cache
 from likes_project.eventlog import leases, streams
-from likes_project.eventlog.consumer import ApplyResult, consume_partition
-from likes_project.eventlog.models import Lease
+from likes_project.eventlog.consumer import ApplyResult, NonRetryable, consume_partition, dead_letter_record
+from likes_project.eventlog.models import DeadLetter, Lease
 from relations.models import LikeRelation, OutboxEvent
 from relations.services import outbox
 from relations.services.outbox import ClaimedRow, event_envelope
+
+SHARDS = ("rel_00", "rel_01")  # the relation shards of the test settings
+
+# Markers of the count-cache tests. Transactional: the publisher only takes rows whose transaction has
+# committed (architecture §4).
+ALL_DB = pytest.mark.django_db(databases="__all__")
+TX_DB = pytest.mark.django_db(databases="__all__", transaction=True)
 
 
 def publish_all(holder: str = "test-publisher") -> int:
@@ -30,6 +43,22 @@ def publish_all(holder: str = "test-publisher") -> int:
             if report.claimed == 0:
                 break
     return sent
+
+
+def publish(alias: str) -> int:
+    """Publish every pending row of one shard (the publisher only claims committed rows)."""
+    sent = 0
+    while (report := outbox.outbox_publish_batch(alias=alias, holder="t")).claimed:
+        sent += report.sent
+    assert not OutboxEvent.objects.using(alias).filter(status__in=["NEW", "RETRY", "UNCERTAIN"]).exists()
+    return sent
+
+
+def project_everything() -> None:
+    """Run the count projector over every partition; each run must end "ok"."""
+    for p in streams.all_partitions():
+        report = consume_partition(CountProjector(), partition=p)
+        assert report.status == "ok", report
 
 
 def project_all(**kw) -> list:
@@ -116,3 +145,44 @@ def mark_all_sent() -> None:
     """Pretend the outbox rows were published by us (tests that hand-craft the stream order)."""
     for alias in settings.RELATION_SHARD_ALIASES:
         OutboxEvent.objects.using(alias).update(status="SENT")
+
+
+def dead_letter(entry_id: str, video_id: str = "vid-dl", consumer: str = "count") -> DeadLetter:
+    """Dead-letter a malformed entry of partition 0 for `consumer`; returns its row."""
+    entry = streams.StreamEntry(0, streams.stream_key(0), entry_id,
+                                {"eventId": str(uuid.uuid4()), "videoId": video_id, "userId": 7, "bad": True})
+    dead_letter_record(consumer=consumer, entry=entry, error=NonRetryable("payload is missing relationVersion"),
+                       attempts=1)
+    return DeadLetter.objects.get(entry_id=entry_id, consumer=consumer)
+
+
+# --- the count cache --------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state():
+    """Per-process caches start empty: the count-cache generation cache and every L1.
+
+    Autouse only where a module imports it (the count-cache modules), not in every counting test."""
+    selectors.reset_generation_cache()
+    l1cache.clear_all()
+    yield
+    selectors.reset_generation_cache()
+    l1cache.clear_all()
+
+
+class RoundTrips:
+    """Counts what the process sends to Redis (one send = one round trip), still calling Redis."""
+
+    def __init__(self, monkeypatch):
+        self.sent: list = []
+        real = redis.connection.Connection.send_packed_command
+
+        def spy(conn, command, check_health=True):
+            self.sent.append(command)
+            return real(conn, command, check_health)
+
+        monkeypatch.setattr(redis.connection.Connection, "send_packed_command", spy)
+
+    def __len__(self) -> int:
+        return len(self.sent)

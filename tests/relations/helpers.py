@@ -1,8 +1,10 @@
-"""Shared helpers of the relations tests: the real like command, what the relation shards hold (read
-straight from each shard database), and the HTTP contract of the public and internal APIs."""
+"""Shared helpers of the relations tests: the real like command (and likes made for the liked-list
+tests), what the relation shards hold (read straight from each shard database), and the HTTP contract
+of the public and internal APIs."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 
@@ -18,6 +20,30 @@ def cmd(user, video_id: str, desired: str = "LIKED", key: str | None = None):
     """The real like command for `user`, with a fresh operation id unless `key` names one."""
     return relation_set_state(user_id=user.pk, video_id=video_id, desired_state=desired,
                               operation_id=key or uuid.uuid4().hex)
+
+
+# --- the caller's liked list (the my-likes list and export tests) -----------------------------------
+
+LIKED, UNLIKED = "LIKED", "UNLIKED"
+_ops = itertools.count(1)
+
+
+def set_state(user, video_id: str, desired: str = LIKED):
+    """The like command with a sequential operation id (`op-1`, `op-2`, ...)."""
+    return cmd(user, video_id, desired, key=f"op-{next(_ops)}")
+
+
+def like_new(user, author, make_video, video_ids) -> list[str]:
+    """Create each video and like it, in order (so the last one is the newest like)."""
+    for vid in video_ids:
+        make_video(vid, author)
+        set_state(user, vid)
+    return list(video_ids)
+
+
+def ids(n: int, prefix: str = "v") -> list[str]:
+    # Zero-padded so that, should two likes share a timestamp, video_id DESC still orders them newest first.
+    return [f"{prefix}-{i:03d}" for i in range(n)]
 
 
 # --- what the shards hold ------------------------------------------------------------------------

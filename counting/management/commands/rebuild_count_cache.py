@@ -12,8 +12,7 @@ class Command(JobCommand):
     help = ("Create count cache generation G+1 pinned to the active route manifest, copy every routed vbucket "
             "and display snapshot into it, catch up, sample-verify and CAS-activate it. Never writes the "
             "durable store. A failure leaves G+1 FAILED and the reads where they were.")
-    job_kind = REBUILD_JOB
-    permission = REBUILD_PERMISSION
+    job_kind, permission = REBUILD_JOB, REBUILD_PERMISSION
 
     def add_arguments(self, parser):
         self.add_job_arguments(parser)

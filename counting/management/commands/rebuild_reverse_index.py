@@ -11,8 +11,7 @@ class Command(JobCommand):
     help = ("Create reverse index generation G+1 with R shards, replay the relation facts into it while the "
             "projector writes both generations, sample-verify, then CAS-switch G+1 ACTIVE and G RETIRED. "
             "A failure leaves G+1 FAILED and G ACTIVE.")
-    job_kind = REBUILD_JOB
-    permission = REBUILD_PERMISSION
+    job_kind, permission = REBUILD_JOB, REBUILD_PERMISSION
 
     def add_arguments(self, parser):
         parser.add_argument("--shards", type=int, required=True, help="R, the number of reverse shards of G+1.")

@@ -254,11 +254,10 @@ class CountCacheLifecycle(Lifecycle):
         return {"projection_generation": proj.generation, "route_manifest_id": proj.manifest_id, "build_from": now,
                 "start_checkpoints": checkpoints, "started_at": now}
 
+    def describe(self, row):
+        return f"projection generation {row.projection_generation}, pinned manifest {row.route_manifest_id}"
+
     def backfill(self, ctx, cursor):
-        if cursor is None:
-            row = ctx.row
-            ctx.say(f"count cache generation {row.generation}: {row.status} (previous {row.previous_generation}), "
-                    f"projection generation {row.projection_generation}, pinned manifest {row.route_manifest_id}")
         return _copy_chunk(ctx, cursor)
 
     def catch_up(self, ctx, cursor):

@@ -164,11 +164,10 @@ class ReverseIndexLifecycle(Lifecycle):
             "shards": shards, "placement": routing.round_robin_placement(shards),
         }
 
+    def describe(self, row):
+        return f"R={row.shards}, placement {row.placement}"
+
     def backfill(self, ctx, cursor):
-        if cursor is None:
-            row = ctx.row
-            ctx.say(f"generation {row.generation}: {row.status} (R={row.shards}, placement {row.placement}); "
-                    f"previous ACTIVE {row.previous_generation}")
         return _replay(ctx, cursor)
 
     def catch_up(self, ctx, cursor):

@@ -11,8 +11,7 @@ from relations.services.accounts import ACCOUNT_DELETE_PERMISSION, DEFAULT_PROGR
 class Command(JobCommand):
     help = ("Mark <username> deleted (login and API token disabled, hidden from every list), then unlike every "
             "video the user likes; counts and likers lists converge through the projectors.")
-    job_kind = ACCOUNT_DELETE
-    permission = ACCOUNT_DELETE_PERMISSION
+    job_kind, permission = ACCOUNT_DELETE, ACCOUNT_DELETE_PERMISSION
 
     def add_arguments(self, parser):
         parser.add_argument("username")

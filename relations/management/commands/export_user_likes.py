@@ -33,8 +33,7 @@ class Command(JobCommand):
                             help="Rows per read and per progress line (default LIKES_EXPORT_CHUNK_ROWS, 1000).")
         self.add_job_arguments(parser)
 
-    job_kind = LIKES_EXPORT
-    permission = EXPORT_PERMISSION
+    job_kind, permission = LIKES_EXPORT, EXPORT_PERMISSION
 
     def run(self, *args, **options):
         user = user_by_username(options["username"])

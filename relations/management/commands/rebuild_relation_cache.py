@@ -11,8 +11,7 @@ from relations.services.relation_cache_rebuild import REBUILD_PERMISSION, Rebuil
 class Command(JobCommand):
     help = ("Create relation cache generation G+1, bypass Redis for reads, scan the relation facts, catch up, "
             "sample-verify and CAS-activate it. A failure leaves G+1 FAILED and the reads on the database.")
-    job_kind = REBUILD_JOB
-    permission = REBUILD_PERMISSION
+    job_kind, permission = REBUILD_JOB, REBUILD_PERMISSION
 
     def add_arguments(self, parser):
         self.add_job_arguments(parser)

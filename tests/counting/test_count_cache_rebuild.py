@@ -1,21 +1,16 @@
-"""The Redis count cache (CCACHE-1 … CCACHE-4) and the in-process L1 of display counts: test-matrix
-row T16 (a count Redis flush rebuilt from the durable vbuckets without touching them), T7 for counts
-(a late old-generation task cannot write), the bucket-version/route-epoch rule, the manifest pin,
-Redis Cluster slot spread, L1 single-flight/bounds/TTL and the one-round-trip batch read."""
+"""Rebuilding the Redis count cache (CCACHE-1, CCACHE-3, CCACHE-4): test-matrix row T16 (a count
+Redis flush rebuilt from the durable vbuckets without touching them), T7 for counts (a late
+old-generation task cannot write), the manifest pin, verification, the one-at-a-time lease, and the
+operator entry points (command, admin action, the flush sentinel)."""
 
 from __future__ import annotations
 
 import io
-import queue
-import threading
 
 import pytest
-import redis
 from django.conf import settings
 from django.core.management import CommandError, call_command
-from django.db import connections
 from django.utils import timezone
-from redis.exceptions import ResponseError
 
 from counting import cache, selectors
 from counting import models as count_models
@@ -30,34 +25,26 @@ from counting.models import (
 )
 from counting.selectors import count_cache_generations_get, display_count_get, display_counts_get
 from counting.services.count_cache import layers as count_cache
-from counting.services.count_cache.layers import count_cache_buckets_refresh, count_cache_generation_bootstrap
+from counting.services.count_cache.layers import count_cache_generation_bootstrap
 from counting.services.count_cache.rebuild import REBUILD_LEASE, CountCacheRebuildRunning, count_cache_rebuild
 from counting.services.snapshots import display_snapshot_refresh
 from counting.tasks import count_cache_refresh_buckets_task
-from likes_project import l1cache, metrics
 from likes_project.audit.models import AuditRecord
-from likes_project.errors import DegradedOverloaded
 from likes_project.eventlog.leases import lease_acquire
 from likes_project.eventlog.models import ConsumerCheckpoint
-from likes_project.l1cache import L1Cache
 from likes_project.redis_client import cache_redis
-from tests.counting.helpers import count_partition_of, drain, liked_facts
+
+# fresh_process_state is autouse: imported here, every test of this module starts with empty per-process caches.
+from tests.counting.helpers import (
+    ALL_DB,
+    TX_DB,
+    count_partition_of,
+    drain,
+    fresh_process_state,  # noqa: F401
+    liked_facts,
+)
 from tests.factories import TEST_ACTOR, grant, run_jobs
 from tests.relations.helpers import cmd as like
-
-ALL_DB = pytest.mark.django_db(databases="__all__")
-# Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-TX_DB = pytest.mark.django_db(databases="__all__", transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fresh_process_state():
-    """Per-process caches start empty: the count-cache generation cache and every L1."""
-    selectors.reset_generation_cache()
-    l1cache.clear_all()
-    yield
-    selectors.reset_generation_cache()
-    l1cache.clear_all()
 
 
 @pytest.fixture
@@ -65,13 +52,6 @@ def strict_verify(settings):
     # Verify every sampled bucket strictly, even one written a moment ago (the rebuild follows drain()).
     settings.COUNT_CACHE_VERIFY_IN_FLIGHT_S = 0
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -153,284 +133,6 @@ def new_active_manifest() -> int:
         for i in CountRouteManifestItem.objects.filter(manifest_id=old.pk))
     CountProjectionGeneration.objects.filter(pk=gen.pk).update(active_manifest_id=new.pk)
     return new.pk
-
-
-class RoundTrips:
-    """Counts what the process sends to Redis (one send = one round trip), still calling Redis."""
-
-    def __init__(self, monkeypatch):
-        self.sent: list = []
-        real = redis.connection.Connection.send_packed_command
-
-        def spy(conn, command, check_health=True):
-            self.sent.append(command)
-            return real(conn, command, check_health)
-
-        monkeypatch.setattr(redis.connection.Connection, "send_packed_command", spy)
-
-    def __len__(self) -> int:
-        return len(self.sent)
-
-
-@pytest.fixture
-def round_trips(monkeypatch):
-    cache_redis().ping()  # a just-used connection sends no health-check PING inside the measured call
-    return RoundTrips(monkeypatch)
-
-
-# --- CCACHE-2: key layout and Redis Cluster slots --------------------------------------------------
-
-
-def test_keyslot_matches_redis_cluster():
-    assert cache.crc16_xmodem(b"123456789") == 0x31C3
-    assert cache.keyslot("123456789") == 12739  # the reference vector of the Redis Cluster spec
-    # hash-tag rules of the spec: the first non-empty {...} is hashed, anything else is the whole key
-    assert cache.keyslot("{user1000}.following") == cache.keyslot("{user1000}.followers")
-    assert cache.hash_tag("foo{}{bar}") == b"foo{}{bar}"
-    assert cache.hash_tag("foo{{bar}}zap") == b"{bar"
-    assert cache.hash_tag("foo{bar}{zap}") == b"bar"
-    keys = ["123456789", cache.bucket_key(3, "viral", 37), cache.view_key(3, "viral"), "foo{{bar}}zap"]
-    try:
-        server = [cache_redis().execute_command("CLUSTER KEYSLOT", k) for k in keys]
-    except ResponseError:
-        server = None  # not a cluster node: the reference vector above is the check
-    if server is not None:
-        assert server == [cache.keyslot(k) for k in keys]
-
-
-def test_a_hot_videos_buckets_spread_over_many_slots():
-    assert cache.bucket_key(7, "viral", 37) == "likes-test:count:g7:{viral|vb-37}"
-    assert cache.view_key(7, "viral") == "likes-test:count:view:g7:{viral}"
-    slots = {cache.keyslot(cache.bucket_key(7, "viral", vb)) for vb in range(1024)}
-    assert len(slots) > 500
-    # the counter-example of CCACHE-2: a tag holding only the video puts every bucket on one slot
-    wrong = {cache.keyslot(f"like:count:{{viral}}:vb-{vb}") for vb in range(1024)}
-    assert len(wrong) == 1
-
-
-# --- L1 ---------------------------------------------------------------------------------------------
-
-
-def test_l1_single_flight_one_caller_refreshes_an_expired_hot_key_the_others_get_the_stale_value():
-    clock = FakeClock()
-    l1 = L1Cache("t-stale", ttl_s=1.0, max_entries=10, stale_s=60.0, clock=clock)
-    assert l1.get("hot", lambda: "v1") == "v1"
-    clock.t = 1.5  # logically expired, still within the stale window
-    calls, entered, release = [], threading.Event(), threading.Event()
-
-    def loader():
-        calls.append(threading.get_ident())
-        entered.set()
-        assert release.wait(10)
-        return "v2"
-
-    n = 8
-    before = metrics.value("likes_l1_stale_served_total", cache="t-stale")
-    results: queue.Queue = queue.Queue()
-    threads = [threading.Thread(target=lambda: results.put(l1.get("hot", loader))) for _ in range(n)]
-    for t in threads:
-        t.start()
-    assert entered.wait(10)
-    # everyone but the refresher returns while the refresh is still running
-    assert [results.get(timeout=10) for _ in range(n - 1)] == ["v1"] * (n - 1)
-    release.set()
-    assert results.get(timeout=10) == "v2"
-    for t in threads:
-        t.join(10)
-    assert len(calls) == 1
-    assert metrics.value("likes_l1_stale_served_total", cache="t-stale") - before == n - 1
-    assert l1.get("hot", lambda: pytest.fail("fresh again: no load")) == "v2"
-
-
-def test_l1_concurrent_misses_of_a_cold_key_make_one_load():
-    waited = threading.Semaphore(0)
-    l1 = L1Cache("t-cold", ttl_s=1.0, max_entries=10, wait_s=30, clock=FakeClock(),
-                 on_wait=lambda key: waited.release())
-    calls, entered, release = [], threading.Event(), threading.Event()
-
-    def loader():
-        calls.append(1)
-        entered.set()
-        assert release.wait(10)
-        return 42
-
-    n = 6
-    results: queue.Queue = queue.Queue()
-    threads = [threading.Thread(target=lambda: results.put(l1.get("cold", loader))) for _ in range(n)]
-    for t in threads:
-        t.start()
-    assert entered.wait(10)
-    for _ in range(n - 1):
-        assert waited.acquire(timeout=10)  # the others wait for the one load instead of loading
-    release.set()
-    assert sorted(results.get(timeout=10) for _ in range(n)) == [42] * n
-    for t in threads:
-        t.join(10)
-    assert len(calls) == 1
-
-
-def test_l1_is_bounded_and_evicts_the_least_recently_used():
-    l1 = L1Cache("t-lru", ttl_s=100.0, max_entries=3, clock=FakeClock())
-    for key in "abc":
-        l1.get(key, lambda key=key: key.upper())
-    assert l1.get("a", lambda: pytest.fail("a is cached")) == "A"  # a is now the most recent
-    l1.get("d", lambda: "D")
-    assert len(l1) == 3
-    loads = []
-    assert l1.get("b", lambda: loads.append("b") or "B2") == "B2"  # b was the least recent: evicted
-    assert l1.get("a", lambda: loads.append("a") or "A2") == "A"
-    assert loads == ["b"]
-
-
-def test_l1_ttl_logical_expiry_and_physical_drop_with_an_injected_clock():
-    clock = FakeClock()
-    l1 = L1Cache("t-ttl", ttl_s=1.0, max_entries=10, stale_s=5.0, clock=clock)
-    assert l1.get("k", lambda: 1) == 1
-    clock.t = 0.999
-    assert l1.get("k", lambda: 2) == 1  # still fresh
-    refreshes = metrics.value("likes_l1_refreshes_total", cache="t-ttl")
-    clock.t = 1.0
-    assert l1.get("k", lambda: 2) == 2  # expired: the only caller refreshes it and gets the new value
-    assert metrics.value("likes_l1_refreshes_total", cache="t-ttl") == refreshes + 1
-    misses = metrics.value("likes_l1_misses_total", cache="t-ttl")
-    clock.t = 1.0 + 1.0 + 5.0  # past the stale window: gone, a plain miss
-    assert l1.get("k", lambda: 3) == 3
-    assert metrics.value("likes_l1_misses_total", cache="t-ttl") == misses + 1
-
-
-def test_l1_a_failed_load_releases_the_key_and_a_zero_ttl_disables_the_cache():
-    l1 = L1Cache("t-fail", ttl_s=1.0, max_entries=10, clock=FakeClock())
-    with pytest.raises(RuntimeError):
-        l1.get("x", lambda: (_ for _ in ()).throw(RuntimeError("db down")))
-    assert l1.get("x", lambda: 5) == 5
-    off = L1Cache("t-off", ttl_s=0, max_entries=10)
-    loads = []
-    for _ in range(3):
-        off.get("x", lambda: loads.append(1) or 1)
-    assert len(loads) == 3 and len(off) == 0
-
-
-# --- the batch read ----------------------------------------------------------------------------------
-
-
-def _snapshots(n: int) -> list[str]:
-    now = timezone.now()
-    ids = [f"v{i:02d}" for i in range(n)]
-    VideoDisplayCount.objects.bulk_create(
-        VideoDisplayCount(video_id=v, generation=1, manifest_id=1, raw_active_count=i, display_count=i,
-                          snapshot_id=100 + i, generated_at=now) for i, v in enumerate(ids))
-    return ids
-
-
-@ALL_DB
-def test_display_counts_one_redis_round_trip_and_one_query_for_the_misses(round_trips, django_assert_num_queries):
-    gen = count_cache_generation_bootstrap().generation
-    ids = _snapshots(20)
-    # Redis holds newer views for the first ten (different numbers, so the source shows)
-    cache.views_write(gen, [(v, 1000 + i, 200 + i, "2030-01-01T00:00:00Z") for i, v in enumerate(ids[:10])])
-    count_cache_generations_get()  # the generation is known before the measured call
-    round_trips.sent.clear()
-    with django_assert_num_queries(1, connection=connections["default"]):
-        got = display_counts_get(video_ids=[*ids, "no-snapshot", ids[0]])
-    assert len(round_trips) == 1
-    assert list(got) == [*ids, "no-snapshot"]
-    assert [(got[v].display_count, got[v].source) for v in ids[:10]] == [(1000 + i, "redis") for i in range(10)]
-    assert [(got[v].display_count, got[v].source) for v in ids[10:]] == [(i, "snapshot") for i in range(10, 20)]
-    assert (got["no-snapshot"].display_count, got["no-snapshot"].snapshot_at, got["no-snapshot"].source) == (
-        0, None, "none")
-    # within the L1 TTL the same page costs nothing
-    round_trips.sent.clear()
-    with django_assert_num_queries(0, connection=connections["default"]):
-        again = display_counts_get(video_ids=ids)
-    assert len(round_trips) == 0 and {v: again[v] for v in ids} == {v: got[v] for v in ids}
-
-
-@ALL_DB
-def test_display_counts_all_in_redis_touch_no_database(round_trips, django_assert_num_queries):
-    gen = count_cache_generation_bootstrap().generation
-    ids = _snapshots(5)
-    cache.views_write(gen, [(v, 7, 300, "2030-01-01T00:00:00Z") for v in ids])
-    count_cache_generations_get()
-    round_trips.sent.clear()
-    with django_assert_num_queries(0, connection=connections["default"]):
-        got = display_counts_get(video_ids=ids)
-    assert len(round_trips) == 1 and {c.source for c in got.values()} == {"redis"}
-    assert display_count_get(video_id=ids[0]).display_count == 7
-
-
-@ALL_DB
-def test_redis_down_the_durable_snapshot_answers(unreachable_redis):
-    count_cache_generation_bootstrap()
-    ids = _snapshots(4)
-    before = metrics.value("likes_count_cache_fallback_total", reason="redis_error")
-    got = display_counts_get(video_ids=ids)
-    assert [(got[v].display_count, got[v].source) for v in ids] == [(i, "snapshot") for i in range(4)]
-    assert metrics.value("likes_count_cache_fallback_total", reason="redis_error") == before + 4
-
-
-@ALL_DB
-def test_without_an_active_generation_redis_is_skipped(round_trips):
-    gen = count_cache_generation_bootstrap().generation
-    ids = _snapshots(3)
-    cache.views_write(gen, [(v, 999, 900, "2030-01-01T00:00:00Z") for v in ids])
-    CountCacheGeneration.objects.filter(generation=gen).update(status="BACKFILLING")
-    selectors.reset_generation_cache()
-    count_cache_generations_get()
-    before = metrics.value("likes_count_cache_fallback_total", reason="no_active_generation")
-    round_trips.sent.clear()
-    got = display_counts_get(video_ids=ids)
-    assert len(round_trips) == 0
-    assert [(got[v].display_count, got[v].source) for v in ids] == [(i, "snapshot") for i in range(3)]
-    assert metrics.value("likes_count_cache_fallback_total", reason="no_active_generation") == before + 3
-
-
-@ALL_DB
-def test_the_database_fallback_is_concurrency_limited(monkeypatch, settings):
-    count_cache_generation_bootstrap()
-    ids = _snapshots(2)
-    settings.DB_FALLBACK_CONCURRENCY = 1
-    settings.COUNT_DB_FALLBACK_WAIT_S = 0
-    selectors.SNAPSHOT_FALLBACK.reset()
-    with selectors.SNAPSHOT_FALLBACK.slot(), pytest.raises(DegradedOverloaded):  # every slot taken by another read
-        display_counts_get(video_ids=ids)
-    assert display_counts_get(video_ids=ids)[ids[1]].display_count == 1
-    selectors.SNAPSHOT_FALLBACK.reset()
-
-
-# --- the bucket write script (CCACHE-3 step 3) -----------------------------------------------------------
-
-
-@ALL_DB
-def test_bucket_writes_keep_the_highest_route_epoch_and_bucket_version():
-    gen = count_cache_generation_bootstrap().generation
-    key = cache.bucket_key(gen, "vid", 7)
-    assert cache.buckets_write(gen, [("vid", 7, 5, 3, 1)]) == ["OK"]
-    assert cache.buckets_write(gen, [("vid", 7, 4, 2, 1)]) == ["STALE_VERSION"]  # a lower version loses
-    assert cache_redis().get(key) == f"5|3|1|{gen}".encode()
-    assert cache.buckets_write(gen, [("vid", 7, 5, 3, 1)]) == ["OK"]  # the same version again is harmless
-    assert cache.buckets_write(gen, [("vid", 7, 1, 1, 2)]) == ["OK"]  # a newer route epoch wins
-    assert cache.buckets_write(gen, [("vid", 7, 9, 9, 1)]) == ["STALE_EPOCH"]  # an old-route task loses
-    assert cache.buckets_read(gen, [("vid", 7)]) == {("vid", 7): (1, 1, 2)}
-    assert 0 < cache_redis().pttl(key) <= 1.2 * cache.BUCKET_TTL_S * 1000
-    assert cache.buckets_write(gen + 5, [("vid", 7, 1, 1, 2)]) == ["GEN_UNKNOWN"]
-    assert not cache_redis().exists(cache.bucket_key(gen + 5, "vid", 7))
-
-
-@ALL_DB
-def test_a_lost_registry_is_restored_from_the_durable_table(make_user):
-    gen = count_cache_generation_bootstrap().generation
-    routes = count_routing.active()
-    user = make_user()
-    vb = count_routing.virtual_bucket(routes.space, "vid-r", user.pk)
-    VideoLikeCountVbucket.objects.using(routes.routes[vb].partition).create(
-        generation=routes.generation, video_id="vid-r", virtual_bucket=vb, bucket_space_version=routes.space.version,
-        active_count=3, bucket_version=4, updated_at=timezone.now())
-    cache_redis().delete(cache.gens_key())
-    assert cache.buckets_write(gen, [("vid-r", vb, 3, 4, 1)]) == ["NO_REGISTRY"]  # nothing written blind
-    report = count_cache_buckets_refresh(video_ids=["vid-r"])
-    assert report.verdicts == {gen: {"OK": 1}}
-    assert cache.gens_mirror_read() == {gen: "ACTIVE"}
-    assert cache.buckets_read(gen, [("vid-r", vb)]) == {("vid-r", vb): (3, 4, routes.routes[vb].epoch)}
 
 
 # --- T16: rebuild after a count Redis flush ----------------------------------------------------------------
