@@ -4,7 +4,7 @@
 #   ./bench/reverse.sh [--likers 200000] [--deep-page 1000] [--reps 100] [--events 20000] [--rounds 3] ...
 #                      (see --help)
 #
-# 1. the likers page (relations.selectors_likers.likers_page_list, limit 20) of one video with 200,000 likers
+# 1. the likers page (counting.selectors_likers.likers_page_list, limit 20) of one video with 200,000 likers
 #    spread over the R reverse shards, p50/p99 at page 1 and page 1,000; 2. the reverse projector's throughput
 #    (consume_partition(ReverseIndexProjector()) in 2 processes) draining a backlog for uniform videos and for
 #    one hot video. Same setup and the same bench databases / Redis namespace as bench/run.sh (bench/env.sh,

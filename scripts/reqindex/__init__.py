@@ -1,0 +1,1 @@
+"""The parts of scripts/requirements_index.py: citations, definitions, the doc."""
