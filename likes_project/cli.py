@@ -103,10 +103,46 @@ class JobCommand(DomainCommand):
                     say(job.message)
                 if job.finished:
                     return job
-                time.sleep(poll_s)
+                time.sleep(poll_s)  # --async follows a job on other workers: poll its row, no event to wait on
         except KeyboardInterrupt:
             raise CommandError(f"stopped following job {job.pk}; it goes on on the workers (see the admin's "
                                f"Ops jobs page)") from None
 
     def job_failed(self, job) -> CommandError:
         return CommandError(f"job {job.pk} ({job.kind}) failed: {job.last_error or job.status}")
+
+
+class RebuildCommand(JobCommand):
+    """A generation rebuild's command: its size options (`size_options`: name -> help, whole numbers
+    the lifecycle checks), the job, one summary line from the run's report, and a non-zero exit when
+    the new generation did not become ACTIVE. Subclasses set `job_kind`, `permission`, `report` (the
+    lifecycle's RunReport) and `size_options`, and say the outcome in `summary` and `failure`."""
+
+    report: type
+    size_options: dict[str, str] = {}
+
+    def add_arguments(self, parser):
+        self.add_rebuild_arguments(parser)
+        for name, text in self.size_options.items():
+            parser.add_argument(f"--{name}", type=int, default=None, help=text)
+        self.add_job_arguments(parser)
+
+    def add_rebuild_arguments(self, parser) -> None:
+        """Required arguments of this rebuild (the reverse index's --shards); none by default."""
+
+    def params(self, options: dict) -> dict:
+        return {name: options[name] for name in self.size_options if options[name] is not None}
+
+    def summary(self, report) -> str:
+        return f"generation {report.generation}: {report.status}"
+
+    def failure(self, report) -> str:
+        return f"rebuild of generation {report.generation} failed ({report.failure})"
+
+    def run(self, *args, **options):
+        from likes_project.generations.jobs import generation_of_job
+
+        report = self.report.of(generation_of_job(self.job_run(options=options, params=self.params(options))))
+        self.stdout.write(self.summary(report))
+        if report.status != "ACTIVE":
+            raise CommandError(self.failure(report))

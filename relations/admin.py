@@ -141,6 +141,7 @@ class SocialEdgeAdmin(ServiceWriteAdmin):
         return False
 
     def set_edge(self, request, a: int, b: int, *, present: bool) -> dict:  # pragma: no cover - abstract
+        # A ModelAdmin cannot also be an ABC (metaclass conflict): each edge admin names its service.
         raise NotImplementedError
 
     def save_via_service(self, request, obj, form, change):

@@ -60,5 +60,5 @@ def wait_for(condition: Callable[[], object], *, timeout_s: float = 60.0, what: 
         value = condition()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(0.05)  # the poll interval of a bounded wait on an observable condition, not a fixed wait
     raise AssertionError(f"gave up waiting for {what}")

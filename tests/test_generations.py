@@ -20,6 +20,7 @@ from counting import selectors as count_selectors
 from counting.services.count_cache.rebuild import LIFECYCLE as COUNT_CACHE
 from counting.services.reverse.rebuild import LIFECYCLE as REVERSE
 from likes_project.audit.models import AuditRecord
+from likes_project.errors import InvalidInput
 from likes_project.eventlog.models import Lease
 from likes_project.generations import BUILDING, RebuildRunning, generation_start, rebuild_inline
 from likes_project.opsjobs.models import OpsJob
@@ -146,6 +147,22 @@ def test_a_second_rebuild_is_refused_while_one_is_alive(population):
         job_start(kind="relcache.rebuild", actor=TEST_ACTOR)
     assert refused.value.code == "relcache_rebuild_running"
     assert OpsJob.objects.count() == 1  # the refused start left no job behind
+
+
+BAD_SIZES = [(user, name, value) for user, (lc, *_rest) in USERS.items() for name in lc.size_params
+             for value in (0, -3, "2", True)]
+
+
+@pytest.mark.parametrize(("user", "name", "value"), BAD_SIZES)
+def test_a_bad_size_parameter_is_refused_before_anything_is_written(user, name, value):
+    lc, job_kind, _command, params, _readable = USERS[user]
+    generations_before = lc.model.objects.count()
+    with pytest.raises(InvalidInput) as refused:
+        job_start(kind=job_kind, actor=TEST_ACTOR, params={**params, name: value})
+    assert refused.value.code == "invalid_parameter" and name in refused.value.message
+    assert OpsJob.objects.count() == 0
+    assert lc.model.objects.count() == generations_before
+    assert not AuditRecord.objects.filter(action=f"{lc.audit_prefix}.rebuild_start").exists()
 
 
 # --- the Celery time limit -----------------------------------------------------------------------------

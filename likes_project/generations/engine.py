@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from likes_project import metrics
 from likes_project.audit.services import Actor, audit_record
+from likes_project.errors import InvalidInput
 from likes_project.eventlog import leases
 from likes_project.generations.lifecycle import (
     FenceLost,
@@ -65,6 +66,7 @@ def generation_start(lc: Lifecycle, *, actor: Actor, params: dict | None = None,
     if not transaction.get_connection("default").in_atomic_block:
         raise RuntimeError("generation_start must run inside a transaction on default")
     params = dict(params or {})
+    _size_params_check(lc, params)
     top = lc.model.objects.select_for_update().order_by("-generation").first()
     current = building_row(lc, lock=True)
     if current is not None:
@@ -90,6 +92,14 @@ def generation_start(lc: Lifecycle, *, actor: Actor, params: dict | None = None,
                  params={"previous": row.previous_generation, **_run_params(params), **_audit_fields(fields)})
     transaction.on_commit(lambda: _after_change_quietly(lc, row), using="default")
     return row
+
+
+def _size_params_check(lc: Lifecycle, params: dict) -> None:
+    for name in lc.size_params:
+        value = params.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InvalidInput(f"{name} must be a whole number of at least 1 (got {value!r}).",
+                               code="invalid_parameter")
 
 
 def _run_params(params: dict) -> dict:
@@ -219,7 +229,7 @@ def _run_step(sl: _Slice, step: str) -> bool:
         if result.cursor is None:
             return True
         if throttle > 0:
-            time.sleep(throttle)
+            time.sleep(throttle)  # GENERATION_THROTTLE_S: an operator-set pause between chunks to spare the stores
         if sl.spent():
             return False
 

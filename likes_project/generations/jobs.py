@@ -99,5 +99,9 @@ def rebuild_inline(job_kind: str, *, actor: Actor, params: dict | None = None,
     from likes_project.opsjobs.services import job_run_inline, job_start
 
     job = job_start(kind=job_kind, actor=actor, params=params)
-    job = job_run_inline(job.pk, on_say=say, on_progress=on_progress)
-    return _BY_JOB_KIND[job_kind].model.objects.get(pk=job.state["generation"])
+    return generation_of_job(job_run_inline(job.pk, on_say=say, on_progress=on_progress))
+
+
+def generation_of_job(job) -> GenerationModel:
+    """The generation row a rebuild job built (as it is now)."""
+    return _BY_JOB_KIND[job.kind].model.objects.get(pk=job.state["generation"])

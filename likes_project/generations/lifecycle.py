@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,7 +57,7 @@ class StepContext:
         self.stats[name] = self.stats.get(name, 0) + n
 
 
-class Lifecycle:
+class Lifecycle(ABC):
     """A user of the lifecycle. Subclasses set the class attributes and implement the steps; the
     engine calls them and owns everything else."""
 
@@ -64,6 +65,9 @@ class Lifecycle:
     model: type[GenerationModel]
     target_type: str  # audit target type of a generation
     label: str = "generation"  # how progress lines name a generation ("count cache generation 3")
+    # Optional whole-number parameters of a run (chunk and sample sizes): each one given must be at
+    # least 1, checked when the run starts, before anything is written.
+    size_params: tuple[str, ...] = ()
 
     @property
     def lease_resource(self) -> str:
@@ -88,26 +92,31 @@ class Lifecycle:
         status and predecessor (its shape, what it is pinned to)."""
         return ""
 
-    def backfill(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def backfill(self, ctx: StepContext, cursor: dict | None) -> StepResult:
+        """One chunk of copying the source into the generation, from `cursor` (None: the start)."""
 
-    def catch_up(self, ctx: StepContext, cursor: dict | None) -> StepResult:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def catch_up(self, ctx: StepContext, cursor: dict | None) -> StepResult:
+        """One chunk of applying what changed in the source since the backfill started."""
 
-    def verify(self, ctx: StepContext) -> None:  # pragma: no cover - abstract
+    @abstractmethod
+    def verify(self, ctx: StepContext) -> None:
         """Raise RebuildFailed when the generation does not hold what the source holds."""
-        raise NotImplementedError
 
     def before_activate(self, row: GenerationModel, stats: dict) -> None:
         """Inside the switching transaction: raise RebuildFailed to refuse the switch (a pin moved), or
         record final columns of the row."""
+        return None  # an optional hook: nothing by default
 
     def after_change(self, row: GenerationModel | None) -> None:
         """After a commit that changed a status: copy what the live writers consult (a Redis
         registry). Must tolerate its store being down; the next slice calls it again."""
+        return None  # an optional hook: nothing by default
 
     def after_activate(self, row: GenerationModel) -> None:
         """After the switch committed (mark the new generation's content whole)."""
+        return None  # an optional hook: nothing by default
 
     def report(self, row: GenerationModel):
         return row

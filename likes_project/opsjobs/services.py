@@ -253,7 +253,7 @@ def job_run_inline(job_id: int, *, on_say: Callable[[str], None] | None = None,
         if outcome == "busy":
             if time.monotonic() > deadline:
                 raise Conflict(f"job {job_id} is being run by another process", code="job_busy")
-            time.sleep(0.2)
+            time.sleep(0.2)  # another process holds the slice lease; retry until wait_s (bounded above)
 
 
 def job_abandon(job: OpsJob, *, reason: str) -> bool:

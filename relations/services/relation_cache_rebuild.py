@@ -97,6 +97,7 @@ def _sample_verify(generation: int) -> tuple[int, int]:
 
 class RelationCacheLifecycle(Lifecycle):
     kind, model, target_type = "relcache", RelationCacheGeneration, "cache_generation"
+    size_params = ("chunk",)
 
     def create_fields(self, *, params, previous, state):
         state["scan_started"] = timezone.now().isoformat()

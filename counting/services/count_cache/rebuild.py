@@ -241,6 +241,7 @@ class CountCacheLifecycle(Lifecycle):
     kind, model, target_type = "count_cache", CountCacheGeneration, "count_cache_generation"
     label = "count cache generation"
     lease_resource = REBUILD_LEASE  # the name it had before the lifecycle (operators may watch it)
+    size_params = ("batch", "sample")
 
     def create_fields(self, *, params, previous, state):
         try:

@@ -151,6 +151,7 @@ def reverse_index_verify(*, generation: int, sample: int | None = None, changed_
 
 class ReverseIndexLifecycle(Lifecycle):
     kind, model, target_type = "reverse", ReverseIndexGeneration, "reverse_generation"
+    size_params = ("chunk", "sample")
 
     def create_fields(self, *, params, previous, state):
         shards = params.get("shards")

@@ -10,6 +10,12 @@ from relations.services.videos import video_snapshot_upsert
 class Command(DomainCommand):
     help = "Create or update a video's visibility snapshot (the next version unless --version is given)."
 
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        # `--version N` (the snapshot version) is this command's documented option; it replaces
+        # Django's base `--version` (print Django's version), which otherwise makes argparse refuse
+        # to build the parser at all.
+        return super().create_parser(prog_name, subcommand, conflict_handler="resolve", **kwargs)
+
     def add_arguments(self, parser):
         parser.add_argument("video_id")
         parser.add_argument("--author", required=True, help="Author username.")

@@ -1,0 +1,47 @@
+"""Every management command of this project builds its parser and prints its help (a command whose
+options collide with Django's base options fails before it runs), and `upsert_video --version N`
+means the snapshot version, as the README documents."""
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command, get_commands, load_command_class
+
+from likes_project.opsjobs.models import OpsJob
+from relations.models import VideoSnapshot
+from tests.factories import make_user
+
+OWN_APPS = ("likes_project", "relations", "counting", "reconciliation", "opsconsole")
+OWN = sorted((name, app) for name, app in get_commands().items() if app.split(".")[0] in OWN_APPS)
+
+
+def test_the_project_has_commands():
+    assert {"upsert_video", "delete_account", "rebuild_relation_cache", "migrate_all"} <= {n for n, _ in OWN}
+
+
+@pytest.mark.parametrize(("name", "app"), OWN, ids=[n for n, _ in OWN])
+def test_every_command_prints_its_help(name, app):
+    parser = load_command_class(app, name).create_parser("manage.py", name)
+    assert f"usage: manage.py {name}" in parser.format_help()
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_upsert_video_version_is_the_snapshot_version():
+    author = make_user("upsert-author")
+    out = io.StringIO()
+    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--version", "7", stdout=out)
+    assert VideoSnapshot.objects.get(video_id="v-cmd-1").version == 7
+    assert "v7 applied" in out.getvalue()
+    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--version", "5", stdout=out)
+    assert VideoSnapshot.objects.get(video_id="v-cmd-1").version == 7  # not newer: ignored
+    assert "ignored" in out.getvalue()
+
+
+@pytest.mark.django_db(databases="__all__")
+@pytest.mark.parametrize("argv", [["rebuild_relation_cache", "--chunk", "0"],
+                                  ["rebuild_count_cache", "--sample", "-1"],
+                                  ["rebuild_reverse_index", "--shards", "2", "--chunk", "-5"]])
+def test_a_rebuild_command_refuses_a_bad_size_and_starts_nothing(argv):
+    with pytest.raises(CommandError, match="invalid_parameter"):
+        call_command(*argv, stdout=io.StringIO(), stderr=io.StringIO())
+    assert OpsJob.objects.count() == 0
