@@ -32,6 +32,8 @@ from counting.models import (
     CountRouteManifestItem,
     ReverseIndexGeneration,
     VideoDisplayCount,
+    VideoRetirement,
+    VideoRetirementScan,
 )
 from counting.services.count_cache.layers import REBUILD_JOB as COUNT_CACHE_REBUILD_JOB
 from counting.services.count_cache.rebuild import REBUILD_PERMISSION as REBUILD_COUNT_CACHE_PERMISSION
@@ -121,6 +123,21 @@ class ReverseIndexGenerationAdmin(ReadOnlyAdmin):
     ordering = ("-generation",)
     pages = [AdminPage("rebuild/", reverse_rebuild_view, name="counting_reverse_rebuild",
                        title="Rebuild the reverse index", permission=REBUILD_REVERSE_PERMISSION)]
+
+
+@admin.register(VideoRetirement)
+class VideoRetirementAdmin(ReadOnlyAdmin):
+    """Deleted videos' retirement (issue 9 §4): PENDING until their rows are gone for good."""
+
+    list_display = ("video_id", "version", "status", "deleted_at", "retired_at", "reverse_generation", "updated_at")
+    list_filter = ("status",)
+    search_fields = ("video_id",)
+    ordering = ("-deleted_at", "video_id")
+
+
+@admin.register(VideoRetirementScan)
+class VideoRetirementScanAdmin(ReadOnlyAdmin):
+    list_display = ("id", "after_at", "after_video_id", "scanned_at")
 
 
 @admin.register(CountRouteManifest)

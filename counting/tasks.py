@@ -4,6 +4,8 @@ deleted videos."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from celery import shared_task
 from django.conf import settings
 
@@ -52,7 +54,11 @@ def count_cache_check_loss_task() -> str:
 
 
 @shared_task(name="counting.retire_deleted_videos", acks_late=True, ignore_result=True)
-def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20) -> dict:
-    """Beat job: retire the reverse-index rows (state, sort, recent) of deleted videos, a bounded chunk
-    per partition and table per round, and their display counts; idempotent (issue 5 §3)."""
-    return deleted_videos_retire(limit=int(limit), rounds=int(rounds))
+def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20, batch: int | None = None) -> dict:
+    """Beat job: retire a bounded batch (RETIRE_BATCH_VIDEOS) of deleted videos not retired yet:
+    their reverse-index rows (state, sort, recent; a bounded chunk per partition and table per round)
+    and display counts; a video is marked retired once they are gone for good. Idempotent (issue 5 §3,
+    issue 9 §4)."""
+    report = deleted_videos_retire(limit=int(limit), rounds=int(rounds),
+                                   batch=int(batch) if batch is not None else None)
+    return asdict(report)

@@ -267,3 +267,51 @@ def job_form_page(request, admin_site, *, form_class, permission: str, title: st
             return response
     return render_page(request, admin_site, "admin_kit/form_page.html", title=title, form=form, intro=intro,
                        submit=submit)
+
+
+def service_form_page(request, admin_site, *, form_class, permission: str, title: str, intro: str, submit: str,
+                      apply: Callable[[dict], str]):
+    """A console page whose form calls a short service (bounded work, audited by the service): GET
+    shows the form; a valid POST calls `apply(cleaned_data)`, shows the message it returns and the form
+    again; a DomainError becomes an error on the form and nothing is written."""
+    require_permission(request, permission)
+    form = form_class(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            messages.success(request, apply(form.cleaned_data))
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            return HttpResponseRedirect(request.path)
+    return render_page(request, admin_site, "admin_kit/form_page.html", title=title, form=form, intro=intro,
+                       submit=submit)
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=512, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Required; recorded in the audit log.")
+
+    def clean_reason(self):
+        reason = self.cleaned_data["reason"].strip()
+        if not reason:
+            raise forms.ValidationError("Give a reason.", code="reason_required")
+        return reason
+
+
+def reason_action(modeladmin, request, queryset, *, title: str, intro: str, submit: str,
+                  apply: Callable[[list, str], str]):
+    """An admin action that needs a reason first: the first POST (from the changelist) shows the
+    selected rows and a reason form; the confirming POST calls `apply(pks, reason)` and returns to the
+    changelist with its message. A DomainError is shown and nothing is written."""
+    form = ReasonForm(request.POST if "confirm" in request.POST else None)
+    if form.is_valid():
+        try:
+            modeladmin.message_user(request, apply([o.pk for o in queryset], form.cleaned_data["reason"]))
+        except DomainError as exc:
+            modeladmin.message_user(request, exc.message, messages.ERROR)
+        return None
+    return render_page(request, modeladmin.admin_site, "admin_kit/reason_action.html", title=title, intro=intro,
+                       submit=submit, form=form, objects=list(queryset[:200]), count=queryset.count(),
+                       action=request.POST.get("action", ""),
+                       selected=request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                       select_across=request.POST.get("select_across", "0"), opts=modeladmin.model._meta)

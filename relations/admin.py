@@ -9,6 +9,7 @@ exact export) start ops jobs and show the job's page; none runs in the request.
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.views.decorators.http import require_http_methods
@@ -19,6 +20,7 @@ from likes_project.admin_kit import (
     ServiceWriteAdmin,
     adopt_stored_row,
     job_form_page,
+    service_form_page,
     start_job_or_message,
 )
 from likes_project.audit.services import admin_actor
@@ -28,6 +30,8 @@ from relations.models import (
     AccountStatus,
     Block,
     Friendship,
+    OutboxEvent,
+    OutboxStatus,
     RelationCacheGeneration,
     RelationShardContract,
     RelationShardSlot,
@@ -35,8 +39,10 @@ from relations.models import (
 )
 from relations.services.accounts import ACCOUNT_DELETE_PERMISSION
 from relations.services.export import EXPORT_PERMISSION
+from relations.services.outbox import OUTBOX_REQUEUE_PERMISSION, outbox_dead_requeue
 from relations.services.relation_cache import REBUILD_JOB
 from relations.services.relation_cache_rebuild import REBUILD_PERMISSION
+from relations.services.retention import RETENTION_PERMISSION, command_retention_run
 from relations.services.social import block_set, friendship_set
 from relations.services.videos import video_snapshot_upsert
 
@@ -189,10 +195,83 @@ class BlockAdmin(SocialEdgeAdmin):
 # --- shard contract (read-only) ----------------------------------------------------------------
 
 
+class OutboxRequeueForm(forms.Form):
+    shard = forms.ChoiceField(choices=[])
+    ids = forms.CharField(required=False, help_text="Comma-separated outbox row ids; empty: every DEAD row of the "
+                                                    "shard (up to 1000 per submit).")
+    reason = forms.CharField(max_length=512, required=False, help_text="Recorded in the audit log.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["shard"].choices = [(a, a) for a in settings.RELATION_SHARD_ALIASES]
+
+    def clean_ids(self):
+        text = self.cleaned_data["ids"].strip()
+        try:
+            return [int(part) for part in text.split(",") if part.strip()] or None
+        except ValueError:
+            raise forms.ValidationError("Comma-separated whole numbers.", code="invalid_ids") from None
+
+
+@require_http_methods(["GET", "POST"])
+def outbox_requeue_view(request, *, admin_site):
+    """/admin/relations/outbox-requeue/: DEAD outbox rows back to RETRY (issue 9 §2)."""
+    dead = {a: OutboxEvent.objects.using(a).filter(status=OutboxStatus.DEAD).count()
+            for a in settings.RELATION_SHARD_ALIASES}
+
+    def apply(data: dict) -> str:
+        picked = outbox_dead_requeue(alias=data["shard"], actor=admin_actor(request.user), ids=data["ids"],
+                                     reason=data["reason"])
+        return f"Requeued {len(picked)} DEAD outbox rows on {data['shard']}."
+
+    return service_form_page(
+        request, admin_site, form_class=OutboxRequeueForm, permission=OUTBOX_REQUEUE_PERMISSION,
+        title="Requeue DEAD outbox rows", submit="Requeue",
+        intro="A DEAD outbox row holds a payload the publisher could not publish. Requeued, it is RETRY and due now; "
+              "the publisher sends it again, and consumers absorb a duplicate by version. DEAD rows now: "
+              + ", ".join(f"{a}: {n}" for a, n in dead.items()) + ".",
+        apply=apply,
+    )
+
+
+ADMIN_RETENTION_BATCHES = 5  # bounded work in the request: 5 x 1000 rows per shard
+
+
+class RetentionForm(forms.Form):
+    confirm = forms.BooleanField(label="Delete expired no-op command rows now",
+                                 help_text="Rows that changed nothing and are older than the retention window.")
+
+
+@require_http_methods(["GET", "POST"])
+def command_retention_view(request, *, admin_site):
+    """/admin/relations/command-retention/: one bounded run of the no-op command retention (CMD-15); the
+    hourly beat job and `manage.py prune_noop_commands` do the rest."""
+
+    def apply(_data: dict) -> str:
+        report = command_retention_run(actor=admin_actor(request.user), max_batches=ADMIN_RETENTION_BATCHES)
+        return (f"Deleted {sum(report.deleted.values())} no-op command rows older than {report.retention_hours} h "
+                f"({', '.join(f'{a}: {n}' for a, n in report.deleted.items())}); at most "
+                f"{ADMIN_RETENTION_BATCHES} batches per shard per run.")
+
+    return service_form_page(
+        request, admin_site, form_class=RetentionForm, permission=RETENTION_PERMISSION,
+        title="Prune no-op command rows", submit="Prune",
+        intro="Commands that changed nothing leave a command row kept for retries; past the retention window it "
+              "has no use. One bounded run here (audited); the hourly job keeps up by itself.",
+        apply=apply,
+    )
+
+
 @admin.register(RelationShardContract)
 class RelationShardContractAdmin(ReadOnlyAdmin):
     list_display = ("version", "is_active", "hash_algorithm", "hash_seed", "key_encoding", "logical_slots",
                     "created_at")
+    pages = [
+        AdminPage("outbox-requeue/", outbox_requeue_view, name="relations_outbox_requeue",
+                  title="Requeue DEAD outbox rows", permission=OUTBOX_REQUEUE_PERMISSION, app_level=True),
+        AdminPage("command-retention/", command_retention_view, name="relations_command_retention",
+                  title="Prune no-op command rows", permission=RETENTION_PERMISSION, app_level=True),
+    ]
 
 
 @admin.register(RelationShardSlot)

@@ -280,3 +280,50 @@ def relation_sentinel_present(generation: int) -> bool:
 
 def relation_registry_present() -> bool:
     return bool(cache_redis().exists(relation_generations_key()))
+
+
+# --- reader repair hints (RCACHE-4 step 5) --------------------------------------------------------
+#
+# A reader's misses go into one Redis set per user instead of one Celery message per read: the read
+# that finds the set empty (and so creates it) is the only one that sends a message; every later read
+# before the repair task takes the set only adds ids to it. The task takes the ids out (SPOP) before it
+# repairs them, so a miss that lands after the take finds the set empty again and sends a new message:
+# no hint is ever left in a set without a message on its way, except when that message was lost (the
+# broker was down). The set's TTL, set once at creation, bounds that case: after it the next miss sends
+# again. Hints are rebuildable (a later read misses again), so a dropped one costs latency, never
+# correctness.
+
+
+def relation_hints_key(user_id: int) -> str:
+    return f"{_p()}:rel:hints:{{{user_id}}}"
+
+
+# KEYS[1] the user's hint set. ARGV: ttl ms, cap, video ids... Returns 1 when the set was empty (the
+# caller sends the one message), 0 otherwise. A full set takes nothing more (a message is already due).
+RELATION_HINTS_ADD = """
+local n = redis.call('SCARD', KEYS[1])
+if n >= tonumber(ARGV[2]) then return 0 end
+for i = 3, #ARGV do redis.call('SADD', KEYS[1], ARGV[i]) end
+if n == 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+def relation_hints_add(user_id: int, video_ids: list[str]) -> bool:
+    """Add a reader's misses to the user's hint set; True when this call must send the repair message."""
+    if not video_ids:
+        return False
+    cap = settings.RELATION_REPAIR_HINTS_MAX
+    ttl_ms = int(settings.RELATION_REPAIR_HINT_TTL_S * 1000) + 1
+    return bool(_script(RELATION_HINTS_ADD)(keys=[relation_hints_key(user_id)],
+                                            args=[ttl_ms, cap, *video_ids[:cap]], client=cache_redis()))
+
+
+def relation_hints_take(user_id: int, limit: int) -> list[str]:
+    """Take up to `limit` hinted video ids of the user out of the set (atomically: two takers never
+    get the same id)."""
+    taken = cache_redis().spop(relation_hints_key(user_id), limit) or []
+    return sorted(v.decode() for v in taken)

@@ -229,6 +229,7 @@ class OutboxEvent(models.Model):
             models.Index(fields=["stream_partition", "stream_entry_ms"], name="outbox_stream_pos_idx",
                          condition=Q(status="SENT")),
         ]
+        permissions = [("requeue_outbox", "Can requeue DEAD outbox rows")]
 
     def __str__(self) -> str:
         return f"outbox #{self.id} {self.aggregate_key} v{self.relation_version} {self.status}"

@@ -236,9 +236,7 @@ def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dic
                         ) -> dict[str, RelationView]:
     """The caller's relation with each video (RCACHE-4): Redis for values of the readable generation
     at or above the caller's `minRelationVersion`; everything else from the user's shard in one query.
-    The reader never writes Redis; it sends a repair hint for what it missed (RCACHE-4 step 5)."""
-    from likes_project.nudge import nudge
-
+    The reader never writes the cache; it submits a repair hint for what it missed (RCACHE-4 step 5)."""
     wanted = list(dict.fromkeys(video_ids))
     floors = min_versions or {}
     gen = cache_generation_for_reads()
@@ -272,5 +270,26 @@ def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dic
         for video_id in misses:
             out[video_id] = found.get(video_id, UNLIKED_V0)
         if redis_ok:
-            nudge("relations.relcache_repair", user_id, misses, debounce_s=0.0)
+            _repair_hint(user_id, misses)
     return out
+
+
+REPAIR_TASK = "relations.relcache_repair"
+
+
+def _repair_hint(user_id: int, video_ids: list[str]) -> None:
+    """Submit the misses as a repair hint (RCACHE-4 step 5), coalesced per user in Redis: only the read
+    that opens the user's hint set sends a message, so N reads with misses cost one message per repair
+    round, not N (`relations.cache.relation_hints_add`). A failure only delays the repair."""
+    from likes_project.nudge import nudge
+
+    try:
+        first = cache.relation_hints_add(user_id, video_ids)
+    except RedisError as exc:
+        metrics.inc("likes_cache_errors_total", cache="relation_hints")
+        logger.warning("relation repair hint not recorded: %s", exc.__class__.__name__)
+        return
+    if first:
+        nudge(REPAIR_TASK, user_id, debounce_s=0.0)
+    else:
+        metrics.inc("likes_relcache_hints_coalesced_total")

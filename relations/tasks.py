@@ -1,22 +1,24 @@
 """Thin Celery wrappers around the relations services: the outbox publisher, republisher and
-archiver, and the relation cache's projector, repair, loss detector and sampler (house style: primitive
-args, one service call)."""
+archiver, the relation cache's projector, repair, loss detector and sampler, and the command retention
+(house style: primitive args, one service call)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
 
+from likes_project.audit.services import system_actor
 from likes_project.eventlog import leases
 from likes_project.eventlog.consumer import CONSUMER_TASKS, consumer_tasks, holder_id
 from likes_project.eventlog.services import streams_trim
 from likes_project.nudge import nudge
 from relations import routing
-from relations.services import outbox
+from relations.services import outbox, retention
 from relations.services.relation_cache import (
     RelationCacheProjector,
     relation_cache_check_loss,
     relation_cache_repair,
+    relation_cache_repair_hinted,
     relation_cache_sample_check,
 )
 
@@ -78,9 +80,12 @@ def archive_outbox_task() -> dict:
 
 
 @shared_task(name="relations.relcache_repair", ignore_result=True)
-def relcache_repair_task(user_id: int, video_ids: list[str]) -> int:
-    """A reader missed these relations: regenerate them from the durable floor (RCACHE-4 step 6)."""
-    return relation_cache_repair(user_id=int(user_id), video_ids=[str(v) for v in video_ids][:200])
+def relcache_repair_task(user_id: int, video_ids: list[str] | None = None) -> int:
+    """Readers missed relations of this user: repair what their hint set holds (RCACHE-4 step 6). A
+    message from before the hint sets (it names the videos) is served as it was."""
+    if video_ids is not None:
+        return relation_cache_repair(user_id=int(user_id), video_ids=[str(v) for v in video_ids][:200])
+    return relation_cache_repair_hinted(user_id=int(user_id))
 
 
 # The relation-cache projector (RCACHE-3), one pass per partition.
@@ -99,3 +104,15 @@ def relcache_sample_check_task() -> dict:
     """Dirty-data sampler: compare a random sample of cached relations with the facts and repair."""
     report = relation_cache_sample_check()
     return {"sampled": report.sampled, "stale": report.stale, "repaired": report.repaired}
+
+
+@shared_task(name="relations.command_retention", acks_late=True, ignore_result=True)
+def command_retention_task() -> dict:
+    """Beat: delete no-op command rows past the retention window (CMD-15), a bounded number of batches
+    per shard per run; the next run goes on where this one stopped. A run overlapping another is skipped."""
+    try:
+        report = retention.command_retention_run(actor=system_actor("command-retention"),
+                                                 max_batches=settings.RELATION_COMMAND_RETENTION_MAX_BATCHES)
+    except retention.RetentionRunning:
+        return {"status": "busy"}
+    return {"status": "ok", "deleted": report.deleted, "finished": report.finished}

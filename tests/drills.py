@@ -1,12 +1,17 @@
 """Fault drills against the running stores: start the real service processes (a management command,
-a Celery worker) on the test databases and test Redis, and kill them where the drill says."""
+a Celery worker, the whole pipeline of worker + beat, a private redis-server) on the test databases
+and test Redis, and kill them where the drill says. `SuiteStage` is what the shared drills
+(opsconsole.drills) use in the suite to kill/restart the workers and stop/start the cache Redis."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,16 +37,22 @@ def service_env(**overrides: str) -> dict[str, str]:
         "RELATION_SHARD_URLS": ",".join(_url(a) for a in settings.RELATION_SHARD_ALIASES),
         "COUNT_PARTITION_URLS": ",".join(_url(a) for a in settings.COUNT_PARTITION_ALIASES),
         "REDIS_URL": settings.REDIS_URL,
+        # Passed explicitly: a drill may give the event log / broker a Redis of its own.
+        "REDIS_STREAMS_URL": settings.REDIS_STREAMS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "PYTHONUNBUFFERED": "1",
     })
     env.update(overrides)
     return env
 
 
-def start(args: list[str], **env: str) -> subprocess.Popen:
-    """`python <args>` in the checkout, in its own process group (so a kill takes its children too)."""
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=service_env(**env), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def start(args: list[str], *, log=None, **env: str) -> subprocess.Popen:
+    """`python <args>` in the checkout, in its own process group (so a kill takes its children too).
+    Its output is piped (read by `kill`), or written to the file `log` for a long-running process that
+    logs much: nobody reads a pipe meanwhile, and a full one blocks the process's next write."""
+    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=service_env(**env),
+                            stdout=subprocess.PIPE if log is None else log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> str:
@@ -62,3 +73,154 @@ def wait_for(condition: Callable[[], object], *, timeout_s: float = 60.0, what: 
             return value
         time.sleep(0.05)  # the poll interval of a bounded wait on an observable condition, not a fixed wait
     raise AssertionError(f"gave up waiting for {what}")
+
+
+# --- the whole pipeline (worker on every Procfile queue + beat) ----------------------------------------
+
+
+def procfile_queues() -> str:
+    """The `-Q` list of the Procfile's worker line (the suite's worker consumes what production's does)."""
+    line = next(x for x in (ROOT / "Procfile").read_text().splitlines() if x.startswith("worker:"))
+    return re.search(r"-Q\s+(\S+)", line).group(1)
+
+
+class Pipeline:
+    """A real Celery worker on all the Procfile's queues and a real beat, with nudges on, on this test
+    run's databases and Redis (as the settings say when `start` runs)."""
+
+    def __init__(self, **env: str) -> None:
+        self.env = {"LIKES_TEST_NUDGES": "1", **env}
+        self.worker: subprocess.Popen | None = None
+        self.beat: subprocess.Popen | None = None
+        self._dir = tempfile.mkdtemp(prefix="likes-test-pipeline-")
+        self.log_path = os.path.join(self._dir, "output.log")  # worker and beat, every incarnation
+        self._log = open(self.log_path, "a")  # noqa: SIM115 - open for the processes' lifetime, closed in stop()
+
+    def start_worker(self) -> None:
+        self.worker = start(["-m", "celery", "-A", "likes_project", "worker", "-Q", procfile_queues(), "-c", "4",
+                             "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                             "-n", f"drill-{os.getpid()}-{time.monotonic_ns()}@%h"], log=self._log, **self.env)
+
+    def start(self) -> Pipeline:
+        self.start_worker()
+        self.beat = start(["-m", "celery", "-A", "likes_project", "beat", "--loglevel", "WARNING",
+                           "--pidfile", "", "-s", os.path.join(self._dir, "schedule")], log=self._log, **self.env)
+        return self
+
+    def kill_worker(self) -> None:
+        if self.worker is not None:
+            kill(self.worker)
+            self.worker = None
+
+    def stop(self, *, purge: bool = True) -> str:
+        """Kill worker and beat, empty the queues of the broker (the test Redis is shared by every test)
+        and return what they printed."""
+        self.kill_worker()
+        if self.beat is not None:
+            kill(self.beat)
+            self.beat = None
+        if purge:
+            broker_purge()
+        self._log.close()
+        return Path(self.log_path).read_text(errors="replace")
+
+
+def broker_purge() -> None:
+    """Drop every queued and unacknowledged message of the broker in the settings (killed workers leave
+    unacknowledged ones that a later worker would be handed back)."""
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    queues = procfile_queues().split(",")
+    client.delete(*queues, "unacked", "unacked_index", "unacked_mutex")
+
+
+# --- a private redis-server ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a free 127.0.0.1 port, with scripts/lib.sh's flags (no
+    persistence, so a restart comes back empty). `stop` and `start` stop and start it for real."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="likes-test-redis-")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def answers(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
+        except redis.RedisError:
+            return False
+
+    def start(self) -> PrivateRedis:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(self.answers, timeout_s=10, what=f"the private redis-server on {self.port}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: Redis shuts down (nothing to save)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+class SuiteStage:
+    """The suite's side of the shared drills: it owns the pipeline's processes and, for the cache
+    drill, the private cache redis-server."""
+
+    label = "test suite"
+
+    def __init__(self, pipeline: Pipeline, cache: PrivateRedis | None = None) -> None:
+        self.pipeline = pipeline
+        self.cache = cache
+
+    def workers_check(self) -> None:
+        assert self.pipeline.worker is not None, "the suite's worker is not running"
+
+    def workers_kill(self) -> str:
+        pid = self.pipeline.worker.pid
+        self.pipeline.kill_worker()
+        return f"SIGKILL to the suite's Celery worker (process group {pid}: main process and pool children)"
+
+    def workers_restart(self, *, timeout_s: float) -> str:
+        self.pipeline.start_worker()
+        return f"the harness started a new worker (pid {self.pipeline.worker.pid})"
+
+    def cache_outage(self, *, seconds: float) -> SuiteCacheOutage:
+        assert self.cache is not None, "the cache drill needs the private cache redis-server"
+        return SuiteCacheOutage(self.cache)
+
+
+class SuiteCacheOutage:
+    def __init__(self, server: PrivateRedis) -> None:
+        self.server = server
+
+    def check(self) -> None:
+        assert self.server.answers(), "the private cache redis-server is not up"
+
+    def begin(self) -> str:
+        self.server.stop()
+        return f"the cache redis-server on 127.0.0.1:{self.server.port} stopped (SIGTERM)"
+
+    def down(self) -> bool:
+        return not self.server.answers()
+
+    def end(self) -> str:
+        self.server.start()
+        return f"the cache redis-server restarted empty on 127.0.0.1:{self.server.port}"

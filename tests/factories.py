@@ -40,6 +40,16 @@ def make_staff(username: str | None = None):
     return user
 
 
+def staff_client(username: str):
+    """A staff user with no permission yet, and a test client logged in as them."""
+    from django.test import Client
+
+    user = get_user_model().objects.create_user(username, password="pw", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
 def grant(user, *perms: str) -> None:
     """Give `user` each permission, named as Django names it: "app_label.codename"."""
     for perm in perms:

@@ -16,7 +16,9 @@ OWN = sorted((name, app) for name, app in get_commands().items() if app.split(".
 
 
 def test_the_project_has_commands():
-    assert {"upsert_video", "delete_account", "rebuild_relation_cache", "migrate_all"} <= {n for n, _ in OWN}
+    assert {"upsert_video", "delete_account", "rebuild_relation_cache", "migrate_all",
+            "prune_noop_commands", "requeue_dead_letters", "discard_dead_letters", "requeue_dead_outbox",
+            "drill"} <= {n for n, _ in OWN}
 
 
 @pytest.mark.parametrize(("name", "app"), OWN, ids=[n for n, _ in OWN])

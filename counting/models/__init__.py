@@ -18,6 +18,7 @@ from counting.models.projection import (
     ProjectionGenerationStatus,
     VideoLikeCountVbucket,
 )
+from counting.models.retire import RetirementStatus, VideoRetirement, VideoRetirementScan
 from counting.models.reverse import (
     LikeReverseProjection,
     LikeReverseRecent,
@@ -27,9 +28,29 @@ from counting.models.reverse import (
 )
 
 __all__ = [
-    "CountBucketRoute", "CountBucketSpace", "CountCacheGeneration", "CountConsumerFence", "CountEventReceipt",
-    "CountProjectionGeneration", "CountRefreshSwitch", "CountRouteFence", "CountRouteManifest",
-    "CountRouteManifestItem", "DirtyVideo", "FenceState", "LikeCountProjection", "LikeReverseProjection",
-    "LikeReverseRecent", "LikeReverseSort", "ManifestStatus", "ProjectionGenerationStatus", "ReverseEventReceipt",
-    "ReverseIndexGeneration", "VideoDisplayCount", "VideoLikeCountVbucket",
+    "CountBucketRoute",
+    "CountBucketSpace",
+    "CountCacheGeneration",
+    "CountConsumerFence",
+    "CountEventReceipt",
+    "CountProjectionGeneration",
+    "CountRefreshSwitch",
+    "CountRouteFence",
+    "CountRouteManifest",
+    "CountRouteManifestItem",
+    "DirtyVideo",
+    "FenceState",
+    "LikeCountProjection",
+    "LikeReverseProjection",
+    "LikeReverseRecent",
+    "LikeReverseSort",
+    "ManifestStatus",
+    "ProjectionGenerationStatus",
+    "RetirementStatus",
+    "ReverseEventReceipt",
+    "ReverseIndexGeneration",
+    "VideoDisplayCount",
+    "VideoLikeCountVbucket",
+    "VideoRetirement",
+    "VideoRetirementScan",
 ]

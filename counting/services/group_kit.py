@@ -28,6 +28,8 @@ _RANK = {APPLIED: 2, DUPLICATE: 1, STALE: 0}
 class FenceLost(Retryable):
     """A newer lease holder has written to this partition: this (paused, old) holder must stop."""
 
+    retry_reason = "fence"
+
 
 def table(model) -> str:
     return model._meta.db_table

@@ -25,6 +25,7 @@ from counting.models import CountEventReceipt, CountRouteFence, DirtyVideo, Like
 from counting.services import group_kit as kit
 from likes_project import metrics
 from likes_project.eventlog.consumer import NonRetryable, Retryable
+from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
 from relations.events import LIKED, validate_event
 
@@ -35,6 +36,8 @@ COUNT_CONSUMER = "count"
 
 class RouteEpochMismatch(Retryable):
     """ROUTE_EPOCH_MISMATCH: the partition's fence refuses this bucket at this epoch (ROUTE-5)."""
+
+    retry_reason = "route_epoch"
 
 
 class NegativeBucket(NonRetryable):
@@ -262,5 +265,5 @@ class CountProjector:
                 outcome.failed.update({e.entry.entry_id: exc for e in events})
             except (Retryable, DatabaseError) as exc:
                 logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
-                outcome.failed.update({e.entry.entry_id: Retryable(str(exc)) for e in events})
+                outcome.failed.update({e.entry.entry_id: retryable_from(exc) for e in events})
         return kit.apply_result(entries, outcome)

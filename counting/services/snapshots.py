@@ -20,10 +20,15 @@ from counting.services.count_cache import layers as count_cache
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
 from likes_project.audit.services import Actor
+from likes_project.eventlog import leases
 from likes_project.eventlog.checkpoints import checkpoints_get
+from likes_project.eventlog.consumer import holder_id
 from likes_project.switches import pause_switch_set
 
 logger = logging.getLogger(__name__)
+
+
+SNAPSHOT_LEASE = "counting:display_snapshot"
 
 
 @dataclass
@@ -32,6 +37,7 @@ class SnapshotReport:
     skipped_hot: int = 0
     skipped_paused: int = 0
     snapshot_id: int = 0
+    status: str = "ok"  # ok | busy (another run holds the lease) | lease_lost | views_failed
 
 
 def _next_snapshot_id() -> int:
@@ -39,14 +45,35 @@ def _next_snapshot_id() -> int:
     return int(timezone.now().timestamp() * 1_000_000)
 
 
-def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
+def display_snapshot_refresh(*, limit: int | None = None, holder: str | None = None) -> SnapshotReport:
+    """Refresh the display snapshot of up to `limit` dirty videos, as the one holder of the snapshot
+    lease: runs are serialized and a run whose lease moved writes nothing (issue 9 §3). Without it an
+    older run committing last overwrote a newer sum after the newer run had cleared the dirty marks,
+    and the video stayed behind for good. Returns `busy` when another run holds the lease; the marks
+    it leaves are the next run's.
+    """
+    grant = leases.lease_acquire(resource=SNAPSHOT_LEASE, holder=holder or holder_id(),
+                                 ttl_s=settings.COUNT_SNAPSHOT_LEASE_S)
+    if grant is None:
+        return SnapshotReport(status="busy")
+    try:
+        return _refresh(grant, limit=limit)
+    finally:
+        leases.lease_release(grant)
+
+
+def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     """Refresh the display snapshot of up to `limit` dirty videos.
 
     Reads each video's buckets from the partition the active manifest routes them to (one
     authoritative replica per bucket, ROUTE-6), sums them (no COUNT(*) anywhere), writes the durable
     snapshot, then the Redis view and bucket layers of every count-cache generation being written
     (the ACTIVE one, and the building one during a rebuild), then clears the dirty marks that were not
-    re-dirtied meanwhile.
+    re-dirtied meanwhile, and only when the views were written: a view write that failed keeps its
+    marks (moved to the back of the queue), so the next run writes the view again.
+    Each video's snapshot id only grows (the greater of this run's and the stored one plus one), and
+    the views carry the stored id, so a count-cache rebuild copying an older snapshot cannot replace
+    a newer view.
     Hot videos (dirty at least COUNT_HOT_DIRTY_THRESHOLD times) are refreshed at most every
     COUNT_HOT_REFRESH_S; a paused video keeps its marks until resumed.
     Transaction: one on `default` for the snapshots; one per count partition for clearing marks.
@@ -97,6 +124,9 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
     # (they are ledgers of their own, E-21) and subtracted from the new raw count.
     table = VideoDisplayCount._meta.db_table
     with transaction.atomic(using="default", durable=True), connections["default"].cursor() as cursor:
+        if not leases.lease_hold(grant):
+            report.status = "lease_lost"  # a newer run owns the snapshots now; its marks are its own
+            return report
         cursor.executemany(
             f"INSERT INTO {table} AS d (video_id, generation, manifest_id, raw_active_count, risk_hidden_count, "
             "policy_hidden_count, display_count, snapshot_id, generated_at, watermark) "
@@ -104,20 +134,27 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
             "generation = EXCLUDED.generation, manifest_id = EXCLUDED.manifest_id, "
             "raw_active_count = EXCLUDED.raw_active_count, "
             "display_count = GREATEST(0, EXCLUDED.raw_active_count - d.risk_hidden_count - d.policy_hidden_count), "
-            "snapshot_id = EXCLUDED.snapshot_id, generated_at = EXCLUDED.generated_at, watermark = EXCLUDED.watermark",
+            "snapshot_id = GREATEST(EXCLUDED.snapshot_id, d.snapshot_id + 1), generated_at = EXCLUDED.generated_at, "
+            "watermark = EXCLUDED.watermark",
             [(v, gen.generation, gen.manifest_id, raw[v], max(0, raw[v]), report.snapshot_id, now,
               json.dumps(watermark)) for v in sorted(chosen)],
         )
     try:
         # After the commit: the views (and buckets) of every count-cache generation being written,
         # the ACTIVE one and the building one (CCACHE-3); read fresh, so a rebuild misses nothing.
-        rows = VideoDisplayCount.objects.filter(video_id__in=chosen).values_list("video_id", "display_count")
-        count_cache.count_cache_views_write(rows=[(v, d, report.snapshot_id, now.isoformat().replace("+00:00", "Z"))
-                                                  for v, d in rows])
+        rows = VideoDisplayCount.objects.filter(video_id__in=chosen).values_list(
+            "video_id", "display_count", "snapshot_id", "generated_at")
+        count_cache.count_cache_views_write(rows=[(v, d, sid, at.isoformat().replace("+00:00", "Z"))
+                                                  for v, d, sid, at in rows])
         count_cache.count_cache_buckets_refresh(video_ids=chosen)
     except RedisError as exc:
         metrics.inc("likes_cache_errors_total", cache="count_view")
-        logger.warning("count view write failed: %s (the durable snapshot is served)", exc.__class__.__name__)
+        logger.warning("count view write failed: %s (the durable snapshot is served; the marks stay)",
+                       exc.__class__.__name__)
+        _marks_to_back(gen.generation, chosen, marks)
+        report.status = "views_failed"
+        report.videos = len(chosen)
+        return report
     for alias in settings.COUNT_PARTITION_ALIASES:
         params = [(gen.generation, v, sp, seq) for v in chosen for sp, seq in marks[v].get(alias, [])]
         if params:
@@ -130,6 +167,19 @@ def display_snapshot_refresh(*, limit: int | None = None) -> SnapshotReport:
     report.videos = len(chosen)
     metrics.inc("likes_display_snapshots_total", len(chosen))
     return report
+
+
+def _marks_to_back(generation: int, chosen: list[str], marks) -> None:
+    """Keep the marks of videos whose views were not written, behind every other dirty video (so a
+    long cache outage does not hold newer videos' durable snapshots back)."""
+    now = timezone.now()
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        keys = [(v, sp) for v in chosen for sp, _seq in marks[v].get(alias, [])]
+        if keys:
+            with transaction.atomic(using=alias, durable=True):
+                for video_id, source_partition in keys:
+                    DirtyVideo.objects.using(alias).filter(generation=generation, video_id=video_id,
+                                                           source_partition=source_partition).update(first_dirty_at=now)
 
 
 def count_refresh_switch_set(*, video_id: str, paused: bool, reason: str, actor: Actor) -> CountRefreshSwitch:

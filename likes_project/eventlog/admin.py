@@ -1,7 +1,8 @@
-"""Admin for the event-log control plane (`default`): the stream contract, leases, consumer
-checkpoints and the dead-letter queue are shown read-only (requeue and discard come with the repair
-issue). Consumer pause switches are edited through `consumer_switch_set`, which writes the audit
-record in the same transaction.
+"""Admin for the event-log control plane (`default`): the stream contract, leases and consumer
+checkpoints (with the head each one is retrying, and until when it backs off) are read-only. Consumer
+pause switches are edited through `consumer_switch_set`, which writes the audit record in the same
+transaction. Dead letters are requeued (an ops job that applies them again, with progress) or
+discarded with a reason (`likes_project.eventlog.redrive`).
 """
 
 from __future__ import annotations
@@ -9,12 +10,27 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils import timezone
 from django.utils.html import format_html
 
-from likes_project.admin_kit import PauseReasonForm, PauseSwitchAdmin, ReadOnlyAdmin
-from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter, Lease, StreamContract
+from likes_project.admin_kit import (
+    PauseReasonForm,
+    PauseSwitchAdmin,
+    ReadOnlyAdmin,
+    reason_action,
+    start_job_or_message,
+)
+from likes_project.audit.services import admin_actor
+from likes_project.eventlog import redrive
+from likes_project.eventlog.models import (
+    ConsumerCheckpoint,
+    ConsumerSwitch,
+    DeadLetter,
+    Lease,
+    LostTailWatermark,
+    StreamContract,
+)
 from likes_project.eventlog.services import consumer_switch_set
 
 
@@ -38,10 +54,17 @@ class LeaseAdmin(ReadOnlyAdmin):
 @admin.register(ConsumerCheckpoint)
 class ConsumerCheckpointAdmin(ReadOnlyAdmin):
     list_display = ("consumer", "partition", "last_done_id", "blocked_entry_id", "blocked_attempts",
-                    "applied_total", "updated_at")
+                    "blocked_reason", "blocked_since", "retry_at", "applied_total", "updated_at")
     list_filter = ("consumer",)
     ordering = ("consumer", "partition")
     list_per_page = 256
+
+
+@admin.register(LostTailWatermark)
+class LostTailWatermarkAdmin(ReadOnlyAdmin):
+    list_display = ("shard", "partition", "checked_above", "updated_at")
+    list_filter = ("shard",)
+    ordering = ("shard", "partition")
 
 
 # --- consumer switches -------------------------------------------------------------------------
@@ -96,8 +119,37 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     ordering = ("-first_failed_at",)
     date_hierarchy = "first_failed_at"
     fields = ("consumer", "status", "stream_key", "entry_id", "event_id", "video_id", "user_id", "error_class",
-              "error_text", "payload_json", "attempts", "first_failed_at", "last_failed_at", "resolver", "reason")
+              "error_text", "payload_json", "attempts", "first_failed_at", "last_failed_at", "resolver", "reason",
+              "resolved_at")
     readonly_fields = ("error_text", "payload_json")
+    actions = ["requeue", "discard"]
+
+    @admin.action(description="Requeue: apply the selected dead letters again", permissions=["requeue"])
+    def requeue(self, request, queryset):
+        """Starts the requeue job for the selected NEW dead letters and shows its page (progress, and
+        how many were resolved, are still poison or wait for their store)."""
+        ids = list(queryset.filter(status="NEW").values_list("id", flat=True))
+        if not ids:
+            self.message_user(request, "None of the selected dead letters is NEW.", messages.WARNING)
+            return None
+        return start_job_or_message(request, self.admin_site, kind=redrive.REQUEUE_JOB, params={"ids": ids})
+
+    @admin.action(description="Discard the selected dead letters (with a reason)", permissions=["discard"])
+    def discard(self, request, queryset):
+        def apply(ids, reason):
+            n = redrive.dead_letters_discard(ids=ids, actor=admin_actor(request.user), reason=reason)
+            return f"Discarded {n} dead letters."
+
+        return reason_action(self, request, queryset, title="Discard dead letters", submit="Discard",
+                             intro="Discarded events are given up for good: no projection will apply them. The rows "
+                                   "stay, with who discarded them and why, and the discard is audited.",
+                             apply=apply)
+
+    def has_requeue_permission(self, request):
+        return request.user.has_perm(redrive.REQUEUE_PERMISSION)
+
+    def has_discard_permission(self, request):
+        return request.user.has_perm(redrive.DISCARD_PERMISSION)
 
     @admin.display(description="error")
     def error_text(self, obj: DeadLetter) -> str:

@@ -8,3 +8,9 @@ class EventlogConfig(AppConfig):
     name = "likes_project.eventlog"
     label = "eventlog"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from likes_project.eventlog import redrive
+        from likes_project.opsjobs.services import job_kind_register
+
+        job_kind_register(redrive.REQUEUE_KIND)

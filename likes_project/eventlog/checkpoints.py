@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from likes_project.eventlog import streams
+from likes_project.eventlog.consumer import CONSUMERS
 from likes_project.eventlog.models import ConsumerCheckpoint
 
 
@@ -15,12 +16,17 @@ def checkpoints_get(consumer: str) -> dict[int, str]:
 
 
 def lowest_by_partition() -> dict[int, str]:
-    """{stream partition: the lowest last done entry id over every consumer that read it}."""
-    lows: dict[int, tuple[int, int]] = {}
-    for partition, last_done in ConsumerCheckpoint.objects.values_list("partition", "last_done_id"):
-        key = streams.entry_id_key(last_done)
-        lows[partition] = min(lows.get(partition, key), key)
-    return {p: f"{ms}-{seq}" for p, (ms, seq) in lows.items()}
+    """{stream partition: the lowest last done entry id over every consumer}, for every partition. A
+    consumer with no checkpoint row on a partition yet (it never ran there, or was just added) counts as
+    "0-0": nothing it has not read may be trimmed, archived or taken for consumed (issue 9 §3)."""
+    done = {(c, p): streams.entry_id_key(last) for c, p, last in
+            ConsumerCheckpoint.objects.values_list("consumer", "partition", "last_done_id")}
+    consumers = set(CONSUMERS) | {c for c, _p in done}
+    lows = {}
+    for partition in streams.all_partitions():
+        ms, seq = min(done.get((c, partition), (0, 0)) for c in consumers)
+        lows[partition] = f"{ms}-{seq}"
+    return lows
 
 
 def consumer_watermark(consumer: str) -> datetime | None:

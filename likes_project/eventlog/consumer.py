@@ -1,18 +1,20 @@
-"""The one consumer framework every projector runs on (issue 3 §2; consistency-techniques §3, §12).
+"""The one consumer framework every projector runs on (issue 3 §2, issue 9 §1; consistency-techniques §3, §12).
 
 For one (consumer, partition):
-  lease with a fencing token -> pause switch -> read entries after the checkpoint (ordered, bounded)
-  -> validate (no side effects) -> projector.apply(...) -> classify failures -> advance the durable
-  checkpoint over the contiguous completed prefix only, fenced by the lease token.
+  backoff gate -> lease with a fencing token -> pause switch -> read entries after the checkpoint
+  (ordered, bounded) -> validate (no side effects) -> projector.apply(...) -> classify failures
+  (`likes_project.eventlog.retry`) -> advance the durable checkpoint over the contiguous completed
+  prefix only, fenced by the lease token.
 
-A projector returns, for the entries it was given, which ones are done. Anything not done is retried
-on the next run from the same checkpoint; a retryable failure that keeps blocking the head of the
-partition is quarantined after `max_attempts`, and a non-retryable one at once, so the partition
-keeps moving (R3, C4).
+A projector returns, for the entries it was given, which ones are done. Poison (a NonRetryable) is
+dead-lettered at once and counts as done. Anything else not done is kept: the checkpoint stays on it,
+the partition waits a capped, jittered backoff (`retry_at`) and retries it, for as long as it takes,
+alerting past LIKES_RETRY_ALERT_AFTER attempts. Other partitions and consumers are not held up.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import traceback
@@ -26,19 +28,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from likes_project import metrics
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import leases, retry, streams
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
+from likes_project.eventlog.retry import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry, entry_id_key
 
 logger = logging.getLogger(__name__)
 
-
-class NonRetryable(Exception):
-    """The event can never be applied as it is (bad payload, broken invariant): dead-letter now."""
-
-
-class Retryable(Exception):
-    """A transient failure (lock timeout, store unavailable): back off and retry."""
+__all__ = ["NonRetryable", "Retryable"]  # re-exported: projectors raise them from here
 
 
 @dataclass
@@ -78,7 +75,7 @@ def contiguous_prefix_end(dispatched: list[str], done: set[str]) -> str | None:
 class ConsumeReport:
     consumer: str
     partition: int
-    status: str  # ok | paused | busy | lease_lost
+    status: str  # ok | paused | busy | lease_lost | backoff | retrying
     dispatched: int = 0
     advanced_to: str | None = None
     applied: int = 0
@@ -123,33 +120,73 @@ def _checkpoint(consumer: str, partition: int) -> ConsumerCheckpoint:
     return cp
 
 
-def checkpoint_advance(*, consumer: str, partition: int, grant: leases.LeaseGrant, to_id: str,
-                       applied: int, blocked_entry_id: str = "", blocked_attempts: int = 0) -> bool:
-    """Move the checkpoint forward to `to_id`, only while `grant` is the current lease (the fencing
-    token is checked in the same statement) and never backwards."""
-    from likes_project.eventlog.models import Lease
+def consumer_resource(consumer: str, partition: int) -> str:
+    """The lease every pass (and every redrive) of `consumer` over `partition` holds."""
+    return f"consumer:{consumer}:{partition}"
 
+
+@dataclass(frozen=True)
+class Blocked:
+    """The head entry a pass could not complete, and when to try it again (issue 9 §1)."""
+
+    entry_id: str = ""
+    attempts: int = 0
+    reason: str = ""
+    error: str = ""
+    retry_at: datetime.datetime | None = None
+    since: datetime.datetime | None = None
+
+    @classmethod
+    def after(cls, cp: ConsumerCheckpoint, *, consumer: str, partition: int, entry_id: str,
+              error: BaseException) -> Blocked:
+        """The next state of a head that failed again (or for the first time), with its backoff."""
+        same = cp.blocked_entry_id == entry_id and cp.blocked_attempts > 0
+        attempts = cp.blocked_attempts + 1 if same else 1
+        now = timezone.now()
+        _verdict, reason = retry.classify(error)
+        blocked = cls(entry_id=entry_id, attempts=attempts, reason=reason,
+                      error=f"{error.__class__.__name__}: {error}"[:512],
+                      retry_at=now + datetime.timedelta(seconds=retry.backoff_s(attempts)),
+                      since=cp.blocked_since if same and cp.blocked_since else now)
+        metrics.inc("likes_consumer_retries_total", consumer=consumer, reason=reason)
+        if retry.should_alert(attempts):
+            metrics.inc("likes_consumer_retry_alerts_total", consumer=consumer, reason=reason)
+            logger.error("ALERT %s[%s] has retried %s for %s attempts since %s (%s): %s", consumer, partition,
+                         entry_id or "its stream", attempts, blocked.since.isoformat(), reason, blocked.error)
+        return blocked
+
+    def fields(self) -> dict:
+        return {"blocked_entry_id": self.entry_id, "blocked_attempts": self.attempts,
+                "blocked_reason": self.reason, "blocked_error": self.error, "retry_at": self.retry_at,
+                "blocked_since": self.since}
+
+
+def checkpoint_advance(*, consumer: str, partition: int, grant: leases.LeaseGrant, to_id: str,
+                       applied: int, blocked: Blocked | None = None) -> bool:
+    """Move the checkpoint forward to `to_id`, only while `grant` is the current lease (the fencing
+    token is checked in the same statement) and never backwards; record (or clear) the blocked head."""
     with transaction.atomic(using="default", durable=True):
-        current = Lease.objects.select_for_update().filter(
-            resource=grant.resource, holder=grant.holder, fencing_token=grant.token
-        ).exists()
-        if not current:
+        if not leases.lease_hold(grant):
             return False
         cp = ConsumerCheckpoint.objects.select_for_update().get(consumer=consumer, partition=partition)
         if entry_id_key(to_id) < entry_id_key(cp.last_done_id):
             raise RuntimeError(f"checkpoint of {consumer}[{partition}] would move backwards")
         ConsumerCheckpoint.objects.filter(pk=cp.pk).update(
-            last_done_id=to_id, fencing_token=grant.token, blocked_entry_id=blocked_entry_id,
-            blocked_attempts=blocked_attempts, applied_total=F("applied_total") + applied,
-            updated_at=timezone.now(),
+            last_done_id=to_id, fencing_token=grant.token, applied_total=F("applied_total") + applied,
+            updated_at=timezone.now(), **(blocked or Blocked()).fields(),
         )
     return True
 
 
-def _set_blocked(consumer: str, partition: int, grant: leases.LeaseGrant, entry_id: str, attempts: int) -> None:
+def _set_blocked(consumer: str, partition: int, grant: leases.LeaseGrant, blocked: Blocked) -> None:
     ConsumerCheckpoint.objects.filter(consumer=consumer, partition=partition, fencing_token__lte=grant.token).update(
-        blocked_entry_id=entry_id, blocked_attempts=attempts, fencing_token=grant.token
+        fencing_token=grant.token, updated_at=timezone.now(), **blocked.fields()
     )
+
+
+def _backing_off(consumer: str, partition: int) -> bool:
+    return ConsumerCheckpoint.objects.filter(consumer=consumer, partition=partition,
+                                             retry_at__gt=timezone.now()).exists()
 
 
 def holder_id() -> str:
@@ -157,37 +194,59 @@ def holder_id() -> str:
 
 
 def consume_partition(projector: Projector, *, partition: int, batch_size: int = 200, max_batches: int = 10,
-                      max_attempts: int = 5, lease_ttl_s: float = 30.0, holder: str | None = None,
-                      grant: leases.LeaseGrant | None = None) -> ConsumeReport:
+                      lease_ttl_s: float = 30.0, holder: str | None = None, grant: leases.LeaseGrant | None = None,
+                      ignore_backoff: bool = False) -> ConsumeReport:
     """Run one bounded pass of `projector` over one partition. A second concurrent copy is harmless:
-    it does not get the lease and returns `busy`."""
+    it does not get the lease and returns `busy`. A partition whose head is waiting out its backoff
+    returns `backoff` without touching the stream (`ignore_backoff` retries it now)."""
     consumer = projector.name
     if consumer_is_paused(consumer):
         return ConsumeReport(consumer, partition, "paused")
-    resource = f"consumer:{consumer}:{partition}"
+    if not ignore_backoff and _backing_off(consumer, partition):
+        return ConsumeReport(consumer, partition, "backoff")
+    resource = consumer_resource(consumer, partition)
     grant = grant or leases.lease_acquire(resource=resource, holder=holder or holder_id(), ttl_s=lease_ttl_s)
     if grant is None:
         return ConsumeReport(consumer, partition, "busy")
     try:
         return _consume(projector, grant, partition=partition, batch_size=batch_size, max_batches=max_batches,
-                        max_attempts=max_attempts, lease_ttl_s=lease_ttl_s)
+                        lease_ttl_s=lease_ttl_s)
+    except Exception as exc:  # noqa: BLE001 - the stream, the checkpoint or a dead letter could not be reached
+        # Not about any one event: the whole partition waits its backoff and is retried (issue 9 §1).
+        logger.warning("%s[%s] pass failed (%s): it will be retried", consumer, partition, exc.__class__.__name__)
+        try:
+            cp = _checkpoint(consumer, partition)
+            _set_blocked(consumer, partition, grant, Blocked.after(cp, consumer=consumer, partition=partition,
+                                                                   entry_id=cp.blocked_entry_id, error=exc))
+        except Exception:  # noqa: BLE001 - the control plane is down too: the next sweep retries anyway
+            logger.warning("%s[%s] backoff not recorded", consumer, partition)
+        return ConsumeReport(consumer, partition, "retrying")
     finally:
         # The next pass (a new holder) may start at once; its token will be higher.
-        leases.lease_release(grant)
+        try:
+            leases.lease_release(grant)
+        except Exception:  # noqa: BLE001 - an unreleased lease simply expires after its TTL
+            logger.warning("lease %s not released; it expires by itself", grant.resource)
 
 
 def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, batch_size: int,
-             max_batches: int, max_attempts: int, lease_ttl_s: float) -> ConsumeReport:
+             max_batches: int, lease_ttl_s: float) -> ConsumeReport:
     consumer = projector.name
     totals = {"dispatched": 0, "applied": 0, "duplicates": 0, "stale": 0, "dead": 0, "held": 0}
     advanced_to = None
+
+    def report(status: str) -> ConsumeReport:
+        return ConsumeReport(consumer, partition, status, totals["dispatched"], advanced_to, totals["applied"],
+                             totals["duplicates"], totals["stale"], totals["dead"], totals["held"])
+
     for _ in range(max_batches):
         if consumer_is_paused(consumer):
-            return ConsumeReport(consumer, partition, "paused", totals["dispatched"], advanced_to,
-                                 totals["applied"], totals["duplicates"], totals["stale"], totals["dead"])
+            return report("paused")
         cp = _checkpoint(consumer, partition)
         entries = streams.read_after(partition, cp.last_done_id, batch_size)
         if not entries:
+            if cp.blocked_attempts:  # the blocked head is gone (trimmed, or the log was lost): clear it
+                _set_blocked(consumer, partition, grant, Blocked())
             break
         totals["dispatched"] += len(entries)
         dispatched = [e.entry_id for e in entries]
@@ -209,57 +268,61 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
         totals["stale"] += result.stale
         by_id = {e.entry_id: e for e in entries}
         for entry_id, error in result.failed.items():
-            if isinstance(error, NonRetryable):
+            if retry.classify(error)[0] is retry.Verdict.POISON:
                 dead_letter_record(consumer=consumer, entry=by_id[entry_id], error=error, attempts=1)
                 done.add(entry_id)
                 totals["dead"] += 1
 
         head = contiguous_prefix_end(dispatched, done)
-        blocked_id, attempts = "", 0
         first_pending = next((i for i in dispatched if i not in done), None)
+        blocked = None
         if first_pending is not None:
-            error = result.failed.get(first_pending, Retryable("not completed"))
-            attempts = cp.blocked_attempts + 1 if cp.blocked_entry_id == first_pending else 1
-            if attempts >= max_attempts:
-                # R3: a head that keeps failing is quarantined so the partition keeps moving.
-                dead_letter_record(consumer=consumer, entry=by_id[first_pending], error=error, attempts=attempts)
-                done.add(first_pending)
-                totals["dead"] += 1
-                head = contiguous_prefix_end(dispatched, done)
-                blocked_id, attempts = "", 0
-            else:
-                blocked_id = first_pending
-                metrics.inc("likes_consumer_retries_total", consumer=consumer)
+            # Not poison: an infrastructure failure. The head is kept and retried after its backoff.
+            blocked = Blocked.after(cp, consumer=consumer, partition=partition, entry_id=first_pending,
+                                    error=result.failed.get(first_pending) or Retryable("not completed"))
         if head is not None:
             if not checkpoint_advance(consumer=consumer, partition=partition, grant=grant, to_id=head,
-                                      applied=result.applied, blocked_entry_id=blocked_id,
-                                      blocked_attempts=attempts):
-                return ConsumeReport(consumer, partition, "lease_lost", totals["dispatched"], advanced_to,
-                                     totals["applied"], totals["duplicates"], totals["stale"], totals["dead"])
+                                      applied=result.applied, blocked=blocked):
+                return report("lease_lost")
             advanced_to = head
-        elif blocked_id:
-            _set_blocked(consumer, partition, grant, blocked_id, attempts)
-        if first_pending is not None and blocked_id:
+        elif blocked is not None:
+            _set_blocked(consumer, partition, grant, blocked)
+        if blocked is not None:
             totals["held"] = sum(1 for i in dispatched if i not in done)
-            break  # back off: the rest of this partition waits for the next run
+            break  # back off: the rest of this partition waits for its retry
         try:
             leases.lease_renew(grant, ttl_s=lease_ttl_s)
         except leases.LeaseLost:
-            return ConsumeReport(consumer, partition, "lease_lost", totals["dispatched"], advanced_to,
-                                 totals["applied"], totals["duplicates"], totals["stale"], totals["dead"])
+            return report("lease_lost")
     metrics.inc("likes_events_applied_total", totals["applied"], consumer=consumer)
     metrics.inc("likes_events_duplicate_total", totals["duplicates"], consumer=consumer)
     metrics.inc("likes_events_stale_total", totals["stale"], consumer=consumer)
-    return ConsumeReport(consumer, partition, "ok", totals["dispatched"], advanced_to, totals["applied"],
-                         totals["duplicates"], totals["stale"], totals["dead"], totals["held"])
+    return report("ok")
 
 
-# consumer name -> the Celery task that runs one pass of it over one partition (`consume_pass`).
-CONSUMER_TASKS = {
-    "count": "counting.project_partition",
-    "relcache": "relations.project_relcache",
-    "reverse": "counting.project_reverse",
+@dataclass(frozen=True)
+class ConsumerSpec:
+    task: str  # the Celery task that runs one pass over one partition (`consume_pass`)
+    projector: str  # the Projector class, by dotted path (the app that owns it sits above this core)
+
+
+# Every consumer of the event log. Trimming, archiving and the lost-tail check count each of them on
+# every partition, with or without a checkpoint row yet; the redrive path finds its projector here.
+CONSUMERS = {
+    "count": ConsumerSpec("counting.project_partition", "counting.services.projection.CountProjector"),
+    "relcache": ConsumerSpec("relations.project_relcache",
+                             "relations.services.relation_cache.RelationCacheProjector"),
+    "reverse": ConsumerSpec("counting.project_reverse", "counting.services.reverse.projector.ReverseIndexProjector"),
 }
+CONSUMER_TASKS = {name: spec.task for name, spec in CONSUMERS.items()}
+
+
+def projector_get(consumer: str) -> Projector:
+    from django.utils.module_loading import import_string
+
+    if consumer not in CONSUMERS:
+        raise KeyError(f"unknown consumer {consumer!r}")
+    return import_string(CONSUMERS[consumer].projector)()
 
 
 def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_batches: int = 10) -> ConsumeReport:

@@ -67,6 +67,15 @@ def lease_release(grant: LeaseGrant) -> None:
     )
 
 
+def lease_hold(grant: LeaseGrant) -> bool:
+    """Inside the caller's transaction on `default`: lock the lease row while `grant` is still the
+    lease (no other holder has taken it, whatever its expiry), so a write fenced by it commits only
+    while that holds. False when it moved: the caller must abandon its write."""
+    return Lease.objects.select_for_update().filter(
+        resource=grant.resource, holder=grant.holder, fencing_token=grant.token
+    ).exists()
+
+
 def lease_is_current(grant: LeaseGrant) -> bool:
     return Lease.objects.filter(resource=grant.resource, fencing_token=grant.token, holder=grant.holder,
                                 expires_at__gte=timezone.now()).exists()

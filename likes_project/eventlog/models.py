@@ -43,8 +43,10 @@ class Lease(models.Model):
 
 class ConsumerCheckpoint(models.Model):
     """Durable position of one consumer in one stream partition. Every entry with an id up to and
-    including `last_done_id` is done (applied or quarantined); `next_offset` is the first entry after
-    it. Advanced only over the contiguous completed prefix (PROJ-8), only by the lease holder."""
+    including `last_done_id` is done (applied, or poison set aside as a dead letter). Advanced only over
+    the contiguous completed prefix (PROJ-8), only by the lease holder. `blocked_*` describe the head
+    entry an infrastructure failure keeps retrying (issue 9 §1): how often, why, since when, and
+    `retry_at`, the end of its current backoff."""
 
     consumer = models.CharField(max_length=64)
     partition = models.PositiveIntegerField()
@@ -52,6 +54,10 @@ class ConsumerCheckpoint(models.Model):
     fencing_token = models.BigIntegerField(default=0)
     blocked_entry_id = models.CharField(max_length=32, blank=True, default="")
     blocked_attempts = models.PositiveIntegerField(default=0)
+    blocked_reason = models.CharField(max_length=64, blank=True, default="")
+    blocked_error = models.CharField(max_length=512, blank=True, default="")
+    blocked_since = models.DateTimeField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
     applied_total = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -60,6 +66,24 @@ class ConsumerCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer}[{self.partition}] done through {self.last_done_id}"
+
+
+class LostTailWatermark(models.Model):
+    """Per relation shard and stream partition, the position the lost-tail check looks above (issue 9
+    §3): the lowest consumer checkpoint when it last ran, lowered to any row it was too young to check.
+    Not the current lowest checkpoint: after a flush the consumers read the new entries and move past
+    the ids of the lost ones, which a check above the current checkpoint would then never see."""
+
+    shard = models.CharField(max_length=64)
+    partition = models.PositiveIntegerField()
+    checked_above = models.CharField(max_length=32, default="0-0")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["shard", "partition"], name="uniq_lost_tail_watermark")]
+
+    def __str__(self) -> str:
+        return f"{self.shard}[{self.partition}] checked above {self.checked_above}"
 
 
 class ConsumerSwitch(PauseSwitch):
@@ -79,7 +103,10 @@ class DeadLetterStatus(models.TextChoices):
 
 
 class DeadLetter(models.Model):
-    """An event a consumer could not apply (C5). Writing one never raises into the consumer."""
+    """Poison: an event a consumer can never apply as it is (C5, issue 9 §1). Writing one never raises
+    into the consumer. Requeued (REQUEUED) it is applied again by the redrive path
+    (`likes_project.eventlog.redrive`) and ends RESOLVED, or back to NEW when it is still poison;
+    discarded (DISCARDED) it is kept with who discarded it and why."""
 
     consumer = models.CharField(max_length=64)
     stream_key = models.CharField(max_length=64)
@@ -96,11 +123,14 @@ class DeadLetter(models.Model):
     status = models.CharField(max_length=12, choices=DeadLetterStatus.choices, default=DeadLetterStatus.NEW)
     resolver = models.CharField(max_length=150, blank=True, default="")
     reason = models.CharField(max_length=512, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["consumer", "stream_key", "entry_id"], name="uniq_dead_letter_entry"),
         ]
+        permissions = [("requeue_deadletter", "Can requeue dead letters"),
+                       ("discard_deadletter", "Can discard dead letters")]
         indexes = [models.Index(fields=["status", "first_failed_at"], name="dead_letter_status_idx")]
 
     def __str__(self) -> str:

@@ -52,9 +52,9 @@ def streams_trim(*, retention_s: int) -> dict[int, int]:
     cutoff_ms = int((time.time() - retention_s) * 1000)
     removed = {}
     for partition in streams.all_partitions():
-        if partition not in lows:
-            continue  # no consumer has read this partition: keep everything
         ms, seq = lows[partition]
+        if (ms, seq) == (0, 0):
+            continue  # some consumer has read nothing of this partition yet: keep everything
         # MINID keeps entries >= the bound; the checkpoint entry itself is done, so keep from seq+1.
         bound = f"{ms}-{seq + 1}" if ms < cutoff_ms else f"{cutoff_ms}-0"
         removed[partition] = streams.trim_below(partition, bound)

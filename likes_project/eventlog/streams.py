@@ -50,6 +50,11 @@ def stream_key(partition: int) -> str:
     return f"{settings.LIKES_REDIS_PREFIX}:events:{{{partition}}}"
 
 
+def partition_of(key: str) -> int:
+    """The partition a stream key (as `stream_key` builds it) names."""
+    return int(key.rsplit("{", 1)[1].rstrip("}"))
+
+
 def _load_contract() -> PartitionContract:
     from likes_project.eventlog.models import StreamContract
 
@@ -109,8 +114,19 @@ def read_after(partition: int, after_id: str, count: int) -> list[StreamEntry]:
     return out
 
 
-def entry_exists(partition: int, entry_id: str) -> bool:
-    return bool(stream_redis().xrange(stream_key(partition), min=entry_id, max=entry_id, count=1))
+def entry_ids_between(partition: int, first_id: str, last_id: str, *, page: int = 1000) -> set[str]:
+    """The ids the stream holds from `first_id` to `last_id` (both included): one forward walk of the
+    range, `page` entries per round trip."""
+    client, key = stream_redis(), stream_key(partition)
+    found: set[str] = set()
+    low = first_id
+    while True:
+        rows = client.xrange(key, min=low, max=last_id, count=page)
+        found |= {(i.decode() if isinstance(i, bytes) else str(i)) for i, _fields in rows}
+        if len(rows) < page:
+            return found
+        last = rows[-1][0]
+        low = "(" + (last.decode() if isinstance(last, bytes) else str(last))
 
 
 def last_generated_id(partition: int) -> str:

@@ -166,8 +166,9 @@ def job_start(*, kind: str, actor: Actor, params: dict | None = None, target: st
                 spec.create(job, actor)
             audit_record(actor=actor, action="job.start", target_type="ops_job", target_id=str(job.pk),
                          params={"kind": kind, "params": job.params, "target": job.target})
-        if job.state or job.target:
-            OpsJob.objects.filter(pk=job.pk).update(state=job.state, target=job.target)
+        # What the kind's `create` settled: its cursor, its target, its normalized params, its total.
+        OpsJob.objects.filter(pk=job.pk).update(state=job.state, target=job.target, params=job.params,
+                                                total=job.total)
     nudge(run_task_of(spec), job.pk, debounce_s=0.0)  # after the commit; the sweeper starts it if this is lost
     metrics.inc("likes_ops_jobs_started_total", kind=kind)
     return job

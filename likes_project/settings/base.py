@@ -117,7 +117,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 50)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 60)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+# Bounded waits on the broker (issue 9 §4): connecting gives up after 1 s, a socket operation after 5 s
+# (above the worker's 1 s BRPOP poll); nudges are sent off the request path (`likes_project.nudge`).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300, "socket_connect_timeout": 1.0, "socket_timeout": 5.0}
+CELERY_BROKER_CONNECTION_TIMEOUT = 1.0
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -128,6 +131,7 @@ CELERY_TASK_ROUTES = {
     "relations.archive_outbox": {"queue": "maintenance"},
     "relations.relcache_check_loss": {"queue": "maintenance"},
     "relations.relcache_sample_check": {"queue": "maintenance"},
+    "relations.command_retention": {"queue": "maintenance"},
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_reverse*": {"queue": "reverse"},
@@ -137,23 +141,33 @@ CELERY_TASK_ROUTES = {
     "counting.count_cache_check_loss": {"queue": "maintenance"},
     "opsjobs.run*": {"queue": "ops"},
     "opsjobs.sweep": {"queue": "maintenance"},
+    "eventlog.redrive": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
+# Retries of infrastructure failures (consumers and the outbox publisher, issue 9 §1): doubling from
+# LIKES_RETRY_BASE_S up to LIKES_RETRY_MAX_BACKOFF_S, with jitter, forever; an ALERT is logged (and
+# `likes_*_retry_alerts_total` counted) once a head has failed LIKES_RETRY_ALERT_AFTER times.
+LIKES_RETRY_BASE_S = env_float("LIKES_RETRY_BASE_S", 0.5)
+LIKES_RETRY_MAX_BACKOFF_S = env_float("LIKES_RETRY_MAX_BACKOFF_S", 30.0)
+LIKES_RETRY_ALERT_AFTER = env_int("LIKES_RETRY_ALERT_AFTER", 10)
+REDRIVE_LEASE_S = env_float("REDRIVE_LEASE_S", 30.0)  # a dead-letter redrive holds its partition's lease
 # Beat sweepers (schedules live in code; the DatabaseScheduler syncs them into its tables).
 CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task, every_s in (
     ("publish-outbox",            "relations.publish_all",           1.0),
     ("project-counts",            "counting.project_all",            1.0),
     ("display-snapshot",          "counting.display_snapshot",       1.0),
-    ("republish-lost-events",     "relations.republish_lost",        30.0),
+    ("republish-lost-events",     "relations.republish_lost",        10.0),
     ("archive-outbox",            "relations.archive_outbox",        300.0),
     ("project-relation-cache",    "relations.project_relcache_all",  1.0),
     ("relation-cache-loss-check", "relations.relcache_check_loss",   5.0),
     ("relation-cache-sampler",    "relations.relcache_sample_check", 60.0),
+    ("command-retention",         "relations.command_retention",     3600.0),
     ("count-cache-loss-check",    "counting.count_cache_check_loss", 10.0),
     ("project-reverse-index",     "counting.project_reverse_all",    1.0),
     ("retire-deleted-videos",     "counting.retire_deleted_videos",  600.0),
     ("ops-jobs-sweep",            "opsjobs.sweep",                   5.0),
+    ("redrive-dead-letters",      "eventlog.redrive",                10.0),
 )}
 
 # --- API ---------------------------------------------------------------------------------------
@@ -212,6 +226,16 @@ BATCH_QUERY_MAX_IDS = env_int("BATCH_QUERY_MAX_IDS", 100)
 # Database fallback reads (Redis down or bypassed) allowed at once per process (DEG-1 step 4).
 DB_FALLBACK_CONCURRENCY = env_int("DB_FALLBACK_CONCURRENCY", 32)
 RELATION_CACHE_SAMPLE_SIZE = env_int("RELATION_CACHE_SAMPLE_SIZE", 200)
+# Reader repair hints are coalesced per user in a Redis set (relations.cache.relation_hints_add): at
+# most this many ids wait per user, and a set whose message was lost expires after the TTL.
+RELATION_REPAIR_HINTS_MAX = env_int("RELATION_REPAIR_HINTS_MAX", 1000)
+RELATION_REPAIR_HINT_TTL_S = env_float("RELATION_REPAIR_HINT_TTL_S", 30.0)
+# No-op command rows (LIKE_COMMAND with changed = false) are deleted after this many hours (CMD-15,
+# E-2): it must exceed the longest client retry window, since a deleted row no longer dedupes a retry.
+# Rows that changed a relation are kept (they are the evidence of each version).
+RELATION_COMMAND_RETENTION_HOURS = env_int("RELATION_COMMAND_RETENTION_HOURS", 7 * 24)
+RELATION_COMMAND_RETENTION_BATCH = env_int("RELATION_COMMAND_RETENTION_BATCH", 1000)  # rows per transaction
+RELATION_COMMAND_RETENTION_MAX_BATCHES = env_int("RELATION_COMMAND_RETENTION_MAX_BATCHES", 50)  # per shard per beat run
 
 # My liked list (LIST): page size cap and raw rows scanned per request before answering (LIST-6).
 MY_LIKES_MAX_LIMIT = env_int("MY_LIKES_MAX_LIMIT", 100)
@@ -245,19 +269,31 @@ OPS_JOB_FILES_DIR = os.environ.get("OPS_JOB_FILES_DIR", str(BASE_DIR / ".data" /
 COUNT_VIRTUAL_BUCKETS = env_int("COUNT_VIRTUAL_BUCKETS", 1024)  # V of bucket space v1, used once at bootstrap
 COUNT_PROJECTOR_BATCH = env_int("COUNT_PROJECTOR_BATCH", 500)
 COUNT_SNAPSHOT_BATCH = env_int("COUNT_SNAPSHOT_BATCH", 2000)
+# One display snapshot run at a time (a lease); a holder silent this long is taken over.
+COUNT_SNAPSHOT_LEASE_S = env_float("COUNT_SNAPSHOT_LEASE_S", 30.0)
 # A video whose buckets changed at least this often since its last snapshot is hot: it is refreshed
 # at most every COUNT_HOT_REFRESH_S (spec §8.6); others on every snapshot run.
 COUNT_HOT_DIRTY_THRESHOLD = env_int("COUNT_HOT_DIRTY_THRESHOLD", 50)
 COUNT_HOT_REFRESH_S = env_float("COUNT_HOT_REFRESH_S", 1.0)
 # Commit -> applied beyond this is logged and counted (likes_projection_over_target_total).
 COUNT_CONVERGENCE_TARGET_S = env_float("COUNT_CONVERGENCE_TARGET_S", 2.0)
+# Retirement of deleted videos (issue 9 §4): deleted videos worked on per run, and how long after a
+# deletion a change concerning the video may still commit (the visibility cache's TTL, the longest
+# transaction); only then are the stream heads taken as the video's fence.
+RETIRE_BATCH_VIDEOS = env_int("RETIRE_BATCH_VIDEOS", 500)
+RETIRE_SETTLE_S = env_float("RETIRE_SETTLE_S", 60.0)
 OUTBOX_PUBLISH_BATCH = env_int("OUTBOX_PUBLISH_BATCH", 500)
-OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 10)
 OUTBOX_CLAIM_TTL_S = env_int("OUTBOX_CLAIM_TTL_S", 60)
 OUTBOX_RETENTION_HOURS = env_int("OUTBOX_RETENTION_HOURS", 72)
-OUTBOX_REPUBLISH_AFTER_S = env_int("OUTBOX_REPUBLISH_AFTER_S", 60)
+# A SENT row above the lowest checkpoint whose entry the log no longer holds (a flush, a failover)
+# is republished once it is this old; the check runs every 10 s, so a lost tail heals in ~20 s.
+OUTBOX_REPUBLISH_AFTER_S = env_int("OUTBOX_REPUBLISH_AFTER_S", 10)
 
 CURSOR_SIGNING_KEY = os.environ.get("CURSOR_SIGNING_KEY", SECRET_KEY)
+
+# `manage.py drill` injects real faults (databases refusing connections, Redis flushed or paused,
+# workers killed); it refuses to run unless this is set.
+LIKES_DRILLS_ENABLED = env_bool("LIKES_DRILLS_ENABLED", False)
 
 LOGGING = {
     "version": 1,

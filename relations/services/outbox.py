@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import random
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -18,19 +17,19 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from likes_project import metrics
-from likes_project.eventlog import streams
-from likes_project.eventlog.models import ConsumerCheckpoint
+from likes_project.audit.services import Actor, audit_record
+from likes_project.errors import InvalidInput
+from likes_project.eventlog import retry, streams
+from likes_project.eventlog.checkpoints import lowest_by_partition
+from likes_project.eventlog.retry import NonRetryable
 from relations.models import OutboxArchive, OutboxEvent, OutboxStatus
 
 logger = logging.getLogger(__name__)
 
-BACKOFF_STEPS_S = (1, 2, 5, 15, 60, 300, 900, 3600)
 
 
-def backoff_delay(attempt: int) -> float:
-    """Tiered delay for the n-th failed attempt (1-based), plus 0–50 % jitter, capped (O3)."""
-    base = BACKOFF_STEPS_S[min(max(attempt, 1), len(BACKOFF_STEPS_S)) - 1]
-    return base * (1 + random.uniform(0, 0.5))
+class Unpublishable(NonRetryable):
+    """The row's payload can never be published (it does not serialize, or names no aggregate key)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ def _mark_sent(alias: str, holder: str, rows: list[ClaimedRow], positions: list[
     params = []
     for row, (key, entry_id) in zip(rows, positions, strict=True):
         ms, seq = streams.entry_id_key(entry_id)
-        partition = int(key.rsplit("{", 1)[1].rstrip("}"))
+        partition = streams.partition_of(key)
         params.append((key, entry_id, partition, ms, seq, now, row.id, holder))
     sql = (f"UPDATE {OutboxEvent._meta.db_table} SET status = 'SENT', stream_key = %s, stream_entry_id = %s, "
            "stream_partition = %s, stream_entry_ms = %s, stream_entry_seq = %s, published_at = %s, "
@@ -130,25 +129,43 @@ def _mark_sent(alias: str, holder: str, rows: list[ClaimedRow], positions: list[
 
 def _mark_failed(alias: str, holder: str, rows: list[ClaimedRow], status: str, error: Exception,
                  report: PublishReport) -> None:
+    """Give claimed rows back after a failure. An infrastructure failure (the stream Redis is down or
+    timed out) is RETRY or UNCERTAIN with a capped, jittered backoff, for as long as it takes (issue 9
+    §1); only an Unpublishable payload is DEAD."""
     now = timezone.now()
     message = f"{error.__class__.__name__}: {error}"[:1024]
     with transaction.atomic(using=alias, durable=True):
         for row in rows:
             attempt = row.retry_count + 1
-            final = OutboxStatus.DEAD if attempt >= settings.OUTBOX_MAX_ATTEMPTS else status
             OutboxEvent.objects.using(alias).filter(id=row.id, claimed_by=holder).update(
-                status=final, retry_count=attempt, last_error=message, claimed_by="", claim_expires_at=None,
-                next_retry_at=now + dt.timedelta(seconds=backoff_delay(attempt)),
+                status=status, retry_count=attempt, last_error=message, claimed_by="", claim_expires_at=None,
+                next_retry_at=now + dt.timedelta(seconds=retry.backoff_s(attempt)),
             )
-            if final == OutboxStatus.DEAD:
+            if status == OutboxStatus.DEAD:
                 report.dead += 1
                 metrics.inc("likes_outbox_dead_total", shard=alias)
-                logger.error("ALERT outbox row %s on %s is DEAD after %s attempts: %s", row.id, alias, attempt,
+                logger.error("ALERT outbox row %s on %s is DEAD (it can never be published): %s", row.id, alias,
                              message)
-            elif status == OutboxStatus.RETRY:
+                continue
+            if status == OutboxStatus.RETRY:
                 report.retry += 1
             else:
                 report.uncertain += 1
+            if retry.should_alert(attempt):
+                metrics.inc("likes_outbox_retry_alerts_total", shard=alias)
+                logger.error("ALERT outbox row %s on %s has failed to publish %s times: %s", row.id, alias, attempt,
+                             message)
+
+
+def _envelope_or_poison(row: ClaimedRow) -> tuple[dict | None, Exception | None]:
+    try:
+        envelope = event_envelope(row)
+        if not isinstance(envelope.get("aggregateKey"), str) or not envelope["aggregateKey"]:
+            raise Unpublishable("the payload names no aggregateKey: no stream partition can take it")
+        json.dumps(envelope, separators=(",", ":"))
+    except (TypeError, ValueError, Unpublishable) as exc:
+        return None, exc if isinstance(exc, Unpublishable) else Unpublishable(f"payload does not serialize: {exc}")
+    return envelope, None
 
 
 def outbox_publish_batch(*, alias: str, holder: str, limit: int | None = None) -> PublishReport:
@@ -156,7 +173,8 @@ def outbox_publish_batch(*, alias: str, holder: str, limit: int | None = None) -
 
     Outcomes (O4): OK -> SENT with the (stream, entry id) mapping (OUT-9); a definite failure
     (connection refused) -> RETRY; an ambiguous one (timeout, error after sending) -> UNCERTAIN,
-    retried, since consumers converge by version (OUT-6); past OUTBOX_MAX_ATTEMPTS -> DEAD + alert.
+    retried, since consumers converge by version (OUT-6). Both back off (capped at
+    LIKES_RETRY_MAX_BACKOFF_S) and never give up. A payload that can never be published -> DEAD + alert.
     A publish confirmation never means the consumers are done (OUT-8).
     """
     report = PublishReport(alias=alias)
@@ -164,21 +182,28 @@ def outbox_publish_batch(*, alias: str, holder: str, limit: int | None = None) -
     report.claimed = len(rows)
     if not rows:
         return report
+    publishable, envelopes = [], []
+    for row in rows:
+        envelope, poison = _envelope_or_poison(row)
+        if poison is not None:
+            _mark_failed(alias, holder, [row], OutboxStatus.DEAD, poison, report)
+            continue
+        publishable.append(row)
+        envelopes.append(envelope)
+    if not publishable:
+        return report
     try:
-        positions = streams.publish_pipeline([event_envelope(r) for r in rows])
-    except RedisTimeoutError as exc:
-        _mark_failed(alias, holder, rows, OutboxStatus.UNCERTAIN, exc, report)
-        return report
+        positions = streams.publish_pipeline(envelopes)
     except RedisConnectionError as exc:
-        _mark_failed(alias, holder, rows, OutboxStatus.RETRY, exc, report)
+        _mark_failed(alias, holder, publishable, OutboxStatus.RETRY, exc, report)
         return report
-    except RedisError as exc:
-        _mark_failed(alias, holder, rows, OutboxStatus.UNCERTAIN, exc, report)
+    except (RedisTimeoutError, RedisError) as exc:
+        _mark_failed(alias, holder, publishable, OutboxStatus.UNCERTAIN, exc, report)
         return report
-    _mark_sent(alias, holder, rows, positions)
-    report.sent = len(rows)
-    report.partitions = {int(k.rsplit("{", 1)[1].rstrip("}")) for k, _ in positions}
-    metrics.inc("likes_outbox_published_total", len(rows), shard=alias)
+    _mark_sent(alias, holder, publishable, positions)
+    report.sent = len(publishable)
+    report.partitions = {streams.partition_of(k) for k, _ in positions}
+    metrics.inc("likes_outbox_published_total", len(publishable), shard=alias)
     return report
 
 
@@ -190,51 +215,77 @@ class LostTailReport:
     lost_partitions: set[int] = field(default_factory=set)
 
 
-def _min_checkpoints() -> dict[int, tuple[int, int]]:
-    """Per partition, the lowest checkpoint over all consumers ((0, 0) when none exists)."""
-    lows: dict[int, tuple[int, int]] = {}
-    for partition, last_done in ConsumerCheckpoint.objects.values_list("partition", "last_done_id"):
-        key = streams.entry_id_key(last_done)
-        lows[partition] = min(lows.get(partition, key), key)
-    return lows
+def _lowest_checkpoints() -> dict[int, tuple[int, int]]:
+    """Per partition, the lowest checkpoint over every consumer (see `lowest_by_partition`)."""
+    return {p: streams.entry_id_key(last) for p, last in lowest_by_partition().items()}
+
+
+def _just_below(key: tuple[int, int]) -> tuple[int, int]:
+    """The greatest entry id below `key` that Redis can generate (a sequence never reaches 10**12 within
+    one millisecond), short enough for the watermark's column."""
+    ms, seq = key
+    return (ms, seq - 1) if seq else (ms - 1, 10**12 - 1)
 
 
 def outbox_republish_lost(*, alias: str, older_than_s: int | None = None, limit: int = 5000) -> LostTailReport:
     """Find SENT events the log lost (O5) and send them again.
 
-    A SENT row is unconsumed when its entry id is above the lowest consumer checkpoint of its
-    partition; if it is also older than the threshold and its entry is no longer in the stream (a
-    flush, a failover that lost the tail), it is set back to RETRY and republished. Consumers absorb
-    the duplicates by receipt and version.
+    Looked at: SENT rows of this shard above the partition's lost-tail watermark (the lowest consumer
+    checkpoint when this check last ran, so a flush whose new entries the consumers have already
+    passed is still found, issue 9 §3) and at least `older_than_s` old. A row whose entry the stream no
+    longer holds is set back to RETRY and republished; consumers absorb the duplicates by receipt and
+    version. Each partition's candidate range is read from the stream once. Afterwards the watermark
+    moves to the lowest checkpoint now, but never above a row that was too young to be checked.
     """
+    from likes_project.eventlog.models import LostTailWatermark
+
     report = LostTailReport(alias=alias)
     cutoff = timezone.now() - dt.timedelta(seconds=settings.OUTBOX_REPUBLISH_AFTER_S if older_than_s is None
                                            else older_than_s)
-    lows = _min_checkpoints()
+    lows_now = _lowest_checkpoints()  # read before the stream: the next watermark
+    marks = dict(LostTailWatermark.objects.filter(shard=alias).values_list("partition", "checked_above"))
+    # A partition never checked starts at the lowest checkpoint (entries below it may be trimmed).
+    marks = {p: marks.get(p, "{}-{}".format(*lows_now[p])) for p in streams.all_partitions()}
     lost_ids: list[int] = []
+    next_marks: dict[int, tuple[int, int]] = {}
     for partition in streams.all_partitions():
-        low_ms, low_seq = lows.get(partition, (0, 0))
-        candidates = list(
+        above = streams.entry_id_key(marks[partition])
+        rows = list(
             OutboxEvent.objects.using(alias)
-            .filter(status=OutboxStatus.SENT, stream_partition=partition, stream_entry_ms__gte=low_ms,
-                    published_at__lte=cutoff)
+            .filter(status=OutboxStatus.SENT, stream_partition=partition, stream_entry_ms__gte=above[0])
             .order_by("stream_entry_ms", "stream_entry_seq")
-            .values_list("id", "stream_entry_id", "stream_entry_ms", "stream_entry_seq")[:limit]
+            .values_list("id", "stream_entry_id", "stream_entry_ms", "stream_entry_seq", "published_at")[:limit]
         )
-        candidates = [c for c in candidates if (c[2], c[3]) > (low_ms, low_seq)]
+        rows = [r for r in rows if (r[2], r[3]) > above]
+        candidates = [r[:4] for r in rows if r[4] <= cutoff]
+        # The next watermark: the lowest checkpoint now, but never past a row not checked this time (one
+        # too young, or beyond this run's limit).
+        ceiling = lows_now[partition]
+        young = [(r[2], r[3]) for r in rows if r[4] > cutoff]
+        if young:
+            ceiling = min(ceiling, _just_below(min(young)))
+        if len(rows) >= limit:
+            ceiling = min(ceiling, (rows[-1][2], rows[-1][3]))
+        next_marks[partition] = max(above, ceiling)
         report.checked += len(candidates)
         if not candidates:
             continue
         last = streams.entry_id_key(streams.last_generated_id(partition))
+        held = streams.entry_ids_between(partition, candidates[0][1], candidates[-1][1])
         for row_id, entry_id, ms, seq in candidates:
-            if (ms, seq) > last or not streams.entry_exists(partition, entry_id):
+            if (ms, seq) > last or entry_id not in held:
                 lost_ids.append(row_id)
                 report.lost_partitions.add(partition)
-    if lost_ids:
-        with transaction.atomic(using=alias, durable=True):
+    with transaction.atomic(using=alias, durable=True):
+        if lost_ids:
             report.republished = OutboxEvent.objects.using(alias).filter(
                 id__in=lost_ids, status=OutboxStatus.SENT
             ).update(status=OutboxStatus.RETRY, next_retry_at=timezone.now(), last_error="lost from stream")
+    # After the republish committed: a crash before this line only repeats the check.
+    for partition, (ms, seq) in next_marks.items():
+        LostTailWatermark.objects.update_or_create(shard=alias, partition=partition,
+                                                   defaults={"checked_above": f"{ms}-{seq}"})
+    if lost_ids:
         metrics.inc("likes_outbox_republished_total", report.republished, shard=alias)
         logger.warning("republishing %s events lost from partitions %s (shard %s)", report.republished,
                        sorted(report.lost_partitions), alias)
@@ -245,7 +296,7 @@ def outbox_archive_batch(*, alias: str, chunk: int = 1000) -> int:
     """Move one chunk of published rows past the retention window, and already consumed by every
     consumer, into OutboxArchive (OUT-7). Returns how many moved."""
     cutoff = timezone.now() - dt.timedelta(hours=settings.OUTBOX_RETENTION_HOURS)
-    lows = _min_checkpoints()
+    lows = _lowest_checkpoints()
     ids: list[int] = []
     for partition in streams.all_partitions():
         low_ms, low_seq = lows.get(partition, (0, 0))
@@ -271,3 +322,33 @@ def outbox_archive_batch(*, alias: str, chunk: int = 1000) -> int:
         )
         OutboxEvent.objects.using(alias).filter(id__in=[r.id for r in rows]).delete()
     return len(rows)
+
+
+OUTBOX_REQUEUE_PERMISSION = "relations.requeue_outbox"
+
+
+def outbox_dead_requeue(*, alias: str, actor: Actor, ids: list[int] | None = None, limit: int = 1000,
+                        reason: str = "") -> list[int]:
+    """DEAD -> RETRY (due now, attempts reset) for the given ids on shard `alias`, or for up to `limit`
+    of its DEAD rows (oldest first). The publisher then sends them; consumers absorb a duplicate by
+    version, so a requeue is always safe. Returns the ids requeued.
+
+    Transaction: the update on `alias` inside the audit record's transaction on `default` (the shard
+    commits first; an audit failure after it is logged by the caller's error, the rows are requeued)."""
+    if alias not in settings.RELATION_SHARD_ALIASES:
+        raise InvalidInput(f"Unknown shard {alias!r}; one of {', '.join(settings.RELATION_SHARD_ALIASES)}.",
+                           code="unknown_shard")
+    with transaction.atomic(using="default", durable=True), transaction.atomic(using=alias, durable=True):
+        rows = OutboxEvent.objects.using(alias).select_for_update().filter(status=OutboxStatus.DEAD).order_by("id")
+        if ids is not None:
+            rows = rows.filter(id__in=ids)
+        picked = list(rows.values_list("id", flat=True)[:limit])
+        OutboxEvent.objects.using(alias).filter(id__in=picked).update(
+            status=OutboxStatus.RETRY, retry_count=0, next_retry_at=timezone.now(), claimed_by="",
+            claim_expires_at=None)
+        audit_record(actor=actor, action="outbox.requeue", target_type="outbox", target_id=alias,
+                     params={"ids": picked, "asked": None if ids is None else sorted(ids)[:1000],
+                             "reason": reason.strip()[:512]})
+    if picked:
+        metrics.inc("likes_outbox_requeued_total", len(picked), shard=alias)
+    return picked

@@ -17,11 +17,12 @@ from redis.exceptions import RedisError
 from likes_project import metrics
 from likes_project.audit.services import system_actor
 from likes_project.eventlog.consumer import ApplyResult, Retryable
+from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
 from likes_project.generations import LIVE, GenerationStatus, RebuildRunning
 from relations import cache, routing
 from relations.events import validate_event
-from relations.models import LikeRelation, LikeRelationCacheProjection, RelationCacheGeneration
+from relations.models import LikeRelation, LikeRelationCacheProjection, RelationCacheGeneration, RelationState
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class RelationCacheProjector:
             except (DatabaseError, RedisError) as exc:
                 # Redis or the shard is down: the floor keeps what it committed; the replay rewrites
                 # Redis from it (RCACHE-8). Never "done" without the Redis write.
-                result.failed.update({e.entry_id: Retryable(str(exc)) for e in group})
+                result.failed.update({e.entry_id: retryable_from(exc) for e in group})
                 continue
             result.done |= {e.entry_id for e in group}
             result.applied += len(group)
@@ -152,23 +153,74 @@ class RelationCacheProjector:
 # --- reader repair hints (RCACHE-4 step 5-6, RCACHE-6) ------------------------------------------
 
 
+def _facts_get(alias: str, user_id: int, video_ids: list[str]) -> dict[str, tuple[str, int]]:
+    """The user's relation facts for these videos, read from the shard primary (a repair never reads a replica)."""
+    return {v: (s, ver) for v, s, ver in LikeRelation.objects.using(alias)
+            .filter(user_id=user_id, video_id__in=video_ids).values_list("video_id", "state", "relation_version")}
+
+
+def _facts_to_cache(alias: str, generation: int, user_id: int, found: dict[str, tuple[str, int]]) -> int:
+    if not found:
+        return 0
+    floors = floors_advance(alias=alias, generations=[generation],
+                            facts=[(user_id, v, s, ver) for v, (s, ver) in found.items()])
+    floors_to_redis(floors)
+    return len(floors)
+
+
 def relation_cache_repair(*, user_id: int, video_ids: list[str]) -> int:
-    """Regenerate cache entries from the durable floor of the ACTIVE generation, first advancing the
-    floor from the relation facts (a reader saw a miss). Never writes a value lower than the floor, so
-    a stale hint is harmless (RCACHE-5). Videos the user never acted on get an explicit UNLIKED v0."""
+    """Regenerate cache entries of the ACTIVE generation for a reader's misses. A relation with a fact
+    goes through the durable floor (advanced from the fact, then Redis from the floor), so a stale hint
+    is harmless (RCACHE-5). A relation with no fact gets an explicit UNLIKED v0 entry in Redis only,
+    never a durable floor row: a feed of random ids must not grow the floor table forever, and a floor
+    at v0 would reject nothing anyway.
+
+    Why the v0 entry can never shadow a later like: it is written first and the facts are read again
+    after it. A like that committed before that second read is seen by it and written through the floor
+    (v1 or above replaces v0 in the script); one that commits after it is projected after the v0 write,
+    and the script lets its higher version in. Either way the like's value lands after the v0 entry.
+    Returns the entries written (refusals by the script included)."""
     active = RelationCacheGeneration.objects.filter(status=GenerationStatus.ACTIVE).first()
     if active is None or not video_ids:
         return 0
+    g = active.generation
     alias = routing.alias_for_user(user_id)
-    found = dict(
-        ((v, (s, ver)) for v, s, ver in LikeRelation.objects.using(alias)
-         .filter(user_id=user_id, video_id__in=video_ids).values_list("video_id", "state", "relation_version"))
-    )
-    facts = [(user_id, v, *found.get(v, ("UNLIKED", 0))) for v in sorted(set(video_ids))]
-    floors = floors_advance(alias=alias, generations=[active.generation], facts=facts)
-    floors_to_redis(floors)
-    metrics.inc("likes_relcache_repairs_total", len(floors))
-    return len(floors)
+    wanted = sorted(set(video_ids))
+    found = _facts_get(alias, user_id, wanted)
+    written = _facts_to_cache(alias, g, user_id, found)
+    absent = [v for v in wanted if v not in found]
+    if absent:
+        cache.relation_cache_write(g, [(user_id, v, RelationState.UNLIKED.value, 0) for v in absent])
+        late = _facts_get(alias, user_id, absent)  # after the v0 write: see the ordering argument above
+        if late:
+            metrics.inc("likes_relcache_negative_overtaken_total", len(late))
+        written += len(absent) - len(late) + _facts_to_cache(alias, g, user_id, late)
+    metrics.inc("likes_relcache_repairs_total", written)
+    return written
+
+
+REPAIR_TAKE = 200  # hinted ids repaired per round (one facts query, one floor transaction)
+REPAIR_ROUNDS = 5
+
+
+def relation_cache_repair_hinted(*, user_id: int) -> int:
+    """Repair what readers hinted for this user (`relations.cache.relation_hints_add`): take the ids
+    out of the user's hint set and repair them, round after round until the set is empty. After the
+    last round with a set still not empty it sends itself again, because readers only send a message
+    when they find the set empty.
+
+    Idempotency: a duplicate message finds the set empty (or repairs what is there): harmless."""
+    from likes_project.nudge import nudge
+
+    repaired = 0
+    for _ in range(REPAIR_ROUNDS):
+        taken = cache.relation_hints_take(user_id, REPAIR_TAKE)
+        if taken:
+            repaired += relation_cache_repair(user_id=user_id, video_ids=taken)
+        if len(taken) < REPAIR_TAKE:
+            return repaired
+    nudge("relations.relcache_repair", user_id, debounce_s=0.0)
+    return repaired
 
 
 # --- loss detection (RCACHE-7) ------------------------------------------------------------------

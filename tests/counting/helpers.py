@@ -62,11 +62,25 @@ def project_everything() -> None:
 
 
 def project_all(**kw) -> list:
+    """One pass over every partition now (a partition backing off after a failure is retried at once)."""
+    kw.setdefault("ignore_backoff", True)
     return [consume_partition(CountProjector(), partition=p, **kw) for p in streams.all_partitions()]
 
 
 def project_reverse(**kw) -> list:
+    kw.setdefault("ignore_backoff", True)
     return [consume_partition(ReverseIndexProjector(), partition=p, **kw) for p in streams.all_partitions()]
+
+
+def consume_everything() -> None:
+    """One pass of every consumer of the event log (count, reverse index, relation cache) over every
+    partition: what trimming, archiving and the lost-tail check wait for."""
+    from relations.services.relation_cache import RelationCacheProjector
+
+    project_all()
+    project_reverse()
+    for p in streams.all_partitions():
+        consume_partition(RelationCacheProjector(), partition=p, ignore_backoff=True)
 
 
 def drain() -> None:

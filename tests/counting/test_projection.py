@@ -10,6 +10,7 @@ import uuid
 import pytest
 from django.conf import settings
 from django.db import OperationalError
+from django.utils import timezone
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -230,7 +231,7 @@ def test_t9_counter_example_crash_before_commit_replays_normally(make_user, vide
     assert first.applied == 0 and first.advanced_to is None
     assert bucket_sum(video.video_id) == 0
     monkeypatch.setattr(projection, "_apply_group", real)
-    second = consume_partition(CountProjector(), partition=p)
+    second = consume_partition(CountProjector(), partition=p, ignore_backoff=True)
     assert second.applied == 1
     assert bucket_sum(video.video_id) == 1
 
@@ -279,7 +280,8 @@ def test_t10_only_some_groups_commit_then_the_replay_completes_the_rest(make_use
     assert bucket_sum(video.video_id) == len(by_alias[settings.COUNT_PARTITION_ALIASES[0]])
 
     monkeypatch.setattr(projection, "_apply_group", real)
-    second = consume_partition(CountProjector(), partition=p)
+    assert consume_partition(CountProjector(), partition=p).status == "backoff"  # until its retry is due
+    second = consume_partition(CountProjector(), partition=p, ignore_backoff=True)
     assert second.applied == len(by_alias[failing])
     assert second.duplicates >= 1  # committed groups are absorbed by their receipts
     assert bucket_sum(video.video_id) == liked_facts(video.video_id) == len(users)
@@ -339,17 +341,26 @@ def test_a_poison_event_is_quarantined_and_the_partition_keeps_moving(make_user,
     assert DeadLetter.objects.filter(consumer="count").count() == 2
 
 
-def test_a_retryable_failure_is_retried_then_quarantined_after_max_attempts(make_user, video, monkeypatch):
+def test_an_infrastructure_failure_is_retried_for_as_long_as_it_takes_and_never_dead_lettered(
+        make_user, video, monkeypatch, settings):
+    settings.LIKES_RETRY_ALERT_AFTER = 3
     user = make_user()
     p = like_published(user, video.video_id)
+    real = projection._apply_group
     monkeypatch.setattr(projection, "_apply_group", lambda *a, **k: (_ for _ in ()).throw(OperationalError("x")))
-    for attempt in range(1, 3):
-        report = consume_partition(CountProjector(), partition=p, max_attempts=3)
-        assert report.dead_lettered == 0
-        assert ConsumerCheckpoint.objects.get(consumer="count", partition=p).blocked_attempts == attempt
-    report = consume_partition(CountProjector(), partition=p, max_attempts=3)
-    assert report.dead_lettered == 1
-    assert DeadLetter.objects.get(consumer="count").attempts == 3
+    for attempt in range(1, 16):  # far past the old five-attempt quarantine
+        report = consume_partition(CountProjector(), partition=p, ignore_backoff=True)
+        assert (report.dead_lettered, report.held_back) == (0, 1)
+        cp = ConsumerCheckpoint.objects.get(consumer="count", partition=p)
+        assert (cp.blocked_attempts, cp.blocked_reason, cp.last_done_id) == (attempt, "db_unavailable", "0-0")
+        assert cp.retry_at > timezone.now()
+    assert consume_partition(CountProjector(), partition=p).status == "backoff"  # it waits out its backoff
+    assert not DeadLetter.objects.exists()
+    monkeypatch.setattr(projection, "_apply_group", real)  # the partition is back
+    report = consume_partition(CountProjector(), partition=p, ignore_backoff=True)
+    assert report.applied == 1 and bucket_sum(video.video_id) == 1
+    cp = ConsumerCheckpoint.objects.get(consumer="count", partition=p)
+    assert (cp.blocked_attempts, cp.blocked_entry_id, cp.retry_at) == (0, "", None)
 
 
 def test_a_paused_old_lease_holder_is_fenced_out(make_user, video):
@@ -409,7 +420,7 @@ def test_route_epoch_mismatch_never_advances_the_checkpoint(make_user, video):
     assert report.applied == 0 and report.advanced_to is None
     assert bucket_sum(video.video_id) == 0
     CountRouteFence.objects.using(alias).filter(virtual_bucket=vb).update(state="ACTIVE")
-    assert consume_partition(CountProjector(), partition=p).applied == 1
+    assert consume_partition(CountProjector(), partition=p, ignore_backoff=True).applied == 1
 
 
 # --- convergence property ------------------------------------------------------------------------

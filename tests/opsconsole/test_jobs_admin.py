@@ -5,15 +5,14 @@ slice on the workers."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.test import Client
 
 from likes_project.audit.models import AuditRecord
 from likes_project.opsjobs.models import OpsJob
 from likes_project.opsjobs.tasks import run_job_task
 from relations.models import AccountStatus, RelationCacheGeneration
 from relations.services.commands import relation_set_state
+from tests.factories import staff_client
 from tests.relations.helpers import relation_row
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -21,10 +20,7 @@ pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 @pytest.fixture
 def staff():
-    user = get_user_model().objects.create_user("jobs-staff", password="pw", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return user, client
+    return staff_client("jobs-staff")
 
 
 def grant(user, *codenames: str) -> None:

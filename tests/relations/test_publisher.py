@@ -18,7 +18,7 @@ from likes_project.redis_client import stream_redis
 from relations import routing
 from relations.models import OutboxArchive, OutboxEvent
 from relations.services import commands, outbox
-from tests.counting.helpers import bucket_sum, drain, liked_facts, project_all, publish_all
+from tests.counting.helpers import bucket_sum, consume_everything, drain, liked_facts, project_all, publish_all
 from tests.factories import put_like
 from tests.relations.helpers import cmd as like
 
@@ -128,26 +128,43 @@ def test_a_publish_timeout_is_uncertain_then_retried(make_user, video, monkeypat
     assert rows(alias)[0].status == "SENT"
 
 
-def test_a_refused_connection_is_retry_and_too_many_attempts_is_dead(make_user, video, monkeypatch, settings):
-    settings.OUTBOX_MAX_ATTEMPTS = 3
+def test_a_refused_connection_is_retried_forever_and_never_dead(make_user, video, monkeypatch):
     user = make_user()
     like(user, video.video_id)
     alias = routing.alias_for_user(user.pk)
+    real = streams.publish_pipeline
     monkeypatch.setattr(streams, "publish_pipeline", lambda e: (_ for _ in ()).throw(RedisConnectionError("no")))
     statuses = []
-    for _ in range(3):
+    for _ in range(15):  # far past the old ten-attempt limit
         OutboxEvent.objects.using(alias).update(next_retry_at=timezone.now())
         outbox.outbox_publish_batch(alias=alias, holder="p")
         statuses.append(rows(alias)[0].status)
-    assert statuses == ["RETRY", "RETRY", "DEAD"]
+    assert set(statuses) == {"RETRY"}
+    assert rows(alias)[0].next_retry_at <= timezone.now() + dt.timedelta(seconds=30)  # capped
     OutboxEvent.objects.using(alias).update(next_retry_at=timezone.now())
-    assert outbox.outbox_publish_batch(alias=alias, holder="p").claimed == 0  # DEAD is never retried
+    monkeypatch.setattr(streams, "publish_pipeline", real)  # the stream Redis is back
+    assert outbox.outbox_publish_batch(alias=alias, holder="p").sent == 1
+
+
+def test_only_a_payload_that_can_never_be_published_is_dead(make_user, make_video):
+    author, user = make_user(), make_user(shard="rel_00")
+    for i in range(2):
+        like(user, make_video(f"poison-{i}", author).video_id)
+    first, second = rows("rel_00")
+    OutboxEvent.objects.using("rel_00").filter(id=first.id).update(payload={"eventType": "LIKED"})  # no aggregateKey
+    report = outbox.outbox_publish_batch(alias="rel_00", holder="p")
+    assert (report.dead, report.sent) == (1, 1)  # the rest of the batch is published
+    by_id = {r.id: r for r in rows("rel_00")}
+    assert by_id[first.id].status == "DEAD" and "aggregateKey" in by_id[first.id].last_error
+    assert by_id[second.id].status == "SENT"
 
 
 def test_backoff_grows_with_jitter_and_a_cap():
-    first = [outbox.backoff_delay(1) for _ in range(50)]
-    assert all(1 <= d <= 1.5 for d in first) and len(set(first)) > 1
-    assert all(3600 <= outbox.backoff_delay(99) <= 5400 for _ in range(20))
+    from likes_project.eventlog import retry
+
+    first = [retry.backoff_s(1) for _ in range(50)]
+    assert all(0.25 <= d <= 0.5 for d in first) and len(set(first)) > 1
+    assert all(15 <= retry.backoff_s(99) <= 30 for _ in range(20))
 
 
 def test_an_expired_claim_returns_to_the_publishers(make_user, video):
@@ -164,7 +181,8 @@ def test_a_flushed_stream_is_detected_republished_and_counts_converge(make_user,
     users = [make_user() for _ in range(6)]
     for u in users[:3]:
         like(u, video.video_id)
-    drain()
+    publish_all()
+    consume_everything()
     assert bucket_sum(video.video_id) == 3
     for u in users[3:]:
         like(u, video.video_id)
@@ -215,6 +233,9 @@ def test_archive_moves_only_old_consumed_rows(make_user, video, settings):
     OutboxEvent.objects.using("rel_00").update(published_at=timezone.now() - dt.timedelta(hours=2))
     assert outbox.outbox_archive_batch(alias="rel_00") == 0  # old, but no consumer has read them yet
     project_all()
+    # issue 9 §3: consumers with no checkpoint row yet (reverse, relcache) have not read them either
+    assert outbox.outbox_archive_batch(alias="rel_00") == 0
+    consume_everything()
     assert outbox.outbox_archive_batch(alias="rel_00") == 3
     assert OutboxEvent.objects.using("rel_00").count() == 0
     assert OutboxArchive.objects.using("rel_00").count() == 3

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 
 def project_relcache():
-    return [consume_partition(RelationCacheProjector(), partition=p) for p in streams.all_partitions()]
+    return [consume_partition(RelationCacheProjector(), partition=p, ignore_backoff=True)
+            for p in streams.all_partitions()]
 
 
 def flush_cache_redis(settings):

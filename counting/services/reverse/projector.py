@@ -30,6 +30,7 @@ from counting import routing
 from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort, ReverseEventReceipt
 from counting.services import group_kit as kit
 from likes_project.eventlog.consumer import Retryable
+from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
 from relations.events import LIKED, UNLIKED, validate_event
 
@@ -251,7 +252,7 @@ class ReverseIndexProjector:
         try:
             generations = routing.reverse_live()
         except (DatabaseError, routing.ReverseContractInvalid) as exc:
-            outcome.failed = {e.entry_id: Retryable(str(exc)) for e in entries}
+            outcome.failed = {e.entry_id: retryable_from(exc) for e in entries}
             return kit.apply_result(entries, outcome)
         if not generations:
             outcome.failed = {e.entry_id: Retryable("no live reverse index generation") for e in entries}
@@ -263,6 +264,6 @@ class ReverseIndexProjector:
                 outcome.merge(_apply_group(alias, items, consumer=consumer, partition=partition, token=token))
             except (Retryable, DatabaseError) as exc:
                 logger.warning("reverse group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
-                error = exc if isinstance(exc, Retryable) else Retryable(str(exc))
+                error = retryable_from(exc)
                 outcome.failed.update({it.ref: error for it in items})
         return kit.apply_result(entries, outcome)

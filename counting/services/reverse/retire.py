@@ -22,16 +22,18 @@ class ReverseRetireReport:
 
 
 def reverse_index_retire_deleted(*, video_ids: list[str] | None = None, limit: int = 1000) -> ReverseRetireReport:
-    """Delete the reverse rows of these deleted videos (default: every video whose snapshot says
-    `deleted`) on every count partition, at most `limit`
-    rows per table per partition per batch of videos. A job, never a request.
+    """Delete the reverse rows of these deleted videos on every count partition, at most `limit` rows
+    per table per partition per batch of videos. The beat job passes its bounded batch of videos not
+    retired yet (`counting.services.retire`); without `video_ids`, every video whose snapshot says
+    `deleted` (an operator's full sweep). A job, never a request.
 
     Transaction: each chunk is one short autocommit statement per partition and table; the recent and sort
     rows go first, so a partly retired video never serves a liker whose state row is gone. Idempotency:
     deleting what is already gone deletes nothing; run again while `more` is true. The count vbuckets are
     left alone (the count endpoints already answer 404 for a deleted video). A late event for a deleted
-    video may re-create rows (the projector records versions whatever the status); the next run removes
-    them, and nothing serves them meanwhile (the likers endpoints 404 for a deleted video)."""
+    video may re-create rows (the projector records versions whatever the status); the caller keeps the
+    video pending until the projectors passed its fence, and nothing serves such rows meanwhile (the
+    likers endpoints 404 for a deleted video)."""
     report = ReverseRetireReport()
     limit = max(1, int(limit))
     ids = sorted(video_selectors.deleted_video_ids() if video_ids is None else video_ids)

@@ -1,0 +1,217 @@
+"""Fault injectors. Each one says what it did in one line, undoes itself, and refuses (DrillRefused)
+when injecting it here would hit more than the drill means to."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import redis
+from django.conf import settings
+from django.db import connections
+from psycopg import sql
+
+from likes_project.redis_client import cache_redis, stream_redis
+
+
+class DrillRefused(Exception):
+    """The drill cannot run here as asked; the message says why and what to do."""
+
+
+# --- a database that refuses connections -----------------------------------------------------------
+
+
+def _server(alias: str) -> tuple[str, str, str]:
+    cfg = connections[alias].settings_dict
+    return (cfg["HOST"] or "127.0.0.1", str(cfg["PORT"] or 5432), cfg["NAME"])
+
+
+@dataclass
+class DatabaseRefusal:
+    """`ALTER DATABASE ... ALLOW_CONNECTIONS false` and `pg_terminate_backend` of its sessions, through
+    the server's maintenance database `postgres` with the alias's own credentials; undone with
+    `ALLOW_CONNECTIONS true`. Needs the role to own the database (or be superuser)."""
+
+    alias: str
+    terminated: int = 0
+
+    def check(self) -> None:
+        if self.alias not in connections:
+            raise DrillRefused(f"no database alias {self.alias!r}")
+        mine = _server(self.alias)
+        shared = [a for a in connections if a != self.alias and _server(a) == mine]
+        if shared:
+            raise DrillRefused(f"{self.alias} is the same database as {', '.join(shared)} ({mine[2]}); refusing "
+                               f"its connections would take those down too")
+
+    @property
+    def database(self) -> str:
+        return _server(self.alias)[2]
+
+    def _maintenance(self):
+        cfg = connections[self.alias].settings_dict
+        try:
+            return psycopg.connect(host=cfg["HOST"] or "127.0.0.1", port=cfg["PORT"] or 5432, user=cfg["USER"],
+                                   password=cfg.get("PASSWORD") or None, dbname="postgres", autocommit=True,
+                                   connect_timeout=5)
+        except psycopg.Error as exc:
+            raise DrillRefused(f"cannot reach the maintenance database `postgres` of {self.alias}: {exc}") from exc
+
+    def _allow(self, allowed: bool) -> None:
+        with self._maintenance() as conn:
+            conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(self.database), sql.SQL("true" if allowed else "false")))
+
+    def begin(self) -> str:
+        try:
+            self._allow(False)
+        except psycopg.Error as exc:
+            raise DrillRefused(f"cannot refuse connections to {self.database} ({self.alias}): {exc}") from exc
+        with self._maintenance() as conn:
+            rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE datname = %s AND pid <> pg_backend_pid()", [self.database]).fetchall()
+        self.terminated = sum(1 for (ok,) in rows if ok)
+        connections[self.alias].close()  # this process's own session was one of them
+        return (f"ALTER DATABASE {self.database} ALLOW_CONNECTIONS false ({self.alias}); "
+                f"{self.terminated} sessions terminated")
+
+    def refusing(self) -> bool:
+        """True when a new connection to the database is refused right now."""
+        cfg = connections[self.alias].settings_dict
+        try:
+            psycopg.connect(host=cfg["HOST"] or "127.0.0.1", port=cfg["PORT"] or 5432, user=cfg["USER"],
+                            password=cfg.get("PASSWORD") or None, dbname=self.database, connect_timeout=5).close()
+        except psycopg.OperationalError:
+            return True
+        return False
+
+    def end(self) -> str:
+        self._allow(True)
+        return f"ALTER DATABASE {self.database} ALLOW_CONNECTIONS true ({self.alias})"
+
+
+def databases_restore() -> list[str]:
+    """ALLOW_CONNECTIONS true on every shard and partition (after a drill that was itself killed)."""
+    done = []
+    for alias in [*settings.RELATION_SHARD_ALIASES, *settings.COUNT_PARTITION_ALIASES]:
+        DatabaseRefusal(alias).end()
+        done.append(alias)
+    return done
+
+
+# --- Redis roles ----------------------------------------------------------------------------------
+
+
+def _redis_place(url: str) -> tuple[str, int, int]:
+    parts = urlsplit(url)
+    db = int((parts.path or "/0").lstrip("/") or 0)
+    return (parts.hostname or "127.0.0.1", parts.port or 6379, db)
+
+
+def _run_id(client: redis.Redis) -> str | None:
+    try:
+        return str(client.info("server").get("run_id"))
+    except redis.RedisError:
+        return None
+
+
+def redis_roles_sharing(url: str) -> dict[str, str]:
+    """Other Redis roles on the same server as `url`: role -> "same database" | "same server"."""
+    host, port, db = _redis_place(url)
+    mine = redis.Redis.from_url(url, socket_timeout=2)
+    out = {}
+    for role, other in (("cache", settings.REDIS_URL), ("event log", settings.REDIS_STREAMS_URL),
+                        ("Celery broker", settings.CELERY_BROKER_URL)):
+        if other == url:
+            out[role] = "same database"
+            continue
+        o_host, o_port, o_db = _redis_place(other)
+        same_server = (o_host, o_port) == (host, port) or (
+            _run_id(mine) is not None and _run_id(mine) == _run_id(redis.Redis.from_url(other, socket_timeout=2)))
+        if same_server:
+            out[role] = "same database" if o_db == db else "same server"
+    return out
+
+
+def eventlog_flush() -> str:
+    """FLUSHDB on the event log's database; says which other roles lived there too."""
+    url = settings.REDIS_STREAMS_URL
+    others = {r: w for r, w in redis_roles_sharing(url).items() if r != "event log" and w == "same database"}
+    stream_redis().flushdb()
+    host, port, db = _redis_place(url)
+    also = f" (also flushed: {', '.join(others)}, same database)" if others else ""
+    return f"FLUSHDB on the event-log Redis {host}:{port}/{db}{also}"
+
+
+@dataclass
+class CachePause:
+    """A deployment's cache outage: `CLIENT PAUSE <ms> ALL` on the cache Redis (every command of every
+    client waits, so the app's 0.5 s socket timeouts fire as if the server were gone), then FLUSHDB on
+    the cache database once the pause ends (it comes back empty). Refused when the event log or the
+    broker share the cache's server: a pause would stop them too, which is a different drill."""
+
+    seconds: float
+
+    def check(self) -> None:
+        shared = {r: w for r, w in redis_roles_sharing(settings.REDIS_URL).items() if r != "cache"}
+        if shared:
+            raise DrillRefused(
+                "cache-redis-down pauses the cache Redis server, but " + ", ".join(f"the {r} ({w})" for r, w in
+                                                                                 shared.items())
+                + " live on it too, so the pause would stop them as well; point REDIS_URL at a Redis server of "
+                  "its own to run this drill")
+
+    def _client(self) -> redis.Redis:
+        # Longer than the pause: FLUSHDB below waits for the pause to end.
+        return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=self.seconds + 30)
+
+    def begin(self) -> str:
+        self._client().execute_command("CLIENT", "PAUSE", int(self.seconds * 1000), "ALL")
+        host, port, _db = _redis_place(settings.REDIS_URL)
+        return f"CLIENT PAUSE {int(self.seconds * 1000)} ALL on the cache Redis {host}:{port}"
+
+    def down(self) -> bool:
+        try:
+            cache_redis().ping()
+        except redis.RedisError:
+            return True
+        return False
+
+    def end(self) -> str:
+        self._client().flushdb()  # queued behind the pause: runs when it ends
+        host, port, db = _redis_place(settings.REDIS_URL)
+        return f"pause over; FLUSHDB on the cache database {host}:{port}/{db} (back empty)"
+
+
+# --- local Celery workers ---------------------------------------------------------------------------
+
+
+def celery_worker_pids() -> list[int]:
+    """Local processes running `celery ... worker` (main processes and their pool children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if any(w.endswith("celery") or w == "celery" for w in words[:3]) and "worker" in words:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def pids_kill(pids: list[int]) -> list[int]:
+    killed = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed

@@ -1,0 +1,229 @@
+"""The five drills (issue 9 §5): what each injects, how answers are judged while it holds, and what
+the fault must not have caused. The run itself (population, traffic, sampling, healing, verdict) is
+`opsconsole.drills.runner`, the same for every drill."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from opsconsole.drills.api import Answer
+from opsconsole.drills.checks import leases_held
+from opsconsole.drills.faults import DatabaseRefusal, DrillRefused, eventlog_flush
+from opsconsole.drills.population import DrillUser
+from opsconsole.drills.stage import CacheOutage, Stage
+from opsconsole.drills.traffic import PhaseTally, Rule, Traffic, strict
+
+READ_KINDS = ("like-relation", "batch-query", "like-count")
+
+
+@dataclass
+class Context:
+    stage: Stage
+    fault_s: float
+    alias: str | None = None
+    notes: list[str] = field(default_factory=list)
+    traffic: Traffic | None = None
+
+
+class Drill:
+    name = ""
+    summary = ""
+    default_fault_s = 20.0
+    pause_at_switch = False  # stop commands for the instant of injecting/undoing (rules differ across it)
+    commands_succeed_while = ""  # set: every command must answer 200 while the fault holds ("<the fault>")
+
+    def prepare(self, ctx: Context) -> None:
+        """Refuse (DrillRefused) before anything is created when the drill cannot run here."""
+
+    def inject(self, ctx: Context) -> str:
+        raise NotImplementedError  # every drill injects something
+
+    def in_effect(self, ctx: Context) -> bool | None:
+        """Whether the fault holds right now (None: not observable)."""
+        return None
+
+    def recover(self, ctx: Context) -> str:
+        raise NotImplementedError  # every drill undoes what it injected
+
+    def rule(self, ctx: Context) -> Rule:
+        """How answers are judged while the fault holds (strict: everything 200)."""
+        return strict
+
+    def judge(self, ctx: Context, fault: PhaseTally) -> list[str]:
+        """Failures of the behaviour during the fault beyond the per-answer rule."""
+        if sum(fault.commands.values()) == 0:
+            return ["no command was sent while the fault held"]
+        failed = {k: v for k, v in fault.commands.items() if k != "200"}
+        if self.commands_succeed_while and failed:
+            return [f"commands failed while {self.commands_succeed_while}: {failed}"]
+        return []
+
+
+class DatabaseDown(Drill):
+    """A database alias of `aliases()` refuses connections (ALLOW_CONNECTIONS false, backends ended)."""
+
+    kind = ""
+
+    def aliases(self) -> list[str]:
+        raise NotImplementedError  # each names the aliases it may take down
+
+    def prepare(self, ctx):
+        known = self.aliases()
+        ctx.alias = ctx.alias or known[-1]
+        if ctx.alias not in known:
+            raise DrillRefused(f"{ctx.alias!r} is not a {self.kind} ({', '.join(known)})")
+        self.fault = DatabaseRefusal(ctx.alias)
+        self.fault.check()
+
+    def inject(self, ctx):
+        return self.fault.begin()
+
+    def in_effect(self, ctx):
+        return self.fault.refusing()
+
+    def recover(self, ctx):
+        return self.fault.end()
+
+
+class CountPartitionDown(DatabaseDown):
+    name = "count-partition-down"
+    summary = "a count partition refuses connections; commands keep succeeding; projections catch up exactly"
+    commands_succeed_while = "a count partition was down"
+    kind = "count partition"
+
+    def aliases(self):
+        return list(settings.COUNT_PARTITION_ALIASES)
+
+
+class RelationShardDown(DatabaseDown):
+    name = "relation-shard-down"
+    summary = "a relation shard refuses connections; its users get 503 envelopes, others are unaffected"
+    pause_at_switch = True
+    kind = "relation shard"
+
+    def aliases(self):
+        return list(settings.RELATION_SHARD_ALIASES)
+
+    def rule(self, ctx) -> Rule:
+        def judged(kind: str, user: DrillUser, answer: Answer) -> str | None:
+            if user.shard != ctx.alias:
+                return strict(kind, user, answer)
+            if answer.status == 503 and answer.is_envelope:
+                return None
+            return f"{kind} on the downed shard answered {answer.status} {answer.code or '(no envelope)'}, not 503"
+        return judged
+
+    def judge(self, ctx, fault):
+        failures = super().judge(ctx, fault)
+        if not any(k.startswith("503") for k in fault.commands):
+            failures.append("no command of the downed shard's users was answered 503 during the fault")
+        if fault.commands.get("200", 0) == 0:
+            failures.append("no command of the other shard's users succeeded during the fault")
+        return failures
+
+
+class EventlogFlush(Drill):
+    name = "eventlog-flush"
+    summary = "the event-log Redis is flushed mid-stream; everything converges exactly"
+    commands_succeed_while = "the event log was flushed"
+    default_fault_s = 10.0
+
+    def inject(self, ctx):
+        from likes_project.audit.services import system_actor
+        from likes_project.eventlog.consumer import CONSUMERS
+        from likes_project.eventlog.services import consumer_switch_set
+        from opsconsole.drills.checks import backlog_sample
+        from opsconsole.drills.runner import wait_until
+
+        # Mid-stream, with a backlog for certain: the consumers are paused (audited, as the drill) while
+        # commands keep flowing, so published entries wait unconsumed; then the flush takes them, and the
+        # consumers are resumed at once. Only the lost-tail republisher can bring those events back.
+        actor = system_actor("drill")
+        since = ctx.traffic.last_seq()
+        for consumer in sorted(CONSUMERS):
+            consumer_switch_set(consumer=consumer, paused=True, actor=actor,
+                                reason="drill eventlog-flush: hold a backlog for the flush to take")
+        try:
+            def backlog_built():
+                sample = backlog_sample()
+                return sample if min((n or 0) for n in sample.consumer_lag.values()) >= 20 else None
+
+            sample = wait_until(backlog_built, timeout_s=15) or backlog_sample()
+            flushed = eventlog_flush()
+            # The pairs whose last command went into the lost backlog get no further command, so their
+            # end state rests on the lost events alone (a later command would paper over the loss).
+            frozen = ctx.traffic.freeze_acked_after(since)
+        finally:
+            for consumer in sorted(CONSUMERS):
+                consumer_switch_set(consumer=consumer, paused=False, actor=actor, reason="drill eventlog-flush: resume")
+        return (f"{flushed} while the consumers were paused; unconsumed entries it took, by consumer: "
+                f"{sample.consumer_lag}; {frozen} pairs whose last command was among them get no further command")
+
+    def recover(self, ctx):
+        return "nothing to undo: what the flush took, the pipeline must find and send again by itself"
+
+
+class WorkerKill(Drill):
+    name = "worker-kill"
+    summary = "the Celery workers are SIGKILLed mid-batch and restarted; exact convergence"
+    commands_succeed_while = "the workers were dead"
+    default_fault_s = 5.0
+
+    def prepare(self, ctx):
+        ctx.stage.workers_check()
+
+    def inject(self, ctx):
+        from opsconsole.drills.runner import wait_until
+
+        # Mid-batch: wait (bounded) until a publisher or consumer pass holds its lease, then kill at once.
+        held = wait_until(leases_held, timeout_s=30) or []
+        killed = ctx.stage.workers_kill()
+        return f"{killed}; leases held at the kill: {', '.join(held) if held else 'none seen'}"
+
+    def recover(self, ctx):
+        restarted = ctx.stage.workers_restart(timeout_s=60)
+        if restarted is None:
+            ctx.notes.append("no new worker process appeared within 60 s of the kill")
+            return "no worker came back within 60 s (is a process supervisor running them?)"
+        return restarted
+
+
+class CacheRedisDown(Drill):
+    name = "cache-redis-down"
+    summary = "the cache Redis is down, then back empty: reads degrade (D26), commands work, reads end correct"
+    commands_succeed_while = "the cache Redis was down"
+    pause_at_switch = True
+
+    def prepare(self, ctx):
+        self.outage: CacheOutage = ctx.stage.cache_outage(seconds=ctx.fault_s)
+        self.outage.check()
+
+    def inject(self, ctx):
+        return self.outage.begin()
+
+    def in_effect(self, ctx):
+        return self.outage.down()
+
+    def recover(self, ctx):
+        return self.outage.end()
+
+    def rule(self, ctx) -> Rule:
+        def judged(kind: str, user: DrillUser, answer: Answer) -> str | None:
+            if kind != "command" and answer.status == 503 and answer.code == "degraded_overloaded":
+                return None  # D26: the bounded database fallback is saturated
+            return strict(kind, user, answer)
+        return judged
+
+    def judge(self, ctx, fault):
+        failures = super().judge(ctx, fault)
+        for kind in READ_KINDS:
+            if fault.reads.get(f"{kind} 200", 0) == 0:
+                failures.append(f"no {kind} read was answered (200) from the databases while the cache was down")
+        return failures
+
+
+# name -> the drill's class; a run makes its own instance (it keeps the run's injector).
+DRILLS: dict[str, type[Drill]] = {d.name: d for d in (CountPartitionDown, RelationShardDown, EventlogFlush,
+                                                        WorkerKill, CacheRedisDown)}

@@ -1,0 +1,45 @@
+"""`manage.py drill <name>`: run one fault drill against this deployment and print its verdict."""
+
+from django.core.management.base import CommandError
+
+from likes_project.cli import DomainCommand
+from opsconsole.drills import DRILLS, DrillRefused, drill_run
+from opsconsole.drills.faults import databases_restore
+
+
+class Command(DomainCommand):
+    help = ("Run a fault drill (" + ", ".join(DRILLS) + ") with the drill's own synthetic users and videos, and "
+            "print what was injected, what was seen during the fault, how long healing took and the exact "
+            "comparison of projections with facts. Exits non-zero on FAIL. Refused unless "
+            "LIKES_DRILLS_ENABLED=true. Assumes the worker and beat are running; worker-kill SIGKILLs the "
+            "local Celery workers and expects their process supervisor to restart them.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", nargs="?", help="The drill: " + ", ".join(DRILLS) + ".")
+        parser.add_argument("--alias", help="The relation shard / count partition to take down (default: the last).")
+        parser.add_argument("--fault-seconds", type=float, default=None,
+                            help="How long the fault holds (default: 20; eventlog-flush 10; worker-kill 5).")
+        parser.add_argument("--heal-timeout", type=float, default=120.0,
+                            help="Seconds after the fault's end within which everything must converge.")
+        parser.add_argument("--json", action="store_true", help="Print the verdict as JSON.")
+        parser.add_argument("--restore-databases", action="store_true",
+                            help="Only set ALLOW_CONNECTIONS true on every shard and partition (after a drill "
+                                 "process that was itself killed mid-fault), then exit.")
+
+    def run(self, *args, **options):
+        from opsconsole.drills.runner import drills_enabled_check
+
+        try:
+            drills_enabled_check()
+            if options["restore_databases"]:
+                self.stdout.write("ALLOW_CONNECTIONS true on " + ", ".join(databases_restore()))
+                return
+            if not options["name"]:
+                raise DrillRefused("name a drill: " + ", ".join(DRILLS))
+            verdict = drill_run(options["name"], alias=options["alias"], fault_s=options["fault_seconds"],
+                                heal_timeout_s=options["heal_timeout"], say=self.stderr.write)
+        except DrillRefused as exc:
+            raise CommandError(f"drill refused: {exc}") from exc
+        self.stdout.write(verdict.as_json() if options["json"] else verdict.as_text())
+        if not verdict.passed:
+            raise CommandError(f"drill {verdict.drill} FAILED: {'; '.join(verdict.failures)}")

@@ -1,0 +1,157 @@
+"""The fault drills (issue 9 §5), run through the one shared implementation (opsconsole.drills) on a
+real Celery worker (every Procfile queue) and beat: each drill injects a real fault while commands
+flow through the API, and its verdict must PASS: the behaviour during the fault, the time to heal
+(bounded by 120 s, never asserted as a duration) and the exact comparison of every projection with
+the relation facts and the acknowledged commands afterwards. Plus the command's refusals.
+
+Each drill holds its fault ~20 s and waits at most 120 s to heal; the cache drill runs its own
+redis-server as the cache role, the event-log drill its own as the event log and broker, so what they
+stop or flush is theirs alone."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+
+from counting import cache as count_cache
+from counting.selectors import count_cache_generations_get
+from counting.services.count_cache.layers import count_cache_generations_mirror
+from likes_project import l1cache
+from likes_project.redis_client import reset_clients
+from opsconsole.drills import DRILLS, drill_run
+from tests import drills
+from tests.conftest import ensure_contracts
+
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+
+
+@pytest.fixture
+def drills_on(settings):
+    settings.LIKES_DRILLS_ENABLED = True
+
+
+@pytest.fixture
+def private_cache(settings):
+    """A redis-server of this test's own as the cache role (the event log and broker stay where they are)."""
+    server = drills.PrivateRedis().start()
+    settings.REDIS_URL = server.url
+    reset_clients()
+    ensure_contracts()  # the relation-cache registry and sentinel, in the new cache
+    count_cache_generations_mirror()
+    count_cache.sentinel_set(count_cache_generations_get(fresh=True).active)  # the new cache is whole: empty
+    yield server
+    server.stop()
+    reset_clients()
+    l1cache.clear_all()
+
+
+@pytest.fixture
+def private_eventlog(settings):
+    """A redis-server of this test's own as the event log and the Celery broker (the broker follows the
+    event log by default in a deployment, so a flush of its database takes the queues too)."""
+    server = drills.PrivateRedis().start()
+    settings.REDIS_STREAMS_URL = server.url
+    settings.CELERY_BROKER_URL = server.url
+    reset_clients()
+    yield server
+    server.stop()
+    reset_clients()
+
+
+def run(name: str, *, cache: drills.PrivateRedis | None = None, **options):
+    pipeline = drills.Pipeline().start()
+    try:
+        verdict = drill_run(name, stage=drills.SuiteStage(pipeline, cache), say=print, **options)
+    finally:
+        output = pipeline.stop()
+    print(verdict.as_text())
+    assert verdict.passed, verdict.as_text() + "\n--- worker/beat output ---\n" + output[-8000:]
+    assert verdict.heal_s is not None and verdict.comparison["ok"]
+    assert not verdict.comparison["partial"]
+    return verdict
+
+
+def _fault(verdict) -> dict:
+    return verdict.phases["fault"]
+
+
+def test_count_partition_down(drills_on):
+    verdict = run("count-partition-down")
+    assert verdict.fault_confirmed is True  # the partition really refused connections while held
+    commands = _fault(verdict)["commands"]
+    assert commands.get("200", 0) > 0 and set(commands) == {"200"}
+
+
+def test_relation_shard_down(drills_on):
+    verdict = run("relation-shard-down")
+    assert verdict.fault_confirmed is True
+    commands = _fault(verdict)["commands"]
+    assert commands.get("503 service_unavailable", 0) > 0  # the downed shard's users, cleanly refused
+    assert commands.get("200", 0) > 0  # the other shard's users, unaffected
+    assert set(commands) <= {"200", "503 service_unavailable"}
+    assert verdict.resolved["failed"] == commands["503 service_unavailable"]
+
+
+def test_eventlog_flush(drills_on, private_eventlog):
+    verdict = run("eventlog-flush")
+    assert "FLUSHDB" in verdict.injected[0]
+    assert set(_fault(verdict)["commands"]) == {"200"}
+
+
+def test_worker_kill(drills_on):
+    verdict = run("worker-kill")
+    assert "SIGKILL" in verdict.injected[0]
+    assert set(_fault(verdict)["commands"]) == {"200"}
+
+
+def test_cache_redis_down(drills_on, private_cache):
+    verdict = run("cache-redis-down", cache=private_cache)
+    assert verdict.fault_confirmed is True  # the cache server was really gone
+    fault = _fault(verdict)
+    assert set(fault["commands"]) == {"200"}
+    assert not any(key.split()[1].startswith("5") and "503" not in key for key in fault["reads"])  # no 500s
+    for kind in ("like-relation", "batch-query", "like-count"):
+        assert fault["reads"].get(f"{kind} 200", 0) > 0  # answered from the databases
+
+
+# --- the command's refusals -----------------------------------------------------------------------
+
+
+def _users() -> int:
+    return get_user_model().objects.count()
+
+
+def test_the_command_is_refused_unless_drills_are_enabled():
+    before = _users()
+    with pytest.raises(CommandError, match="LIKES_DRILLS_ENABLED"):
+        call_command("drill", "count-partition-down", stdout=io.StringIO(), stderr=io.StringIO())
+    assert _users() == before  # refused before anything was created
+
+
+def test_an_unknown_drill_is_refused(drills_on):
+    before = _users()
+    with pytest.raises(CommandError, match="unknown drill 'no-such-drill'") as refused:
+        call_command("drill", "no-such-drill", stdout=io.StringIO(), stderr=io.StringIO())
+    assert all(name in str(refused.value) for name in DRILLS)
+    assert _users() == before
+
+
+def test_the_deployment_cache_drill_is_refused_when_the_cache_shares_its_server(drills_on, settings):
+    """The deployment injection pauses the whole cache server: refused while the event log and broker
+    live there too (the test settings' default), never half-run."""
+    assert settings.REDIS_URL == settings.REDIS_STREAMS_URL
+    before = _users()
+    with pytest.raises(CommandError, match="live on it too"):
+        call_command("drill", "cache-redis-down", stdout=io.StringIO(), stderr=io.StringIO())
+    assert _users() == before
+
+
+def test_a_shard_that_is_the_same_database_as_another_alias_is_refused(drills_on, settings):
+    from opsconsole.drills.faults import DatabaseRefusal, DrillRefused
+
+    assert DatabaseRefusal("rel_00").check() is None  # distinct databases: allowed
+    with pytest.raises(DrillRefused, match="no database alias"):
+        DatabaseRefusal("rel_99").check()
