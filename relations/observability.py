@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.utils import timezone
 
 from likes_project.observability import Scrape, age_seconds, register_part
 from relations.models import OutboxEvent, OutboxStatus
+from relations.selectors import outbox_oldest_created_at
 
 PENDING_OUTBOX_STATUSES = (OutboxStatus.NEW, OutboxStatus.RETRY, OutboxStatus.UNCERTAIN)
 
@@ -18,8 +19,7 @@ PENDING_OUTBOX_STATUSES = (OutboxStatus.NEW, OutboxStatus.RETRY, OutboxStatus.UN
 def _outbox(alias: str) -> Callable[[Scrape], None]:
     def part(scrape: Scrape) -> None:
         rows = dict(OutboxEvent.objects.using(alias).order_by().values_list("status").annotate(n=Count("id")))
-        oldest = (OutboxEvent.objects.using(alias).filter(status__in=PENDING_OUTBOX_STATUSES)
-                  .aggregate(oldest=Min("created_at"))["oldest"])
+        oldest = outbox_oldest_created_at(alias=alias, statuses=PENDING_OUTBOX_STATUSES)
         family = scrape.family("likes_outbox_rows", "Outbox rows by status per relation shard.")
         for status in OutboxStatus.values:
             family.add(rows.get(status, 0), shard=alias, status=status)

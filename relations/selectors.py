@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass
 
 from django.db import connections
+from django.db.models import Min
 from redis.exceptions import RedisError
 
 from likes_project import metrics
@@ -18,6 +20,7 @@ from relations.models import (
     Friendship,
     LikeCommand,
     LikeRelation,
+    OutboxEvent,
     RelationCacheGeneration,
     RelationState,
     VideoSnapshot,
@@ -293,3 +296,8 @@ def _repair_hint(user_id: int, video_ids: list[str]) -> None:
         nudge(REPAIR_TASK, user_id, debounce_s=0.0)
     else:
         metrics.inc("likes_relcache_hints_coalesced_total")
+
+
+def outbox_oldest_created_at(*, alias: str, statuses) -> dt.datetime | None:
+    """When the oldest outbox row of shard `alias` in one of `statuses` was created (None: there is none)."""
+    return OutboxEvent.objects.using(alias).filter(status__in=statuses).aggregate(oldest=Min("created_at"))["oldest"]

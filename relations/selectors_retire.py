@@ -7,10 +7,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Min, Q
+from django.db.models import Q
 
 from relations import routing
-from relations.models import OutboxEvent, OutboxStatus, VideoSnapshot, VideoStatus
+from relations.models import OutboxStatus, VideoSnapshot, VideoStatus
+from relations.selectors import outbox_oldest_created_at
 
 # Rows that may still reach the event log (DEAD ones never do unless an operator requeues them).
 UNPUBLISHED = (OutboxStatus.NEW, OutboxStatus.PUBLISHING, OutboxStatus.RETRY, OutboxStatus.UNCERTAIN)
@@ -40,10 +41,6 @@ def deleted_videos_list(*, after: tuple[dt.datetime, str] | None = None, video_i
 def outbox_oldest_unpublished_at() -> dt.datetime | None:
     """The creation time of the oldest outbox row on any relation shard that may still be published
     (None when every row is SENT or DEAD)."""
-    oldest = None
-    for alias in routing.all_aliases():
-        at = (OutboxEvent.objects.using(alias).filter(status__in=UNPUBLISHED)
-              .aggregate(oldest=Min("created_at"))["oldest"])
-        if at is not None and (oldest is None or at < oldest):
-            oldest = at
-    return oldest
+    found = [at for alias in routing.all_aliases()
+             if (at := outbox_oldest_created_at(alias=alias, statuses=UNPUBLISHED)) is not None]
+    return min(found, default=None)

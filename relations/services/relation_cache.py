@@ -211,6 +211,7 @@ def relation_cache_repair_hinted(*, user_id: int) -> int:
 
     Idempotency: a duplicate message finds the set empty (or repairs what is there): harmless."""
     from likes_project.nudge import nudge
+    from relations.selectors import REPAIR_TASK
 
     repaired = 0
     for _ in range(REPAIR_ROUNDS):
@@ -219,7 +220,7 @@ def relation_cache_repair_hinted(*, user_id: int) -> int:
             repaired += relation_cache_repair(user_id=user_id, video_ids=taken)
         if len(taken) < REPAIR_TAKE:
             return repaired
-    nudge("relations.relcache_repair", user_id, debounce_s=0.0)
+    nudge(REPAIR_TASK, user_id, debounce_s=0.0)
     return repaired
 
 
