@@ -46,6 +46,9 @@ export RATE_LIMIT_ENABLED="false"
 export DJANGO_SETTINGS_MODULE="likes_project.settings.dev"
 export VIDEO_SERVICE_TOKEN="${BENCH_VIDEO_SERVICE_TOKEN:-bench-video-service-token}"
 export DJANGO_DEBUG="false"
+# DEBUG is false, so the public development secrets are refused: the run uses throwaway ones of its own.
+export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+export CURSOR_SIGNING_KEY="${CURSOR_SIGNING_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 export LOG_LEVEL="${LOG_LEVEL:-WARNING}"
 export PYTHONUNBUFFERED=1
 

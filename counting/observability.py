@@ -1,15 +1,14 @@
-"""The counting app's scrape-time gauges (registered with `likes_project.observability`): how old the
-oldest change not yet in a display snapshot is."""
+"""The counting app's store gauges (registered with `likes_project.observability`, computed by its
+refresh job): how old the oldest change not yet in a display snapshot is."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db.models import Min
-from django.utils import timezone
 
 from counting import routing
 from counting.models import DirtyVideo
-from likes_project.observability import Scrape, age_seconds, register_part
+from likes_project.observability import Scrape, register_part
 
 
 def _snapshot_staleness(scrape: Scrape) -> None:
@@ -24,7 +23,7 @@ def _snapshot_staleness(scrape: Scrape) -> None:
             oldest = at
     scrape.family("likes_display_snapshot_oldest_dirty_age_seconds",
                   "Age of the oldest change not yet in a display snapshot (0 when none)."
-                  ).add(age_seconds(oldest, timezone.now()))
+                  ).add_since(oldest)
 
 
 def register() -> None:

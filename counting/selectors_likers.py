@@ -13,6 +13,14 @@ page. A shard with nothing popped keeps its pre-page frontier. A page ends when 
 shard is exhausted, or after `LIKERS_SCAN_LIMIT` pops, so an all-hidden stretch gives an empty page
 whose cursor still moved (never a loop). nextCursor is null only when every shard is exhausted.
 
+Cost (issue 10 §3): the first read takes `limit + 1` rows per shard (one query per count partition,
+so a page of visible likers stays cheap); a shard that runs dry before the page is full is refilled
+with `LIKERS_FETCH_BATCH` (128) rows at once (at least `limit + 1`, at most what the scan budget still
+allows), and each fetch's new likers are checked for hiding in one query. A page over a long hidden
+stretch costs at most P + 1 + 2 × (R + pops / LIKERS_FETCH_BATCH) queries (P partitions, R reverse
+shards), where refilling `limit + 1` rows at a time with three privacy queries each cost about 2,000
+for `limit=1` and the default scan limit.
+
 Read-time privacy (REV-6, PRIV): a popped liker is hidden when they made their likes private (unless
 they are the caller), when their account is banned or deleted, or when the caller has blocked them.
 
@@ -49,6 +57,7 @@ from relations.selectors_my_likes import list_limit_parse
 from relations.selectors_privacy import hidden_likers, likers_public
 
 DEFAULT_SCAN_LIMIT = 1000
+DEFAULT_FETCH_BATCH = 128
 RECENT_LIMIT = 3
 CURSOR_SALT = "relations.likers.cursor"  # unchanged since the index moved here: issued cursors stay valid
 CURSOR_FORMAT = 1
@@ -90,6 +99,10 @@ class LikersPage:
 
 def scan_limit() -> int:
     return max(1, int(getattr(settings, "LIKERS_SCAN_LIMIT", DEFAULT_SCAN_LIMIT)))
+
+
+def fetch_batch() -> int:
+    return max(1, int(getattr(settings, "LIKERS_FETCH_BATCH", DEFAULT_FETCH_BATCH)))
 
 
 # --- permission ------------------------------------------------------------------------------------
@@ -190,28 +203,27 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
         frontiers = likers_cursor_decode(caller_id=caller_id, video_id=video_id, cursor=cursor,
                                          generation=gen.generation, shards=gen.shards)
     budget = max_scan or scan_limit()
-    batch = limit + 1
     buffers: dict[int, list[tuple[datetime, int]]] = {}
     more: dict[int, bool] = {}  # the shard's last fetch was full: rows may remain after the buffer
     hidden: set[int] = set()
     checked: set[int] = set()
 
-    def fetch(shards: list[int]) -> None:
+    def fetch(shards: list[int], count: int) -> None:
         by_alias: dict[str, list[tuple[int, object]]] = {}
         for s in shards:
             by_alias.setdefault(gen.placement[s], []).append((s, frontiers[s]))
         fresh: set[int] = set()
         for alias, wanted in sorted(by_alias.items()):
-            got = _prefetch(alias, gen.generation, video_id, wanted, batch)
+            got = _prefetch(alias, gen.generation, video_id, wanted, count)
             for s, rows in got.items():
                 buffers[s] = rows
-                more[s] = len(rows) == batch
+                more[s] = len(rows) == count
                 fresh |= {u for _t, u in rows}
         todo = fresh - checked
         hidden.update(hidden_likers(caller_id=caller_id, user_ids=todo))
         checked.update(todo)
 
-    fetch([s for s in range(gen.shards) if frontiers[s] != EXHAUSTED])
+    fetch([s for s in range(gen.shards) if frontiers[s] != EXHAUSTED], limit + 1)
     heap: list[tuple[int, int, int, int]] = []  # (-micros, -user_id, shard, index in buffer)
     for s, rows in buffers.items():
         if rows:
@@ -233,7 +245,9 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
         elif more[s]:
             if len(picked) >= limit or popped >= budget:
                 continue  # the page is over; the shard is read again from its frontier next page
-            fetch([s])
+            # A shard that ran dry before the page filled is in a hidden stretch (or holds most of
+            # the page): refill it in one large batch, not `limit + 1` rows at a time.
+            fetch([s], min(max(limit + 1, fetch_batch()), budget - popped))
             if buffers[s]:
                 head = buffers[s][0]
                 heapq.heappush(heap, (-micros(head[0]), -head[1], s, 0))

@@ -9,6 +9,8 @@ from django.db import DatabaseError
 from django.http import JsonResponse
 from redis.exceptions import RedisError
 
+from likes_project.logs import printable
+
 logger = logging.getLogger(__name__)
 
 API_PREFIXES = ("/v1/", "/internal/", "/healthz", "/readyz", "/metrics")
@@ -89,11 +91,12 @@ class JsonErrorMiddleware:
         if not is_api_path(request.path):
             return None
         if isinstance(exception, (DatabaseError, RedisError)):
-            logger.warning("store unavailable on %s: %s", request.path, exception.__class__.__name__)
+            # The path is the client's: escaped, so a `%0A` in it cannot start a fake log line.
+            logger.warning("store unavailable on %s: %s", printable(request.path), exception.__class__.__name__)
             resp = error_response(503, "service_unavailable", "A backing store is unavailable; retry later.")
             resp["Retry-After"] = "1"
             return resp
-        logger.exception("unhandled error on %s", request.path)
+        logger.exception("unhandled error on %s", printable(request.path))
         return error_response(500, "internal_error", "Internal error.")
 
 

@@ -9,6 +9,15 @@ class OpsconsoleConfig(AppConfig):
     default = True
     default_auto_field = "django.db.models.BigAutoField"
 
+    def ready(self):
+        from rest_framework.authtoken.models import Token
+
+        from likes_project.api_tokens import token_label
+
+        # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a
+        # delete would remove, and log line that prints a token would print the secret (D48).
+        Token.__str__ = token_label
+
 
 class ConsoleAdminConfig(admin_apps.AdminConfig):
     """django.contrib.admin, with the console's site as the default `admin.site`."""

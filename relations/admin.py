@@ -11,7 +11,10 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.views.main import ERROR_FLAG
 from django.contrib.auth import get_user_model
+from django.db.models import Q
+from django.http import HttpResponseRedirect
 from django.views.decorators.http import require_http_methods
 
 from likes_project.admin_kit import (
@@ -24,7 +27,7 @@ from likes_project.admin_kit import (
     start_job_or_message,
 )
 from likes_project.audit.services import admin_actor
-from likes_project.errors import Conflict
+from relations import validation
 from relations.jobs import ACCOUNT_DELETE, LIKES_EXPORT
 from relations.models import (
     AccountStatus,
@@ -36,6 +39,8 @@ from relations.models import (
     RelationShardContract,
     RelationShardSlot,
     VideoSnapshot,
+    VideoStatus,
+    VideoVisibility,
 )
 from relations.services.accounts import ACCOUNT_DELETE_PERMISSION
 from relations.services.export import EXPORT_PERMISSION
@@ -44,7 +49,7 @@ from relations.services.relation_cache import REBUILD_JOB
 from relations.services.relation_cache_rebuild import REBUILD_PERMISSION
 from relations.services.retention import RETENTION_PERMISSION, command_retention_run
 from relations.services.social import block_set, friendship_set
-from relations.services.videos import video_snapshot_upsert
+from relations.services.videos import video_override_set
 
 
 def _require_accounts(form: forms.Form, *field_names: str) -> None:
@@ -56,45 +61,99 @@ def _require_accounts(form: forms.Form, *field_names: str) -> None:
             form.add_error(name, f"No user with id {user_id}.")
 
 
-# --- video snapshots ---------------------------------------------------------------------------
+# --- video snapshots: the service's snapshot, read-only, and the operator override (D50) -------------
+
+FOLLOW_SERVICE = [("", "— follow the video service —")]
 
 
-class VideoSnapshotForm(forms.ModelForm):
-    """`version` is not a field: every save from the admin writes the next version. Shape checks
-    (video id, author id, choices) are the service's own, reported back as form errors."""
+class VideoOverrideForm(forms.ModelForm):
+    """The operator override only: the service's fields and version are read-only here, so an edit
+    never consumes a service version. Both fields on "follow the video service" clears the override.
+    Shape checks are the service's own, reported back as form errors."""
+
+    override_visibility = forms.ChoiceField(label="Visibility override", required=False,
+                                            choices=FOLLOW_SERVICE + VideoVisibility.choices)
+    override_status = forms.ChoiceField(label="Status override", required=False,
+                                        choices=FOLLOW_SERVICE + VideoStatus.choices)
+    reason = forms.CharField(max_length=512, required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             help_text="Required to set an override; recorded in the audit log.")
 
     class Meta:
         model = VideoSnapshot
-        fields = ("video_id", "author_id", "visibility", "status")
+        fields = ("override_visibility", "override_status")
+
+    def clean_override_visibility(self):
+        return self.cleaned_data["override_visibility"] or None
+
+    def clean_override_status(self):
+        return self.cleaned_data["override_status"] or None
+
+
+class OverrideFilter(admin.SimpleListFilter):
+    title = "operator override"
+    parameter_name = "overridden"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Overridden"), ("no", "Service snapshot only")]
+
+    def queryset(self, request, queryset):
+        overridden = Q(override_visibility__isnull=False) | Q(override_status__isnull=False)
+        if self.value() == "yes":
+            return queryset.filter(overridden)
+        if self.value() == "no":
+            return queryset.exclude(overridden)
+        return queryset
 
 
 @admin.register(VideoSnapshot)
 class VideoSnapshotAdmin(ServiceWriteAdmin):
-    form = VideoSnapshotForm
-    list_display = ("video_id", "author_id", "visibility", "status", "version", "updated_at")
-    list_filter = ("visibility", "status")
+    form = VideoOverrideForm
+    list_display = ("video_id", "author_id", "visibility", "status", "overridden", "version", "updated_at")
+    list_filter = ("visibility", "status", OverrideFilter)
     search_fields = ("video_id", "=author_id")
     ordering = ("-updated_at",)
+    actions = None  # no bulk action: an override is set or cleared on the video's page, with its reason
+    fieldsets = [
+        ("Effective (what every rule reads)", {"fields": ("video_id", "visibility", "status", "revision",
+                                                           "updated_at")}),
+        ("Video service snapshot (only its pushes change it)", {
+            "fields": ("author_id", "service_visibility", "service_status", "version")}),
+        ("Operator override", {"fields": ("override_visibility", "override_status", "reason", "override_reason",
+                                          "override_by", "override_at")}),
+    ]
+    readonly_fields = ("video_id", "visibility", "status", "revision", "updated_at", "author_id",
+                       "service_visibility", "service_status", "version", "override_reason", "override_by",
+                       "override_at")
 
-    def get_fields(self, request, obj=None):
-        return ("video_id", "author_id", "visibility", "status", "version", "updated_at")
+    @admin.display(boolean=True, description="override")
+    def overridden(self, obj):
+        return obj.has_override
 
-    def get_readonly_fields(self, request, obj=None):
-        # The primary key is fixed once the snapshot exists; the version only ever moves by a save.
-        return ("version", "updated_at") if obj is None else ("video_id", "version", "updated_at")
+    def has_add_permission(self, request):
+        # Videos come from the video service (PUT /internal/v1/videos/<id>, or `upsert_video
+        # --service-version N` standing in for it); an operator only overrides what it pushed.
+        return False
 
     def has_delete_permission(self, request, obj=None):
         # A video is taken down or deleted by setting its status; the snapshot row itself stays.
         return False
 
+    def get_object(self, request, object_id, from_field=None):
+        # An id no row can have (a NUL, a lone surrogate) would fail in the driver, a 500: not found.
+        if not validation.storable_text(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)
+
+    def changelist_view(self, request, extra_context=None):
+        # The same for a list filter or search value: Django's own "invalid lookup" answer.
+        if not all(validation.storable_text(v) for _k, values in request.GET.lists() for v in values):
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+        return super().changelist_view(request, extra_context)
+
     def save_via_service(self, request, obj, form, change):
-        result = video_snapshot_upsert(
-            video_id=obj.video_id, author_id=obj.author_id, visibility=obj.visibility, status=obj.status,
-            version=None, actor=admin_actor(request.user),
-        )
-        if not result.applied:
-            # Only a concurrent push of the same or a newer version gets here.
-            raise Conflict(f"The snapshot changed meanwhile (now v{result.video.version}); reload and retry.")
+        data = form.cleaned_data
+        video_override_set(video_id=obj.video_id, visibility=data["override_visibility"],
+                           status=data["override_status"], reason=data["reason"], actor=admin_actor(request.user))
         adopt_stored_row(obj, VideoSnapshot.objects.get(pk=obj.video_id))
 
 

@@ -27,7 +27,7 @@ def _account_delete_create(job, actor: Actor) -> None:
     user_id = int(job.params["user_id"])
     already = accounts.account_mark_deleted(user_id=user_id, actor=actor)  # hidden at once, in this transaction
     job.target = f"user:{user_id}"
-    job.state.update(already=already, last="", scanned=0, unliked=0, bypassed=0, reported=0)
+    job.state.update(already=already, reported=0, **accounts.WithdrawProgress().as_state())
 
 
 def _account_delete_slice(ctx: SliceContext) -> bool:
@@ -39,20 +39,22 @@ def _account_delete_slice(ctx: SliceContext) -> bool:
         liked = LikeRelation.objects.using(routing.alias_for_user(user_id)).filter(
             user_id=user_id, state=RelationState.LIKED).count()
         ctx.progress(total=st["scanned"] + liked)
-    at = accounts.WithdrawProgress(st["last"], st["scanned"], st["unliked"], st["bypassed"])
+    at = accounts.WithdrawProgress.from_state(st)
     while True:
         limit = max(1, min(accounts.SCAN_CHUNK, every, settings.ACCOUNT_DELETE_CHUNK))
         at = accounts.account_likes_withdraw_chunk(user_id=user_id, at=at, limit=limit)
-        st.update(last=at.last, scanned=at.scanned, unliked=at.unliked, bypassed=at.bypassed)
+        st.update(at.as_state())
         if (at.finished and at.scanned != st["reported"]) or at.scanned - st["reported"] >= every:
             st["reported"] = at.scanned
             ctx.say(f"{name}: {at.scanned} likes handled, {at.unliked} withdrawn...")
         ctx.progress(done=at.scanned)
         if at.finished:
+            accounts.account_withdrawal_audit(user_id=user_id, actor=ctx.actor, at=at)
             ctx.result = {"user_id": user_id, "alias": routing.alias_for_user(user_id),
                           "already_deleted": st["already"], "scanned": at.scanned, "unliked": at.unliked,
-                          "rate_limit_bypassed": at.bypassed}
-            ctx.job.message = f"Deleted account {name}: {at.unliked} of {at.scanned} likes withdrawn."
+                          "skipped": at.skipped, "failed": at.failed, "failed_videos": at.failed_videos}
+            ctx.job.message = (f"Deleted account {name}: {at.unliked} of {at.scanned} likes withdrawn, "
+                               f"{at.skipped} found withdrawn, {at.failed} refused.")
             return True
         left = ctx.time_left()
         if left is not None and left <= 0:

@@ -1,5 +1,5 @@
-"""The relations app's scrape-time gauges (registered with `likes_project.observability`): the outbox
-of every relation shard, by status and oldest pending age."""
+"""The relations app's store gauges (registered with `likes_project.observability`, computed by its
+refresh job): the outbox of every relation shard, by status and oldest pending age."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db.models import Count
-from django.utils import timezone
 
-from likes_project.observability import Scrape, age_seconds, register_part
+from likes_project.observability import Scrape, register_part
 from relations.models import OutboxEvent, OutboxStatus
 from relations.selectors import outbox_oldest_created_at
 
@@ -25,7 +24,7 @@ def _outbox(alias: str) -> Callable[[Scrape], None]:
             family.add(rows.get(status, 0), shard=alias, status=status)
         scrape.family("likes_outbox_oldest_pending_age_seconds",
                       "Age of the oldest NEW/RETRY/UNCERTAIN outbox row per relation shard (0 when none)."
-                      ).add(age_seconds(oldest, timezone.now()), shard=alias)
+                      ).add_since(oldest, shard=alias)
 
     return part
 

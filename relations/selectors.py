@@ -44,11 +44,61 @@ UNLIKED_V0 = RelationView(state=RelationState.UNLIKED, relation_version=0)
 
 @dataclass(frozen=True)
 class VideoView:
+    """The effective view of a video every rule reads: the video service's snapshot with the operator
+    override, if any, applied on top (D50). `version` is the service's version; `revision` grows with
+    every applied change and orders the visibility cache."""
+
     video_id: str
     author_id: int
     visibility: str
     status: str
     version: int
+    revision: int = 0
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """A video's stored facts, service snapshot and operator override apart (the internal API, the
+    admin and the command show these)."""
+
+    video_id: str
+    author_id: int
+    service_visibility: str
+    service_status: str
+    version: int
+    override_visibility: str | None
+    override_status: str | None
+    override_reason: str
+    override_by: str
+    override_at: dt.datetime | None
+    visibility: str
+    status: str
+    revision: int
+
+    @property
+    def has_override(self) -> bool:
+        return self.override_visibility is not None or self.override_status is not None
+
+    @property
+    def effective(self) -> VideoView:
+        return VideoView(self.video_id, self.author_id, self.visibility, self.status, self.version, self.revision)
+
+
+_RECORD_FIELDS = ("video_id", "author_id", "service_visibility", "service_status", "version", "override_visibility",
+                  "override_status", "override_reason", "override_by", "override_at", "visibility", "status",
+                  "revision")
+
+
+def video_record_get(*, video_id: str, using: str = "default") -> VideoRecord | None:
+    """The stored row of one video, from the database (never the cache)."""
+    row = VideoSnapshot.objects.using(using).filter(video_id=video_id).values_list(*_RECORD_FIELDS).first()
+    return None if row is None else VideoRecord(*row)
+
+
+def video_cache_entry(video: VideoView) -> dict:
+    """The visibility cache's value for a video (its cache version is `video.revision`)."""
+    return {"author_id": video.author_id, "visibility": video.visibility, "status": video.status,
+            "version": video.version, "revision": video.revision}
 
 
 @dataclass(frozen=True)
@@ -97,13 +147,21 @@ def command_get(*, user_id: int, operation_id: str) -> CommandRecord | None:
 
 def _videos_from_db(video_ids: list[str]) -> dict[str, VideoView]:
     rows = VideoSnapshot.objects.filter(video_id__in=video_ids).values_list(
-        "video_id", "author_id", "visibility", "status", "version")
+        "video_id", "author_id", "visibility", "status", "version", "revision")
     return {r[0]: VideoView(*r) for r in rows}
 
 
+def _cached_view(video_id: str, snap: dict) -> VideoView:
+    # An entry written before revisions existed carries only the version (the migration started each
+    # revision at its version, so the two agree).
+    return VideoView(video_id, snap["author_id"], snap["visibility"], snap["status"], snap["version"],
+                     snap.get("revision", snap["version"]))
+
+
 def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
-    """Visibility snapshots through their short-TTL cache (CMD-12): one Redis round trip, then one
-    query for the misses. Redis trouble falls back to the database; it never makes an answer wrong."""
+    """The effective view of each video (D50) through the visibility cache's short TTL (CMD-12): one
+    Redis round trip, then one query for the misses. Redis trouble falls back to the database; it
+    never makes an answer wrong."""
     wanted = list(dict.fromkeys(video_ids))
     try:
         cached = cache.visibility_cache_get_many(wanted)
@@ -114,8 +172,7 @@ def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
         return {v: found.get(v) for v in wanted}
     out: dict[str, VideoView | None] = {}
     for video_id, snap in cached.items():
-        out[video_id] = None if snap.get("missing") else VideoView(
-            video_id, snap["author_id"], snap["visibility"], snap["status"], snap["version"])
+        out[video_id] = None if snap.get("missing") else _cached_view(video_id, snap)
     misses = [v for v in wanted if v not in cached]
     metrics.inc("likes_cache_hits_total", len(cached), cache="visibility")
     if misses:
@@ -125,9 +182,8 @@ def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
         for video_id in misses:
             video = found.get(video_id)
             out[video_id] = video
-            fills.append((video_id, 0, {"missing": True}) if video is None else (video_id, video.version, {
-                "author_id": video.author_id, "visibility": video.visibility, "status": video.status,
-                "version": video.version}))
+            fills.append((video_id, 0, {"missing": True}) if video is None
+                         else (video_id, video.revision, video_cache_entry(video)))
         try:
             cache.visibility_cache_put_many(fills)
         except RedisError as exc:

@@ -60,7 +60,8 @@ def lookup_user_get(*, query: str) -> LookupUser:
         return LookupUser(user_id=user_id, username=username)
     if not query:
         raise InvalidInput("Give a username or a numeric user id.", code="invalid_user")
-    user = get_user_model().objects.filter(username=query).only("pk", "username").first()
+    user = (get_user_model().objects.filter(username=query).only("pk", "username").first()
+            if validation.storable_text(query) else None)  # NUL or a lone surrogate names no user
     if user is None:
         raise UserNotFound(f"No user named {query!r}.")
     return LookupUser(user_id=user.pk, username=user.get_username())

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 
-from relations import selectors, selectors_my_likes
+from relations import selectors, selectors_my_likes, validation
 from relations.errors import LikesPrivate, UserNotFound
 from relations.models import AccountStatus, AccountStatusValue, Block, UserPrivacy, VideoLikersVisibility
 
@@ -38,7 +38,10 @@ def user_liked_page_list(*, caller_id: int, username: str, limit: int,
     when the user made likes private. The owner always sees their own list. Items on videos the caller
     may not see (friends-only, blocked) are dropped from the page after the scan, like filtered videos
     (a short page with a moving cursor is already part of the list contract)."""
-    owner_id = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
+    # A name PostgreSQL cannot hold as text (NUL, a lone surrogate) names no user; asking the database
+    # would fail in the driver, a 5xx for a bad URL.
+    owner_id = (get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
+                if validation.storable_text(username) else None)
     if owner_id is None:
         raise UserNotFound()
     if owner_id != caller_id:
@@ -59,16 +62,17 @@ def user_liked_page_list(*, caller_id: int, username: str, limit: int,
 
 def hidden_likers(*, caller_id: int, user_ids: set[int]) -> set[int]:
     """Who among these likers the caller must not see (REV-6): private likes (except the caller),
-    banned or deleted accounts, users the caller has blocked. Three indexed queries on `default`."""
+    banned or deleted accounts, users the caller has blocked. One query on `default` (a UNION of
+    three indexed lookups), whatever the number of ids."""
     if not user_ids:
         return set()
     ids = list(user_ids)
-    hidden = set(UserPrivacy.objects.filter(user_id__in=ids, likes_private=True).values_list("user_id", flat=True))
-    hidden.discard(caller_id)
-    hidden |= set(AccountStatus.objects.filter(user_id__in=ids).exclude(status=AccountStatusValue.ACTIVE)
-                  .values_list("user_id", flat=True))
-    hidden |= set(Block.objects.filter(blocker_id=caller_id, blocked_id__in=ids).values_list("blocked_id", flat=True))
-    return hidden
+    private = (UserPrivacy.objects.filter(user_id__in=ids, likes_private=True).exclude(user_id=caller_id)
+               .values_list("user_id", flat=True))
+    inactive = (AccountStatus.objects.filter(user_id__in=ids).exclude(status=AccountStatusValue.ACTIVE)
+                .values_list("user_id", flat=True))
+    blocked = Block.objects.filter(blocker_id=caller_id, blocked_id__in=ids).values_list("blocked_id", flat=True)
+    return set(private.union(inactive, blocked))
 
 
 def likers_public(*, video_id: str, author_id: int) -> bool:

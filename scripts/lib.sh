@@ -120,9 +120,35 @@ ensure_redis() {
     "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0" .data/redis/redis.log
 }
 
+# Debian's Chromium, the browser the console's browser tests drive through Playwright (D56); Playwright's
+# own browser download cannot work here. Not fatal: without it only those tests fail, saying why.
+CHROMIUM=/usr/bin/chromium
+ensure_chromium() {
+  [ -x "$CHROMIUM" ] && return
+  local how="sudo apt-get install -y --no-install-recommends chromium"
+  if [ "$(id -u)" != "0" ]; then
+    log "no $CHROMIUM and not root: the browser tests will be skipped; install it with: $how"
+    return
+  fi
+  if ! command -v apt-get >/dev/null; then
+    log "no $CHROMIUM and no apt-get to install it: the browser tests will fail"
+    return
+  fi
+  (  # one install at a time (parallel test runs share the machine); the second finds it installed
+    flock 9
+    [ -x "$CHROMIUM" ] && exit 0
+    log "installing Debian packages: chromium (for the browser tests)"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null \
+      || log "apt-get update failed; trying the package lists as they are"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+      chromium >/dev/null || log "installing chromium failed: the browser tests will fail"
+  ) 9>"${TMPDIR:-/tmp}/likes-chromium-install.lock"
+}
+
 setup_all() {
   cd "$ROOT"
   ensure_venv
   ensure_postgres
   ensure_redis
+  ensure_chromium
 }

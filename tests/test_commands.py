@@ -1,6 +1,8 @@
 """Every management command of this project builds its parser and prints its help (a command whose
-options collide with Django's base options fails before it runs), and `upsert_video --version N`
-means the snapshot version, as the README documents."""
+options collide with Django's base options fails before it runs); `upsert_video --service-version N`
+is the video service's version and `--version` stays Django's own flag (issue 10 §5). The same as an
+operator runs them, in subprocesses: tests/test_cli_help.py; every command the docs show:
+tests/test_cli_docs.py."""
 
 import io
 
@@ -28,15 +30,31 @@ def test_every_command_prints_its_help(name, app):
 
 
 @pytest.mark.django_db(databases="__all__")
-def test_upsert_video_version_is_the_snapshot_version():
+def test_upsert_video_service_version_is_the_video_services_version():
     author = make_user("upsert-author")
     out = io.StringIO()
-    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--version", "7", stdout=out)
+    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--service-version", "7", stdout=out)
     assert VideoSnapshot.objects.get(video_id="v-cmd-1").version == 7
-    assert "v7 applied" in out.getvalue()
-    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--version", "5", stdout=out)
+    assert "service push v7 applied" in out.getvalue()
+    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--service-version", "5", stdout=out)
     assert VideoSnapshot.objects.get(video_id="v-cmd-1").version == 7  # not newer: ignored
     assert "ignored" in out.getvalue()
+    call_command("upsert_video", "v-cmd-1", "--override", "--visibility", "private", "--reason", "test", stdout=out)
+    assert VideoSnapshot.objects.get(video_id="v-cmd-1").version == 7  # an override takes no service version
+    call_command("upsert_video", "v-cmd-1", "--author", author.username, "--service-version", "8", stdout=out)
+    row = VideoSnapshot.objects.get(video_id="v-cmd-1")
+    assert (row.version, row.visibility, row.service_visibility) == (8, "private", "public")
+
+
+def test_upsert_video_version_is_djangos_own_flag(capsys):
+    import django
+
+    parser = load_command_class("relations", "upsert_video").create_parser("manage.py", "upsert_video")
+    assert "--service-version N" in parser.format_help()
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == django.get_version()
 
 
 @pytest.mark.django_db(databases="__all__")

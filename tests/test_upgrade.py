@@ -99,6 +99,9 @@ SELECT 'index', indexname, regexp_replace(indexdef, ' ON public\\.', ' ON ') FRO
 UNION ALL
 SELECT 'constraint', conrelid::regclass::text || '.' || conname, contype::text || ' ' || pg_get_constraintdef(oid)
   FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+UNION ALL
+SELECT 'trigger', tgrelid::regclass::text || '.' || tgname, pg_get_triggerdef(oid)
+  FROM pg_trigger WHERE NOT tgisinternal
 """
 
 
@@ -160,7 +163,11 @@ def test_the_upgrade_keeps_the_data_and_fails_the_rebuilds_it_interrupted(databa
         ("legacy-v", 7, "LIKED")]
     applied = {r[0] for r in _query(default, "SELECT app || '.' || name FROM django_migrations")}
     assert {"relations.0001_initial", "relations.0001_history", "relations.0007_layers_and_lifecycle",
-            "counting.0001_history", "counting.0003_reverse_index_and_lifecycle", "audit.0001_initial"} <= applied
+            "counting.0001_history", "counting.0003_reverse_index_and_lifecycle", "audit.0001_initial",
+            "audit.0002_append_only"} <= applied
+    # ... and the legacy audit row is now behind the append-only trigger (D49)
+    assert _query(default, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'opsconsole_auditrecord'::regclass "
+                           "AND tgname LIKE 'pgtrigger_audit_append_only%'") == [(1,)]
 
 
 def test_the_upgrade_keeps_every_permission_grant(database_sets):

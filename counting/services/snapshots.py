@@ -3,6 +3,7 @@ active manifest into the durable VideoDisplayCount and the Redis view."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 import logging
@@ -84,12 +85,14 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     report = SnapshotReport(snapshot_id=_next_snapshot_id())
     marks: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     seq_total: dict[str, int] = defaultdict(int)
+    first_dirty: dict[str, dt.datetime] = {}
     for alias in settings.COUNT_PARTITION_ALIASES:
-        rows = (DirtyVideo.objects.using(alias).filter(generation=gen.generation)
-                .order_by("first_dirty_at").values_list("video_id", "source_partition", "dirty_seq")[:limit])
-        for video_id, source_partition, seq in rows:
+        rows = (DirtyVideo.objects.using(alias).filter(generation=gen.generation).order_by("first_dirty_at")
+                .values_list("video_id", "source_partition", "dirty_seq", "first_dirty_at")[:limit])
+        for video_id, source_partition, seq, dirty_at in rows:
             marks[video_id][alias].append((source_partition, seq))
             seq_total[video_id] += seq
+            first_dirty[video_id] = min(dirty_at, first_dirty.get(video_id, dirty_at))
     if not marks:
         return report
     now = timezone.now()
@@ -166,6 +169,14 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
                 )
     report.videos = len(chosen)
     metrics.inc("likes_display_snapshots_total", len(chosen))
+    # The new display counts are readable now (views written). How long the oldest change each one
+    # folds in waited since the projector applied it (its first dirty mark): applied -> displayCount.
+    # Commit -> applied is likes_projection_lag_seconds; the marks carry no commit time. A mark moved to
+    # the back after a failed view write restarts its clock, so this under-reports such outages.
+    published_at = timezone.now()
+    for video_id in chosen:
+        metrics.observe("likes_display_snapshot_lag_seconds",
+                        (published_at - first_dirty[video_id]).total_seconds())
     return report
 
 

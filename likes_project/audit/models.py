@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pgtrigger
 from django.db import models
 
 
 class AuditRecord(models.Model):
     """One operational action: who did what to which target, with which parameters and outcome, and
-    the ops job it ran in (if any). Append-only: the admin shows it read-only."""
+    the ops job it ran in (if any). Append-only, in the database: a row trigger refuses every UPDATE
+    and DELETE (an outcome known later is a second record, never an edit), and the admin is read-only."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.CharField(max_length=150)
@@ -22,6 +24,10 @@ class AuditRecord(models.Model):
     class Meta:
         db_table = "opsconsole_auditrecord"
         ordering = ["-at"]
+        triggers = [
+            # Row-level, so TRUNCATE (a test database flush) is not refused; see docs/decisions.md D49.
+            pgtrigger.Protect(name="audit_append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+        ]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"

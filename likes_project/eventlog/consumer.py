@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from likes_project import metrics
+from likes_project import logs, metrics
 from likes_project.eventlog import leases, retry, streams
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
 from likes_project.eventlog.retry import NonRetryable, Retryable
@@ -209,8 +209,9 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
     if grant is None:
         return ConsumeReport(consumer, partition, "busy")
     try:
-        return _consume(projector, grant, partition=partition, batch_size=batch_size, max_batches=max_batches,
-                        lease_ttl_s=lease_ttl_s)
+        with logs.bound(consumer=consumer, partition=partition):
+            return _consume(projector, grant, partition=partition, batch_size=batch_size, max_batches=max_batches,
+                            lease_ttl_s=lease_ttl_s)
     except Exception as exc:  # noqa: BLE001 - the stream, the checkpoint or a dead letter could not be reached
         # Not about any one event: the whole partition waits its backoff and is retried (issue 9 §1).
         logger.warning("%s[%s] pass failed (%s): it will be retried", consumer, partition, exc.__class__.__name__)
@@ -227,6 +228,18 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
             leases.lease_release(grant)
         except Exception:  # noqa: BLE001 - an unreleased lease simply expires after its TTL
             logger.warning("lease %s not released; it expires by itself", grant.resource)
+
+
+def _entry_log_fields(entry: StreamEntry) -> dict:
+    """The log context of one entry: its stream id and, when the payload has one, its event id."""
+    event_id = entry.event.get("eventId") if isinstance(entry.event, dict) else None
+    return {"entry_id": entry.entry_id, "event_id": str(event_id)[:64] if event_id else None}  # None: unbound
+
+
+def _batch_log_fields(entries: list[StreamEntry]) -> dict:
+    if len(entries) == 1:
+        return _entry_log_fields(entries[0])
+    return {"first_entry_id": entries[0].entry_id, "last_entry_id": entries[-1].entry_id} if entries else {}
 
 
 def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, batch_size: int,
@@ -257,11 +270,14 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
                 projector.validate(entry)
                 valid.append(entry)
             except NonRetryable as exc:
-                dead_letter_record(consumer=consumer, entry=entry, error=exc, attempts=1)
+                with logs.bound(**_entry_log_fields(entry)):
+                    dead_letter_record(consumer=consumer, entry=entry, error=exc, attempts=1)
                 done.add(entry.entry_id)
                 totals["dead"] += 1
-        result = projector.apply(valid, consumer=consumer, partition=partition, token=grant.token) if valid \
-            else ApplyResult()
+        # A batch is applied at once: its lines name the entry (a batch of one) or the batch's range.
+        with logs.bound(**_batch_log_fields(valid)):
+            result = projector.apply(valid, consumer=consumer, partition=partition, token=grant.token) if valid \
+                else ApplyResult()
         done |= result.done
         totals["applied"] += result.applied
         totals["duplicates"] += result.duplicates
@@ -269,7 +285,8 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
         by_id = {e.entry_id: e for e in entries}
         for entry_id, error in result.failed.items():
             if retry.classify(error)[0] is retry.Verdict.POISON:
-                dead_letter_record(consumer=consumer, entry=by_id[entry_id], error=error, attempts=1)
+                with logs.bound(**_entry_log_fields(by_id[entry_id])):
+                    dead_letter_record(consumer=consumer, entry=by_id[entry_id], error=error, attempts=1)
                 done.add(entry_id)
                 totals["dead"] += 1
 

@@ -135,3 +135,20 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer} {self.stream_key}/{self.entry_id}: {self.error_class}"
+
+
+class GaugeSnapshot(models.Model):
+    """The scrape-time gauges as the beat job `observability.refresh_gauges` last computed them (issue
+    10 §3, D46): one row (`key` "gauges"), replaced by every run; a scrape of /metrics reads only this
+    row. `families` is a list of {"name", "help", "since", "samples": [[labels, value], ...]}; in a
+    `since` family a value is the epoch time of the oldest pending thing (or null), which a scrape turns
+    into an age. `errors` names the parts whose store failed in that run."""
+
+    key = models.CharField(max_length=32, primary_key=True)
+    computed_at = models.DateTimeField()
+    duration_s = models.FloatField(default=0.0)
+    families = models.JSONField(default=list)
+    errors = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"gauges computed at {self.computed_at.isoformat()} ({len(self.errors)} parts failed)"

@@ -26,10 +26,29 @@ def env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, str(default)))
 
 
-# A development-only fallback; production settings refuse to start without DJANGO_SECRET_KEY.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# Public development-only values: `likes_project.settings.guards` refuses every one of them whenever
+# DEBUG is false, and production settings refuse to start without the real ones (issue 10 §2).
+DEV_SECRET_KEY = "dev-only-insecure-key-change-me"
+DEV_VIDEO_SERVICE_TOKEN = "dev-video-service-token"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
 DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h.strip()]
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS")
+
+# Behind a TLS-terminating proxy (the usual deployment): the proxy's scheme header, e.g.
+# DJANGO_SECURE_PROXY_SSL_HEADER=X-Forwarded-Proto:https; the origins admin POSTs come from, e.g.
+# CSRF_TRUSTED_ORIGINS=https://likes-admin.example.com; the redirect to https stays off by default
+# because TLS usually ends at the proxy.
+_proxy_ssl = os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", "").strip()
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_ssl.partition(":")[0].strip().upper().replace("-", "_"), _proxy_ssl.partition(":")[2].strip())
+    if _proxy_ssl else None
+)
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 
 INSTALLED_APPS = [
     "opsconsole.apps.ConsoleAdminConfig",
@@ -43,6 +62,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "pgtrigger",
     "likes_project.audit",
     "likes_project.opsjobs",
     "likes_project.eventlog",
@@ -53,7 +73,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "likes_project.logs.RequestContextMiddleware",  # first: a fresh log context and X-Request-ID (issue 10)
     "likes_project.middleware.RequestSizeLimitMiddleware",
+    "likes_project.http_metrics.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -108,6 +130,13 @@ LIKES_REDIS_PREFIX = os.environ.get("LIKES_REDIS_PREFIX", "likes")
 # Redis socket timeout sits below the DB statement timeout (consistency-techniques S3).
 REDIS_SOCKET_TIMEOUT_S = env_float("REDIS_SOCKET_TIMEOUT_S", 0.5)
 STREAM_PARTITIONS = env_int("STREAM_PARTITIONS", 8)
+# Both Redis roles are django-redis cache entries (`default` = cache role, `streams` = event log); code
+# takes their raw clients from likes_project.redis_client (issue 10 §7, decision D52).
+from likes_project.redis_client import redis_caches  # noqa: E402
+
+CACHES = redis_caches(cache_url=REDIS_URL, streams_url=REDIS_STREAMS_URL, timeout_s=REDIS_SOCKET_TIMEOUT_S,
+                      prefix=LIKES_REDIS_PREFIX)
+DJANGO_REDIS_CONNECTION_FACTORY = "likes_project.redis_client.RoleConnectionFactory"
 
 # --- Celery ------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_STREAMS_URL)
@@ -124,6 +153,8 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 1.0
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Worker and beat keep our LOGGING (structured lines) instead of replacing the root logger's handlers.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # One queue per job family (consistency-techniques B2), so a backlog in one never starves another.
 CELERY_TASK_ROUTES = {
     "relations.publish_*": {"queue": "publish"},
@@ -142,6 +173,7 @@ CELERY_TASK_ROUTES = {
     "opsjobs.run*": {"queue": "ops"},
     "opsjobs.sweep": {"queue": "maintenance"},
     "eventlog.redrive": {"queue": "maintenance"},
+    "observability.refresh_gauges": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
@@ -152,6 +184,12 @@ LIKES_RETRY_BASE_S = env_float("LIKES_RETRY_BASE_S", 0.5)
 LIKES_RETRY_MAX_BACKOFF_S = env_float("LIKES_RETRY_MAX_BACKOFF_S", 30.0)
 LIKES_RETRY_ALERT_AFTER = env_int("LIKES_RETRY_ALERT_AFTER", 10)
 REDRIVE_LEASE_S = env_float("REDRIVE_LEASE_S", 30.0)  # a dead-letter redrive holds its partition's lease
+# /metrics (issue 10, D45/D46): `Authorization: Bearer $METRICS_TOKEN` unless METRICS_PUBLIC (then open to
+# anyone who reaches it); the token also shows /readyz's per-check detail. The store gauges are computed
+# by the beat job `observability.refresh_gauges` every METRICS_GAUGES_EVERY_S; scrapes read the result.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
+METRICS_GAUGES_EVERY_S = env_float("METRICS_GAUGES_EVERY_S", 15.0)
 # Beat sweepers (schedules live in code; the DatabaseScheduler syncs them into its tables).
 CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task, every_s in (
     ("publish-outbox",            "relations.publish_all",           1.0),
@@ -168,6 +206,7 @@ CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task
     ("retire-deleted-videos",     "counting.retire_deleted_videos",  600.0),
     ("ops-jobs-sweep",            "opsjobs.sweep",                   5.0),
     ("redrive-dead-letters",      "eventlog.redrive",                10.0),
+    ("metrics-gauges",            "observability.refresh_gauges",    METRICS_GAUGES_EVERY_S),
 )}
 
 # --- API ---------------------------------------------------------------------------------------
@@ -191,6 +230,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Like / unlike / like-count service for a short-video platform.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The public document leaves out the video service's /internal/ endpoints (likes_project.schema).
+    "PREPROCESSING_HOOKS": ["likes_project.schema.public_endpoints"],
     "COMPONENT_SPLIT_REQUEST": True,
     # Self-contained docs assets: the interactive docs never reach a CDN.
     "ENUM_NAME_OVERRIDES": {"RelationStateEnum": ["LIKED", "UNLIKED"]},
@@ -219,6 +260,10 @@ RATE_LIMIT_ENABLED = env_bool("RATE_LIMIT_ENABLED", True)
 
 # Only behind a proxy that overwrites X-Forwarded-For may the per-IP limit trust it.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+# The per-IP limit's client address (relations.api.views.client_ip): behind N proxies that each append
+# to X-Forwarded-For, the N-th entry from the right (the leftmost is whatever the client sent); 0
+# ignores the header (REMOTE_ADDR). Unset: 1 when TRUST_X_FORWARDED_FOR is true, else 0.
+TRUSTED_PROXY_COUNT = int(os.environ["TRUSTED_PROXY_COUNT"]) if os.environ.get("TRUSTED_PROXY_COUNT") else None
 
 # --- relation cache and batch query -------------------------------------------------------------
 RELATION_CACHE_TTL_S = env_int("RELATION_CACHE_TTL_S", 24 * 3600)
@@ -289,17 +334,16 @@ OUTBOX_RETENTION_HOURS = env_int("OUTBOX_RETENTION_HOURS", 72)
 # is republished once it is this old; the check runs every 10 s, so a lost tail heals in ~20 s.
 OUTBOX_REPUBLISH_AFTER_S = env_int("OUTBOX_REPUBLISH_AFTER_S", 10)
 
+# A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
+# leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.
 CURSOR_SIGNING_KEY = os.environ.get("CURSOR_SIGNING_KEY", SECRET_KEY)
 
 # `manage.py drill` injects real faults (databases refusing connections, Redis flushed or paused,
 # workers killed); it refuses to run unless this is set.
 LIKES_DRILLS_ENABLED = env_bool("LIKES_DRILLS_ENABLED", False)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
-}
+# Structured logs (issue 10, likes_project.logs): one JSON object per line from every logger (ours,
+# Django's, Celery's, gunicorn's), or LOG_FORMAT=console for humans; django.request stays at ERROR.
+from likes_project.logs import logging_config  # noqa: E402
+
+LOGGING = logging_config(level=os.environ.get("LOG_LEVEL", "INFO"), fmt=os.environ.get("LOG_FORMAT", "json"))

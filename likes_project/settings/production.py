@@ -1,13 +1,21 @@
-"""Production settings: refuse insecure defaults."""
+"""Production settings, the default of every entry point (manage.py, wsgi, asgi, celery): refuse to
+start without the secrets, the cursor key, the video service token and the allowed hosts, naming each
+one missing; never accept a development value."""
 
 import os
 
-from likes_project.settings.base import *  # noqa: F403
+from likes_project.settings.guards import refuse_dev_secrets, require_production
 
-if not os.environ.get("DJANGO_SECRET_KEY"):
-    raise RuntimeError("DJANGO_SECRET_KEY must be set in production")
-if not os.environ.get("VIDEO_SERVICE_TOKEN"):
-    raise RuntimeError("VIDEO_SERVICE_TOKEN must be set in production")
+require_production(os.environ)
+
+from likes_project.settings.base import *  # noqa: E402, F403
+
 DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+refuse_dev_secrets(globals())

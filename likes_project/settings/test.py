@@ -3,6 +3,11 @@
 import os
 
 os.environ.setdefault("LIKES_REDIS_PREFIX", "likes-test")
+# Metric files of this test process (and the processes it starts) in a directory of its own, never the
+# checkout's .data/prometheus, which the run script empties (D45).
+import tempfile
+
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="likes-test-prometheus-"))
 
 from likes_project.settings.base import *  # noqa: F403
 from likes_project.settings.base import COUNT_PARTITION_ALIASES, DATABASES, RELATION_SHARD_ALIASES
@@ -16,11 +21,17 @@ for _cfg in DATABASES.values():
 LIKES_REDIS_PREFIX = "likes-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 VIDEO_SERVICE_TOKEN = "test-video-service-token"
+# Test-only values of their own (DEBUG is false here, so the public development values are refused).
+SECRET_KEY = "test-only-secret-key-not-for-any-deployment"
+CURSOR_SIGNING_KEY = "test-only-cursor-key-not-for-any-deployment"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 CELERY_TASK_ALWAYS_EAGER = False
 # Tests drive the publisher and projectors explicitly (the real task functions), never via a broker; a
 # drill that runs a real worker turns nudges back on for that worker's process only.
 LIKES_NUDGE_ENABLED = os.environ.get("LIKES_TEST_NUDGES") == "1"
 # Files ops jobs produce (exports) go to a private temporary directory, never into the checkout.
-import tempfile  # noqa: E402
-
 OPS_JOB_FILES_DIR = tempfile.mkdtemp(prefix="likes-test-job-files-")
+
+from likes_project.settings.guards import refuse_dev_secrets  # noqa: E402
+
+refuse_dev_secrets(globals())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -23,12 +25,32 @@ ERRORS = {400: s.ErrorSerializer, 401: s.ErrorSerializer, 403: s.ErrorSerializer
           409: s.ErrorSerializer, 413: s.ErrorSerializer, 429: s.ErrorSerializer}
 
 
+def trusted_proxy_count() -> int:
+    """`TRUSTED_PROXY_COUNT`; unset, the older `TRUST_X_FORWARDED_FOR=true` means one proxy."""
+    count = getattr(settings, "TRUSTED_PROXY_COUNT", None)
+    if count is None:
+        return 1 if settings.TRUST_X_FORWARDED_FOR else 0
+    return max(0, int(count))
+
+
 def client_ip(request) -> str | None:
-    if settings.TRUST_X_FORWARDED_FOR:
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        if forwarded:
-            return forwarded.split(",")[0].strip()[:64]
-    return request.META.get("REMOTE_ADDR")
+    """The client address the per-IP limit keys on. Each trusted proxy appends the address it received
+    the request from, so with N of them the N-th entry from the right is the one the outermost trusted
+    proxy saw; anything left of it was sent by the client and is never trusted. A header with fewer
+    entries, or an entry that is not an IP address, falls back to REMOTE_ADDR (the nearest peer)."""
+    remote = request.META.get("REMOTE_ADDR")
+    count = trusted_proxy_count()
+    if count == 0:
+        return remote
+    entries = [e.strip() for e in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    entries = [e for e in entries if e]
+    if len(entries) < count:
+        return remote
+    candidate = entries[-count]
+    try:
+        return str(ipaddress.ip_address(candidate))
+    except ValueError:
+        return remote
 
 
 class LikeRelationView(APIView):
@@ -95,9 +117,11 @@ class LikeOperationView(APIView):
         return Response(commands.operation_get(user_id=request.user.pk, operation_id=operation_id).as_response())
 
 
-def _video_response(video, applied: bool | None = None) -> dict:
-    data = {"videoId": video.video_id, "authorId": video.author_id, "visibility": video.visibility,
-            "status": video.status, "version": video.version}
+def _video_response(video: selectors.VideoRecord, applied: bool | None = None) -> dict:
+    # The video service's own snapshot, as it pushed it: an operator override is not the service's
+    # fact and is not shown here (D50; it is on the admin's video page).
+    data = {"videoId": video.video_id, "authorId": video.author_id, "visibility": video.service_visibility,
+            "status": video.service_status, "version": video.version}
     if applied is not None:
         data["applied"] = applied
     return data
@@ -112,7 +136,7 @@ class InternalVideoView(APIView):
     @extend_schema(operation_id="internal_video_get", responses={200: s.VideoSnapshotSerializer, **ERRORS})
     def get(self, request, video_id: str):
         validation.video_id(video_id)
-        video = selectors.video_snapshot_get(video_id=video_id)
+        video = selectors.video_record_get(video_id=video_id)
         if video is None:
             raise VideoNotFound()
         return Response(_video_response(video))
@@ -141,4 +165,4 @@ class InternalVideoView(APIView):
             visibility=body.get("visibility", "public"), status=body.get("status", "active"),
             version=version, actor=videos.VIDEO_SERVICE_ACTOR,
         )
-        return Response(_video_response(result.video, applied=result.applied))
+        return Response(_video_response(result.record, applied=result.applied))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -19,7 +19,7 @@ from rest_framework.authtoken.models import Token
 
 from likes_project import metrics
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import RateLimited
+from likes_project.errors import DomainError
 from likes_project.nudge import nudge
 from relations import routing
 from relations.errors import UserNotFound
@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 ACCOUNT_DELETE_PERMISSION = "relations.change_accountstatus"
 DEFAULT_PROGRESS_EVERY = 100
 SCAN_CHUNK = 500
+FAILED_VIDEOS_KEPT = 20
 
 
 @dataclass(frozen=True)
@@ -40,40 +41,40 @@ class AccountDeleteResult:
     already_deleted: bool  # the account was marked deleted before this run
     scanned: int  # LIKED relations found on the shard
     unliked: int  # of them, withdrawn by this run (a re-run finds none)
-    rate_limit_bypassed: int  # withdrawals the per-relation limiter refused and the system path applied
+    skipped: int  # of them, found already withdrawn when this run reached them (a concurrent run)
+    failed: int  # of them, refused by a domain rule and left LIKED (listed in the audit record)
+
+
+# The deletion's operation ids live in a namespace of their own: `/` is outside the API's
+# Idempotency-Key alphabet (relations.validation.OPERATION_ID_RE), so no client can plant a command under
+# one of these ids (issue 10 §1); and the deletion never looks a user command up by id anyway.
+SYSTEM_OPERATION_PREFIX = "sys/"
 
 
 def delete_operation_id(user_id: int, video_id: str) -> str:
-    return f"account-delete:{user_id}:{video_id}"
+    return f"{SYSTEM_OPERATION_PREFIX}account-delete/{user_id}/{video_id}"
 
 
-def _unlike(*, user_id: int, video_id: str) -> tuple[bool, bool]:
-    """Withdraw one like; returns (changed, rate_limit_bypassed).
+def _unlike(*, user_id: int, video_id: str) -> bool:
+    """Withdraw one like through the system path; returns whether this call changed the relation.
 
-    The public command is used so metrics, replay, the transition record and the publisher nudge behave
-    as for any unlike. Its per-relation limiter guards users against flapping; deletion is a system
-    action that must finish, so when the limiter refuses, the same durable transaction is applied
-    through `commands._apply` (CAS + outbox + command record, without the limiter). No process-wide
-    setting is flipped: an override of RATE_LIMIT_ENABLED would also disable limits for concurrent
-    requests in the same process (the admin action runs inside a web worker).
+    The user's command space is never consulted: no replay by operation id (a stored user command
+    cannot stand in for the withdrawal), no per-relation limiter (deletion is a system action that must
+    finish; nothing process-wide is flipped), no authorisation (withdrawing is always allowed). The same
+    durable transaction as any unlike is applied (`commands._apply`: CAS, versioned UNLIKED outbox event,
+    command record under the system id), so projections converge as for any unlike (PRIV-5).
     """
-    op = delete_operation_id(user_id, video_id)
-    try:
-        out = commands.relation_set_state(user_id=user_id, video_id=video_id, desired_state=RelationState.UNLIKED,
-                                          operation_id=op)
-        return out.changed and not out.replayed, False
-    except RateLimited:
-        pass
     alias = routing.alias_for_user(user_id)
     try:
         out = commands._apply(alias=alias, user_id=user_id, video_id=video_id, desired_state=RelationState.UNLIKED,
-                              operation_id=op, base_version=None, device_id="", client_sequence=None)
+                              operation_id=delete_operation_id(user_id, video_id), base_version=None, device_id="",
+                              client_sequence=None)
     except commands._DuplicateOperation:
-        return False, True  # a concurrent run of the deletion withdrew it first
-    metrics.inc("likes_commands_total", outcome="account_delete_bypass")
+        return False  # this withdrawal id already committed (a concurrent or earlier run of the deletion)
+    metrics.inc("likes_commands_total", outcome="account_delete" if out.changed else "account_delete_noop")
     if out.changed:
         nudge("relations.publish_outbox", alias)
-    return out.changed, True
+    return out.changed
 
 
 def account_mark_deleted(*, user_id: int, actor: Actor) -> bool:
@@ -93,8 +94,10 @@ def account_mark_deleted(*, user_id: int, actor: Actor) -> bool:
         user.is_active = False
         user.save(update_fields=["is_active"])
     Token.objects.filter(user_id=user_id).delete()
+    # The outcome of this record is the marking; the withdrawal's own outcome (unliked, skipped, failed)
+    # is a second record, `account.delete.withdrawn`, written when the withdrawal ends.
     audit_record(actor=actor, action="account.delete", target_type="user", target_id=str(user_id),
-                 params={"username": user.get_username()}, outcome="resumed" if already else "applied")
+                 params={"username": user.get_username()}, outcome="resumed" if already else "marked")
     return already
 
 
@@ -105,8 +108,29 @@ class WithdrawProgress:
     last: str = ""
     scanned: int = 0
     unliked: int = 0
-    bypassed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    failed_videos: list[str] = field(default_factory=list)  # the first FAILED_VIDEOS_KEPT of them
     finished: bool = False
+
+    def as_state(self) -> dict:
+        return {"last": self.last, "scanned": self.scanned, "unliked": self.unliked, "skipped": self.skipped,
+                "failed": self.failed, "failed_videos": list(self.failed_videos)}
+
+    @classmethod
+    def from_state(cls, st: dict) -> WithdrawProgress:
+        return cls(st.get("last", ""), st.get("scanned", 0), st.get("unliked", 0), st.get("skipped", 0),
+                   st.get("failed", 0), list(st.get("failed_videos", ())))
+
+
+def account_withdrawal_audit(*, user_id: int, actor: Actor, at: WithdrawProgress) -> None:
+    """Record what the withdrawal really did: `applied` when every like found was withdrawn (by this run
+    or found withdrawn), `partial` when some were refused and stay LIKED (their video ids are listed)."""
+    with transaction.atomic(using="default", durable=True):
+        audit_record(actor=actor, action="account.delete.withdrawn", target_type="user", target_id=str(user_id),
+                     params={"scanned": at.scanned, "unliked": at.unliked, "skipped": at.skipped,
+                             "failed": at.failed, "failed_videos": at.failed_videos},
+                     outcome="partial" if at.failed else "applied")
 
 
 def account_likes_withdraw_chunk(*, user_id: int, at: WithdrawProgress, limit: int = SCAN_CHUNK) -> WithdrawProgress:
@@ -114,19 +138,29 @@ def account_likes_withdraw_chunk(*, user_id: int, at: WithdrawProgress, limit: i
     versioned UNLIKED command. Keyset by video_id over the (user_id, video_id) unique index; rows this
     run unlikes drop out of the LIKED filter, which the keyset does not depend on.
 
-    Idempotency: each withdrawal uses operation id `account-delete:<user>:<video>`, so redoing a chunk
-    replays the finished ones."""
+    Idempotency: each withdrawal uses the system operation id `sys/account-delete/<user>/<video>`; a
+    relation a redone chunk finds withdrawn already is skipped. A domain error on one relation (a rule
+    refusing it) is counted as failed and the run goes on; a store error propagates (the job slice fails
+    and a re-run resumes)."""
     alias = routing.alias_for_user(user_id)
     chunk = list(LikeRelation.objects.using(alias).filter(user_id=user_id, state=RelationState.LIKED,
                                                           video_id__gt=at.last)
                  .order_by("video_id").values_list("video_id", flat=True)[:limit])
-    out = WithdrawProgress(at.last, at.scanned, at.unliked, at.bypassed, finished=not chunk)
+    out = WithdrawProgress.from_state(at.as_state())
+    out.finished = not chunk
     for video_id in chunk:
-        changed, limited = _unlike(user_id=user_id, video_id=video_id)
         out.scanned += 1
-        out.unliked += changed
-        out.bypassed += limited
         out.last = video_id
+        try:
+            changed = _unlike(user_id=user_id, video_id=video_id)
+        except DomainError as exc:
+            logger.warning("account %s: withdrawing the like of %s refused: %s", user_id, video_id, exc.code)
+            out.failed += 1
+            if len(out.failed_videos) < FAILED_VIDEOS_KEPT:
+                out.failed_videos.append(video_id)
+            continue
+        out.unliked += changed
+        out.skipped += not changed
     return out
 
 
@@ -153,6 +187,8 @@ def account_delete(*, user_id: int, actor: Actor, progress: Callable[[int, int],
             progress(at.unliked, at.scanned)
     if progress is not None and at.scanned != reported:
         progress(at.unliked, at.scanned)
-    logger.info("account %s deleted: %s of %s likes withdrawn", user_id, at.unliked, at.scanned)
+    account_withdrawal_audit(user_id=user_id, actor=actor, at=at)
+    logger.info("account %s deleted: %s of %s likes withdrawn, %s skipped, %s failed", user_id, at.unliked,
+                at.scanned, at.skipped, at.failed)
     return AccountDeleteResult(user_id=user_id, alias=routing.alias_for_user(user_id), already_deleted=already,
-                               scanned=at.scanned, unliked=at.unliked, rate_limit_bypassed=at.bypassed)
+                               scanned=at.scanned, unliked=at.unliked, skipped=at.skipped, failed=at.failed)

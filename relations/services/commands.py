@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from likes_project import metrics
+from likes_project import logs, metrics
 from likes_project.errors import RateLimited
 from likes_project.nudge import nudge
 from relations import events, routing, selectors
@@ -215,6 +215,7 @@ def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, opera
                 if updated != 1:  # impossible while we hold the row lock; never write on a broken CAS
                     raise RuntimeError("relation CAS failed under row lock")
             event_id = uuid.uuid4()
+            logs.bind(event_id=str(event_id))  # log lines from here on name the event (as `eventId` does)
             outbox_event_write(alias=alias, now=now, payload=events.event_payload(
                 event_id=event_id, alias=alias, user_id=user_id, video_id=video_id,
                 operation_id=operation_id, previous=current, new_state=desired_state,
@@ -232,6 +233,7 @@ def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, opera
     return CommandResult(operation_id, video_id, result, result, changed, replayed=False)
 
 
+@logs.bound_kwargs("operation_id", "user_id")  # every line the command logs names its operation
 def relation_set_state(*, user_id: int, video_id: str, desired_state: str, operation_id: str,
                        base_version: int | None = None, device_id: str = "",
                        client_sequence: int | None = None) -> CommandResult:

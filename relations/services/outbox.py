@@ -38,6 +38,7 @@ class ClaimedRow:
     event_id: str
     payload: dict
     retry_count: int
+    created_at: dt.datetime | None = None  # set by the command's transaction: about its commit time
 
 
 @dataclass
@@ -83,7 +84,7 @@ UPDATE {t} o
    SET status = 'PUBLISHING', claimed_by = %(holder)s, claim_expires_at = %(expires)s
   FROM c
  WHERE o.id = c.id
-RETURNING o.id, o.event_id, o.payload, o.retry_count
+RETURNING o.id, o.event_id, o.payload, o.retry_count, o.created_at
 """
 
 
@@ -102,7 +103,8 @@ def outbox_claim(*, alias: str, holder: str, limit: int) -> list[ClaimedRow]:
         cursor.execute(_CLAIM_SQL.format(t=OutboxEvent._meta.db_table), params)
         rows = cursor.fetchall()
     # Django hands jsonb to raw cursors as text.
-    claimed = [ClaimedRow(r[0], str(r[1]), json.loads(r[2]) if isinstance(r[2], str) else r[2], r[3]) for r in rows]
+    claimed = [ClaimedRow(r[0], str(r[1]), json.loads(r[2]) if isinstance(r[2], str) else r[2], r[3], r[4])
+               for r in rows]
     claimed.sort(key=lambda r: r.id)
     return claimed
 
@@ -204,6 +206,12 @@ def outbox_publish_batch(*, alias: str, holder: str, limit: int | None = None) -
     report.sent = len(publishable)
     report.partitions = {streams.partition_of(k) for k, _ in positions}
     metrics.inc("likes_outbox_published_total", len(publishable), shard=alias)
+    # Commit -> published (OBS-2, M6): a retried row's lag includes its backoff, as it should.
+    published_at = timezone.now()
+    for row in publishable:
+        if row.created_at is not None:
+            metrics.observe("likes_outbox_publish_lag_seconds", (published_at - row.created_at).total_seconds(),
+                            shard=alias)
     return report
 
 

@@ -291,3 +291,71 @@ def test_tampered_and_foreign_cursors_are_400(make_user, make_video, author, api
         r = page(client, vid, limit=1, cursor=bad)
         assert r.status_code == 400 and r.json()["code"] == "invalid_cursor"
     assert page(client, "lk-cur", limit=0).status_code == 400
+
+
+# --- cost over a long hidden stretch (issue 10 §3) ------------------------------------------------------
+
+
+def _queries_of(fn):
+    """Run `fn` and return (its result, the queries it sent to every database alias)."""
+    import contextlib
+
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    with contextlib.ExitStack() as stack:
+        captured = [stack.enter_context(CaptureQueriesContext(connections[a])) for a in settings.DATABASES]
+        result = fn()
+    return result, sum(len(c.captured_queries) for c in captured)
+
+
+def test_a_limit_1_page_over_300_hidden_likers_costs_a_bounded_number_of_queries(make_user, make_video, author,
+                                                                                   api, settings):
+    """Each `limit + 1` rows popped used to cost a refill and three privacy queries: about 2,000
+    queries for a page over a long hidden stretch. Refills are now large batches and the privacy check
+    is one query per batch, so the page costs a few dozen at most, and the answer is unchanged."""
+    make_video("lk-cost", author)
+    visible = [make_user() for _ in range(2)]
+    hidden = [make_user() for _ in range(300)]
+    for u in visible + hidden:  # the visible likers are the oldest: every page scans the hidden stretch
+        cmd(u, "lk-cost", "LIKED")
+    drain_reverse()
+    AccountStatus.objects.bulk_create([AccountStatus(user_id=u.pk, status="deleted") for u in hidden[:100]])
+    UserPrivacy.objects.bulk_create([UserPrivacy(user_id=u.pk, likes_private=True) for u in hidden[100:200]])
+    Block.objects.bulk_create([Block(blocker_id=author.pk, blocked_id=u.pk) for u in hidden[200:]])
+    client = api.as_user(author)
+    client.get(url("lk-cost"), {"limit": 1})  # authentication and per-process caches warmed
+
+    first, queries = _queries_of(lambda: page(client, "lk-cost", limit=1))
+    assert first.status_code == 200
+    assert [i["userId"] for i in first.json()["items"]] == [visible[1].pk]
+    assert first.json()["nextCursor"] is not None
+    # P = 2 partitions, R reverse shards, 301 pops: the first read (P) and its privacy check, then per
+    # shard one batch refill and its check (2R), the names, the permission and the auth reads.
+    shards = reverse_routing.reverse_active().shards
+    assert queries <= 2 + 1 + 2 * (shards + 301 // 128 + 1) + 12, queries
+
+    got, _pages = traverse(client, "lk-cost", 1)
+    assert got == [visible[1].pk, visible[0].pk]
+
+
+def test_a_scan_cap_over_a_hidden_stretch_returns_a_cursor_and_the_traversal_completes(make_user, make_video,
+                                                                                       author, api, settings):
+    settings.LIKERS_SCAN_LIMIT = 40
+    settings.LIKERS_FETCH_BATCH = 16
+    make_video("lk-cap", author)
+    visible = [make_user() for _ in range(3)]
+    hidden = [make_user() for _ in range(180)]
+    for u in [visible[0], *hidden[:90], visible[1], *hidden[90:], visible[2]]:
+        cmd(u, "lk-cap", "LIKED")
+    drain_reverse()
+    AccountStatus.objects.bulk_create([AccountStatus(user_id=u.pk, status="banned") for u in hidden])
+    client = api.as_user(author)
+    first = page(client, "lk-cap", limit=2)
+    assert [i["userId"] for i in first.json()["items"]] == [visible[2].pk]  # then 39 hidden pops: the cap
+    assert first.json()["nextCursor"] is not None
+    got, pages = traverse(client, "lk-cap", 2)
+    assert got == [visible[2].pk, visible[1].pk, visible[0].pk]
+    assert len(pages) >= 3 and any(p == [] for p in pages)  # capped pages moved the cursor, never looped
+    settings.LIKERS_FETCH_BATCH = 1  # the smallest batch pages the same list
+    assert traverse(client, "lk-cap", 1)[0] == got

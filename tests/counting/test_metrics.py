@@ -1,11 +1,11 @@
-"""Observability (issue 3 §5): the scrape-time gauges on /metrics (outbox, streams, consumer lag, dead
-letters, snapshot staleness, projection latency) and how a scrape answers when Redis does not. The admin
-pages for the event log and the count projection are in test_counting_admin.py."""
+"""Observability (issue 3 §5, issue 10 §3): the store gauges on /metrics (outbox, streams, consumer lag,
+dead letters, snapshot staleness, projection latency) as the refresh job computes them, and how a refresh
+answers when Redis does not. The admin pages for the event log and the count projection are in
+test_counting_admin.py; the snapshot's own behaviour (a scrape's cost, its age) in tests/test_gauges.py."""
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 import pytest
 from django.conf import settings
@@ -13,35 +13,25 @@ from django.utils import timezone
 
 from counting.models import DirtyVideo
 from counting.services.snapshots import display_snapshot_refresh
+from likes_project import metrics
 from likes_project.eventlog import streams
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
 from relations.models import OutboxEvent
 from tests.counting.helpers import SHARDS, dead_letter, project_everything, publish
+from tests.metrics_helpers import parse, scrape_text
 from tests.relations.helpers import cmd as like
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
-SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 
 
 # --- helpers -----------------------------------------------------------------------------------
 
 
 def scrape(client) -> dict[tuple[str, frozenset], float]:
-    """GET /metrics and parse every sample into {(name, labels): value}; fails on a malformed line."""
-    resp = client.get("/metrics")
-    assert resp.status_code == 200
-    assert resp["Content-Type"].startswith("text/plain")
-    samples = {}
-    for line in resp.content.decode().splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE_RE.match(line)
-        assert m, f"not a Prometheus sample line: {line!r}"
-        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m["labels"] or ""))
-        samples[(m["name"], labels)] = float(m["value"])
-    return samples
+    """Refresh the stored gauges (what the beat job does), GET /metrics and parse every sample."""
+    return parse(scrape_text(client))
 
 
 def sample(samples, name: str, **labels) -> float | None:
@@ -223,3 +213,42 @@ def test_metrics_have_no_scrape_error_when_everything_answers(client):
     samples = scrape(client)
     assert not family(samples, "likes_metrics_scrape_errors")
     assert family(samples, "likes_stream_length")
+
+
+# --- /metrics: the pipeline's lag histograms (issue 10 §2) ----------------------------------------
+
+
+def test_publish_lag_and_display_snapshot_lag_are_observed(client, make_user, make_video, author):
+    make_video("vid-lag", author)
+    like(make_user(shard="rel_00"), "vid-lag")
+    OutboxEvent.objects.using("rel_00").update(created_at=timezone.now() - dt.timedelta(seconds=30))
+    published = (metrics.value("likes_outbox_publish_lag_seconds_count", shard="rel_00"),
+                 metrics.value("likes_outbox_publish_lag_seconds_sum", shard="rel_00"))
+
+    publish("rel_00")
+
+    assert metrics.value("likes_outbox_publish_lag_seconds_count", shard="rel_00") == published[0] + 1
+    assert 30 <= metrics.value("likes_outbox_publish_lag_seconds_sum", shard="rel_00") - published[1] < 90
+
+    project_everything()
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        DirtyVideo.objects.using(alias).update(first_dirty_at=timezone.now() - dt.timedelta(seconds=45))
+    shown = (metrics.value("likes_display_snapshot_lag_seconds_count"),
+             metrics.value("likes_display_snapshot_lag_seconds_sum"))
+
+    assert display_snapshot_refresh().videos == 1
+
+    assert metrics.value("likes_display_snapshot_lag_seconds_count") == shown[0] + 1  # one per video shown
+    assert 45 <= metrics.value("likes_display_snapshot_lag_seconds_sum") - shown[1] < 105
+    samples = scrape(client)
+    assert sample(samples, "likes_outbox_publish_lag_seconds_bucket", shard="rel_00", le="60.0") >= 1
+    assert sample(samples, "likes_display_snapshot_lag_seconds_bucket", le="+Inf") >= 1
+
+
+def test_a_snapshot_that_shows_nothing_new_observes_no_lag(make_user, make_video, author):
+    make_video("vid-idle", author)
+    before = metrics.value("likes_display_snapshot_lag_seconds_count")
+
+    assert display_snapshot_refresh().videos == 0
+
+    assert metrics.value("likes_display_snapshot_lag_seconds_count") == before

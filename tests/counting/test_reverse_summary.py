@@ -27,6 +27,7 @@ from likes_project.eventlog import streams
 from relations import routing as relation_routing
 from relations.models import LikeRelation, UserPrivacy
 from tests.counting.helpers import drain, drain_reverse, publish_all
+from tests.metrics_helpers import scrape_text
 from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed.
@@ -184,11 +185,11 @@ def _lag_lines(text: str, family: str) -> dict[str, int]:
 def test_metrics_show_the_reverse_consumer_lag(make_user, make_video, client):
     author, u, v = make_user(), make_user(), make_user()
     make_video("rs-lag", author)
-    assert _lag_lines(client.get("/metrics").content.decode(), "likes_consumer_lag_entries") == {}
+    assert _lag_lines(scrape_text(client), "likes_consumer_lag_entries") == {}
 
     cmd(u, "rs-lag", "LIKED")
     drain_reverse()
-    text = client.get("/metrics").content.decode()
+    text = scrape_text(client)
     entries = _lag_lines(text, "likes_consumer_lag_entries")
     assert set(entries) == {str(p) for p in streams.all_partitions()}
     assert set(entries.values()) == {0}
@@ -197,7 +198,7 @@ def test_metrics_show_the_reverse_consumer_lag(make_user, make_video, client):
     cmd(v, "rs-lag", "LIKED")
     publish_all()  # published, not yet consumed by the reverse projector
     p = str(streams.partition_for(f"{v.pk}:rs-lag"))
-    text = client.get("/metrics").content.decode()
+    text = scrape_text(client)
     assert _lag_lines(text, "likes_consumer_lag_entries")[p] >= 1
 
 

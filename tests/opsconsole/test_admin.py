@@ -206,31 +206,35 @@ def test_lookup_is_read_only(admin_client, make_user, make_video, author):
 # --- video snapshots ---------------------------------------------------------------------------
 
 
-def video_form(author, **overrides):
-    return {"author_id": author.pk, "visibility": "public", "status": "active", "_save": "Save", **overrides}
+def video_form(**overrides):
+    """The video page's form: only the operator override (D50) and its reason."""
+    return {"override_visibility": "", "override_status": "", "reason": "", "_save": "Save", **overrides}
 
 
-def test_video_edit_goes_through_the_service(admin_client, admin_user, make_video, author):
+def test_video_edit_is_an_override_through_the_service(admin_client, admin_user, make_video, author):
     make_video("vid-e", author)
-    assert selectors.video_snapshot_get(video_id="vid-e").visibility == "public"  # now cached at v1
+    assert selectors.video_snapshot_get(video_id="vid-e").visibility == "public"  # now cached at revision 1
     url = reverse("admin:relations_videosnapshot_change", args=["vid-e"])
 
-    resp = admin_client.post(url, video_form(author, visibility="private", version="99"))
+    resp = admin_client.post(url, video_form(override_visibility="private", reason="legal hold", version="99"))
     assert resp.status_code == 302
 
     snap = VideoSnapshot.objects.get(pk="vid-e")
-    assert (snap.version, snap.visibility) == (2, "private")  # next version; the posted one is ignored
-    [audit] = admin_audits(action="video.upsert", target_id="vid-e")
+    # The service's version is untouched (the posted one is ignored); the override is stored apart.
+    assert (snap.version, snap.service_visibility, snap.override_visibility, snap.visibility) == (
+        1, "public", "private", "private")
+    [audit] = admin_audits(action="video.override", target_id="vid-e")
     assert audit.actor == admin_user.username and audit.outcome == "applied"
-    assert (audit.params["version"], audit.params["visibility"]) == (2, "private")
+    assert (audit.params["visibility"], audit.params["reason"], audit.params["serviceVersion"]) == (
+        "private", "legal hold", 1)
     [entry] = log_entries(VideoSnapshot, "vid-e")
     assert (entry.action_flag, entry.user_id) == (CHANGE, admin_user.pk)
-    cached = cache.visibility_cache_get("vid-e")  # written through, not left at v1
-    assert (cached["version"], cached["visibility"]) == (2, "private")
+    cached = cache.visibility_cache_get("vid-e")  # written through, not left at revision 1
+    assert (cached["revision"], cached["visibility"]) == (2, "private")
 
-    admin_client.post(url, video_form(author, status="taken_down"))
-    assert VideoSnapshot.objects.get(pk="vid-e").version == 3
-    assert len(admin_audits(action="video.upsert", target_id="vid-e")) == 2
+    admin_client.post(url, video_form(override_visibility="private", override_status="taken_down", reason="spam"))
+    assert VideoSnapshot.objects.get(pk="vid-e").version == 1
+    assert len(admin_audits(action="video.override", target_id="vid-e")) == 2
     assert [e.action_flag for e in log_entries(VideoSnapshot, "vid-e")] == [CHANGE, CHANGE]
 
 
@@ -240,45 +244,40 @@ def test_admin_saves_run_the_services_own_durable_transaction(admin_client, make
     transaction in one of its own (that raises RuntimeError), for saves and for deletes alike."""
     make_video("vid-t", author)
     resp = admin_client.post(reverse("admin:relations_videosnapshot_change", args=["vid-t"]),
-                             video_form(author, visibility="friends"))
+                             video_form(override_visibility="friends", reason="test"))
     assert resp.status_code == 302
-    assert VideoSnapshot.objects.get(pk="vid-t").version == 2
+    snap = VideoSnapshot.objects.get(pk="vid-t")
+    assert (snap.version, snap.visibility) == (1, "friends")
 
     other = make_user()
     admin_client.post(reverse("admin:relations_friendship_add"), {"user_a": author.pk, "user_b": other.pk})
     friendship = Friendship.objects.get()
     resp = admin_client.post(reverse("admin:relations_friendship_delete", args=[friendship.pk]), {"post": "yes"})
     assert resp.status_code == 302 and not Friendship.objects.exists()
-    assert [a.action for a in admin_audits()] == ["video.upsert", "friendship.add", "friendship.remove"]
+    assert [a.action for a in admin_audits()] == ["video.override", "friendship.add", "friendship.remove"]
 
 
-def test_video_add_goes_through_the_service(admin_client, admin_user, author):
-    resp = admin_client.post(reverse("admin:relations_videosnapshot_add"),
-                             video_form(author, video_id="vid-new", visibility="friends"))
-    assert resp.status_code == 302
-    snap = VideoSnapshot.objects.get(pk="vid-new")
-    assert (snap.author_id, snap.visibility, snap.version) == (author.pk, "friends", 1)
-    assert len(admin_audits(action="video.upsert", target_id="vid-new")) == 1
-    assert [e.action_flag for e in log_entries(VideoSnapshot, "vid-new")] == [ADDITION]
+def test_videos_are_not_added_in_the_admin(admin_client, author):
+    """Videos come from the video service (D50): the admin only overrides what it pushed."""
+    url = reverse("admin:relations_videosnapshot_add")
+    assert admin_client.get(url).status_code == 403
+    assert admin_client.post(url, {"video_id": "vid-new", "author_id": author.pk, "visibility": "friends",
+                                   "status": "active"}).status_code == 403
+    assert not VideoSnapshot.objects.filter(pk="vid-new").exists()
+    assert admin_audits() == []
 
 
 def test_video_service_rejection_is_a_form_error(admin_client, make_video, author):
     make_video("vid-e", author)
     change = admin_client.post(reverse("admin:relations_videosnapshot_change", args=["vid-e"]),
-                               video_form(author, author_id="0", visibility="private"))
+                               video_form(override_visibility="private"))  # no reason
     assert change.status_code == 200
-    assert "authorId must be a positive integer." in change.content.decode()
+    assert "An operator override needs a reason" in change.content.decode()
     assert change.context["adminform"].form.non_field_errors()
     snap = VideoSnapshot.objects.get(pk="vid-e")
-    assert (snap.version, snap.visibility) == (1, "public")
-
-    add = admin_client.post(reverse("admin:relations_videosnapshot_add"), video_form(author, video_id="bad id!"))
-    assert add.status_code == 200
-    assert "videoId must be 1-64 characters" in add.content.decode()
-    assert not VideoSnapshot.objects.filter(pk="bad id!").exists()
-
+    assert (snap.version, snap.visibility, snap.override_visibility) == (1, "public", None)
     assert admin_audits() == []
-    assert log_entries(VideoSnapshot, "vid-e") == [] and log_entries(VideoSnapshot, "bad id!") == []
+    assert log_entries(VideoSnapshot, "vid-e") == []
 
 
 def test_video_snapshots_cannot_be_deleted_in_the_admin(admin_client, make_video, author):

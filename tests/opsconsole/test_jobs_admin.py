@@ -67,7 +67,7 @@ def test_account_deletion_answers_at_once_and_its_job_progresses(staff, make_use
     assert all(relation_row(doomed.pk, v).state == "UNLIKED" for v in videos)
     assert 'http-equiv="refresh"' not in client.get(resp["Location"]).content.decode()
     assert set(AuditRecord.objects.filter(job_id=job.pk).values_list("action", flat=True)) == {
-        "job.start", "account.delete", "job.finish"}
+        "job.start", "account.delete", "account.delete.withdrawn", "job.finish"}
 
 
 def test_the_rebuild_action_answers_at_once_and_its_job_progresses(staff, make_user, make_video, settings):

@@ -23,8 +23,8 @@ from likes_project.errors import RateLimited
 from likes_project.eventlog import streams
 from relations import routing
 from relations.models import AccountStatus, LikeCommand, LikeRelation, OutboxEvent, UserPrivacy
+from relations.services import accounts
 from relations.services.accounts import account_delete
-from relations.services.commands import relation_set_state
 from relations.services.social import friendship_set
 from tests.counting.helpers import (
     bucket_sum,
@@ -265,12 +265,16 @@ def test_delete_account_unlikes_everything_and_the_projections_converge(make_use
     assert not Token.objects.filter(user_id=doomed.pk).exists()
     assert doomed_client.get("/v1/me/likes").status_code == 401  # the old token no longer works
     audit = AuditRecord.objects.get(action="account.delete", target_id=str(doomed.pk))
-    assert (audit.channel, audit.outcome) == ("cli", "applied")
+    assert (audit.channel, audit.outcome) == ("cli", "marked")
+    done = AuditRecord.objects.get(action="account.delete.withdrawn", target_id=str(doomed.pk))
+    assert (done.channel, done.outcome) == ("cli", "applied")
+    assert {k: done.params[k] for k in ("scanned", "unliked", "skipped", "failed")} == {
+        "scanned": 4, "unliked": 4, "skipped": 0, "failed": 0}
 
     for vid in vids[:4]:
         row = relation_row(doomed.pk, vid)
         assert (row.state, row.relation_version, row.last_operation_id) == (
-            "UNLIKED", 2, f"account-delete:{doomed.pk}:{vid}")
+            "UNLIKED", 2, f"sys/account-delete/{doomed.pk}/{vid}")
         events = outbox_rows(doomed.pk, vid)
         assert [(e.relation_version, e.payload["absoluteState"]) for e in events] == [(1, "LIKED"), (2, "UNLIKED")]
     assert (relation_row(doomed.pk, vids[4]).state, relation_row(doomed.pk, vids[4]).relation_version) == (
@@ -299,12 +303,11 @@ def test_rerunning_delete_account_changes_nothing(make_user, make_video, author)
     call_command("delete_account", doomed.username, stdout=out, stderr=io.StringIO())
     assert "already marked deleted" in out.getvalue() and "0 of 0 likes withdrawn" in out.getvalue()
     assert (relations_of(doomed), total(OutboxEvent), total(LikeCommand)) == before
-    # A replay of the same operation ids is a no-op too (what a run resumed after a crash would do).
-    again = relation_set_state(user_id=doomed.pk, video_id="lc-r1", desired_state="UNLIKED",
-                               operation_id=f"account-delete:{doomed.pk}:lc-r1")
-    assert again.replayed and (relations_of(doomed), total(OutboxEvent)) == before[:2]
+    # Withdrawing again under the same system id is a no-op too (what a run resumed after a crash does).
+    assert accounts._unlike(user_id=doomed.pk, video_id="lc-r1") is False
+    assert (relations_of(doomed), total(OutboxEvent), total(LikeCommand)) == before
     assert list(AuditRecord.objects.filter(action="account.delete").order_by("id").values_list("outcome", flat=True)
-                ) == ["applied", "resumed"]
+                ) == ["marked", "resumed"]
 
 
 @override_settings(RATE_LIMIT_ENABLED=True, RATE_LIMIT_RELATION_PER_MINUTE=1)
@@ -315,7 +318,7 @@ def test_delete_account_is_not_stopped_by_the_relation_rate_limit(make_user, mak
     with pytest.raises(RateLimited):  # the limiter is armed for this relation
         cmd(doomed, "lc-rl", "UNLIKED")
     result = account_delete(user_id=doomed.pk, actor=TEST_ACTOR)
-    assert (result.unliked, result.rate_limit_bypassed) == (1, 1)
+    assert (result.unliked, result.skipped, result.failed) == (1, 0, 0)
     row = relation_row(doomed.pk, "lc-rl")
     assert (row.state, row.relation_version) == ("UNLIKED", 2)
     assert [e.payload["absoluteState"] for e in outbox_rows(doomed.pk, "lc-rl")] == ["LIKED", "UNLIKED"]

@@ -140,10 +140,14 @@ def test_friendship_and_block_changes_invalidate_the_edge_cache(author, fan, mak
 
 
 def test_a_slow_reader_cannot_overwrite_a_newer_cached_snapshot(author, make_video):
-    make_video("v1", author, version=7)
+    """Cache entries are ordered by the row's revision, which every applied push (and operator
+    override, D50) grows: a reader that loaded revision 3 cannot overwrite revision 4."""
+    for version in (1, 2, 3, 7):
+        make_video("v1", author, version=version)
+    assert cache.visibility_cache_get("v1")["revision"] == 4
     cache.visibility_cache_put("v1", 3, {"author_id": author.pk, "visibility": "public", "status": "active",
-                                         "version": 3})
-    assert cache.visibility_cache_get("v1")["version"] == 7
+                                         "version": 3, "revision": 3})
+    assert (cache.visibility_cache_get("v1")["version"], cache.visibility_cache_get("v1")["revision"]) == (7, 4)
 
 
 def test_the_cached_snapshot_always_expires(author, make_video):

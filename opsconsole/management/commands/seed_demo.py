@@ -5,7 +5,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from likes_project.audit.services import Actor, audit_record
+from likes_project.api_tokens import token_fingerprint
+from likes_project.audit.services import Actor, audit_record, cli_actor_resolve
 from likes_project.cli import DomainCommand
 from relations.selectors import video_snapshot_get
 from relations.services.social import block_set, friendship_set
@@ -40,17 +41,15 @@ class Command(DomainCommand):
                     user.save(update_fields=["password"])
                     audit_record(actor=actor, action="user.create_api", target_type="user",
                                  target_id=str(user.pk), params={"username": name})
-                token, _ = Token.objects.get_or_create(user=user)
+                token, token_created = Token.objects.get_or_create(user=user)
+                if token_created and not created:  # an existing demo user whose token had been revoked
+                    audit_record(actor=actor, action="token.create", target_type="user", target_id=str(user.pk),
+                                 params={"username": name, "fingerprint": token_fingerprint(token.key),
+                                         "reason": "seed_demo"})
             users[name] = (user, token.key)
             self.stdout.write(f"[{i}/{len(DEMO_USERS)}] user {name}")
         if options["admin_password"]:
-            # Development only: (re)sets the demo superuser's password to the one given.
-            admin_user, _ = get_user_model().objects.get_or_create(
-                username="admin", defaults={"email": "admin@example.invalid"}
-            )
-            admin_user.is_staff = admin_user.is_superuser = True
-            admin_user.set_password(options["admin_password"])
-            admin_user.save()
+            self.superuser_ensure(options["admin_password"])
             self.stdout.write("superuser admin ready")
         for video_id, author, visibility, status in DEMO_VIDEOS:
             existing = video_snapshot_get(video_id=video_id)
@@ -65,3 +64,32 @@ class Command(DomainCommand):
         self.stdout.write("API tokens (Authorization: Token <key>):")
         for name, (user, key) in users.items():
             self.stdout.write(f"  {name:<6} id={user.pk:<4} {key}")
+
+    def superuser_ensure(self, password: str) -> str | None:
+        """Development only: the superuser `admin`, with this password. Creating it, changing its
+        password and making it a superuser again are audited as the OS account running the command
+        (`user.superuser_create`, `user.password_reset`, `user.superuser_grant`; never the password).
+        Returns the action recorded, or None when `admin` already was a superuser with this password
+        (`run.sh` passes the same password on every start: nothing is written then).
+
+        Transaction: one durable transaction on `default` (the user row locked, the audit record)."""
+        actor = cli_actor_resolve(username=None, permission="auth.change_user")
+        User = get_user_model()
+        with transaction.atomic(using="default", durable=True):
+            user = User.objects.select_for_update().filter(username="admin").first()
+            created = user is None
+            if created:
+                user = User(username="admin", email="admin@example.invalid")
+            new_password = created or not user.check_password(password)
+            granted = not (user.is_staff and user.is_superuser)
+            if not (new_password or granted):
+                return None
+            user.is_staff = user.is_superuser = True
+            if new_password:
+                user.set_password(password)
+            user.save()
+            action = ("user.superuser_create" if created else "user.password_reset" if new_password
+                      else "user.superuser_grant")
+            audit_record(actor=actor, action=action, target_type="user", target_id=str(user.pk),
+                         params={"username": "admin", "superuser_granted": granted and not created})
+        return action

@@ -31,5 +31,9 @@ class Command(JobCommand):
         again = " (already marked deleted: resumed)" if r["already_deleted"] else ""
         self.stdout.write(
             f"Deleted account {user.username} (user {user.pk}, shard {r['alias']}){again}: "
-            f"{r['unliked']} of {r['scanned']} likes withdrawn, {r['rate_limit_bypassed']} past the rate limit."
+            f"{r['unliked']} of {r['scanned']} likes withdrawn, {r['skipped']} found withdrawn already, "
+            f"{r['failed']} refused."
         )
+        if r["failed"]:
+            raise CommandError(f"{r['failed']} likes could not be withdrawn (first: {', '.join(r['failed_videos'])}); "
+                               "see the audit record account.delete.withdrawn.", returncode=3)

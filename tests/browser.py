@@ -1,0 +1,99 @@
+"""A real browser for the console's flows (D56): Playwright's sync API driving Debian's Chromium
+(/usr/bin/chromium, which `scripts/lib.sh` installs when missing and running as root), never a browser
+build of Playwright's own (`playwright install` downloads one, which cannot work here).
+
+`debian_chromium` is one Chromium per test module (`launch` gives it a fresh, empty profile directory);
+`open_page()` opens a page in a fresh context (no cookies, no cache) on pytest-django's live
+server. Playwright's sync API runs an asyncio loop on the test's own thread, which makes Django refuse
+ORM calls there (SynchronousOnlyOperation) although nothing async touches a connection: the module's
+tests therefore run with DJANGO_ALLOW_ASYNC_UNSAFE set in this process only, for as long as the browser
+is up, and restored after. The live server answers on its own threads, which have no loop.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+# The flags that work on this machine (its notes): without the background-networking ones Chromium
+# misbehaves on the closed network. `launch` adds a fresh, empty profile directory of its own.
+LAUNCH_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+# How long one auto-waiting expectation or action may wait (generous: a loaded 2-core machine).
+WAIT_MS = 20_000
+
+
+def require_chromium() -> None:
+    """Fail loudly when Debian's Chromium is missing where setup could have installed it (root); skip,
+    saying how to install it, only where it could not (not root)."""
+    if os.access(CHROMIUM, os.X_OK):
+        return
+    how = "apt-get install -y --no-install-recommends chromium (scripts/lib.sh ensure_chromium does it as root)"
+    if os.geteuid() != 0:
+        pytest.skip(f"{CHROMIUM} is missing and this is not root; install it: sudo {how}")
+    pytest.fail(f"{CHROMIUM} is missing although this runs as root: run ./scripts/test.sh (setup) or {how}",
+                pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def debian_chromium():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    saved = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    pw = sync_playwright().start()
+    try:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+    finally:
+        pw.stop()
+        if saved is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = saved
+
+
+@pytest.fixture
+def open_page(debian_chromium, live_server):
+    """`open_page()` -> a page of its own browser context (a second operator gets a second one), on the
+    live server. Every context is closed at the end of the test, before the databases are flushed."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    contexts = []
+
+    def make():
+        context = debian_chromium.new_context(base_url=live_server.url)
+        context.set_default_timeout(WAIT_MS)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def path_is(path: str):
+    """A URL predicate for `page.wait_for_url`: this path, whatever the query (a glob such as
+    "**/admin/" would also match the login page's "?next=/admin/")."""
+    return lambda url: urlsplit(url).path == path
+
+
+def log_in(page, username: str, password: str, *, next_path: str = "/admin/") -> None:
+    """Through the admin's own login form, as an operator does: open a console page, get the login
+    form, submit it, land on the page."""
+    page.goto(next_path)
+    page.wait_for_url(path_is("/admin/login/"))
+    page.locator("#id_username").fill(username)
+    page.locator("#id_password").fill(password)
+    page.locator("#login-form input[type=submit]").click()
+    page.wait_for_url(path_is(next_path))

@@ -1,0 +1,434 @@
+"""Every `manage.py` command the README or the runbook shows runs as shown (issue 10 §6b).
+
+The code of README.md and docs/runbook.md (fenced blocks and inline code spans) is read for
+`manage.py <command> ...`; each one is parsed as the synopsis it is (`[optional]`, `(a | b)`
+alternatives, `a|b` value choices, `<placeholder>` and `N`-style metavars), checked against the
+command's real parser (the command exists; every option exists and takes a value exactly when the doc
+gives one; documented choices are accepted), then run through `call_command` against the real stores
+with the placeholders replaced by real users, videos, dead letters and outbox rows: each alternative
+once, optional parts included. What cannot run in a test is listed in NOT_RUN with the reason;
+lines the docs get wrong, for the doc owner to fix, are in KNOWN_WRONG (each is still checked to be
+wrong, and to be still in the docs)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command, get_commands, load_command_class
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ("README.md", "docs/runbook.md")
+
+# --- reading the docs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocLine:
+    doc: str  # the file, relative to the checkout
+    line: int
+    text: str  # "manage.py <command> ...", as written (table escapes `\|` undone)
+
+    @property
+    def command(self) -> str:
+        return self.text.split()[1]
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}: {self.text}"
+
+
+INVOCATION = re.compile(r"manage\.py\s+([a-z][a-z0-9_]*)\b.*")
+# What may stand before `manage.py` in a command: nothing, `./`, or a Python interpreter (by path).
+COMMAND_START = re.compile(r"^(|\./|(.*[\s/])?python3?)$")
+
+
+def _code_of(doc: str) -> list[tuple[int, str]]:
+    """(line number, code text) of every fenced-block line and every inline code span."""
+    out, fenced, pending = [], False, ""
+    for number, raw in enumerate((ROOT / doc).read_text().splitlines(), 1):
+        if raw.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            pending += raw.rstrip()
+            if pending.endswith("\\"):  # a shell line continued on the next one
+                pending = pending[:-1] + " "
+                continue
+            out.append((number, pending))
+            pending = ""
+        else:
+            out += [(number, span) for span in re.findall(r"`([^`]+)`", raw)]
+    return out
+
+
+def doc_lines() -> list[DocLine]:
+    """Every `manage.py <command> ...` the docs' code shows, one per shell command (`a && b` is two);
+    prose that only names `manage.py` (an architecture sketch: "manage.py start ops jobs") is not one."""
+    found = []
+    for doc in DOCS:
+        for number, code in _code_of(doc):
+            for command in re.split(r"&&|\|\||;", code.replace("\\|", "|")):
+                match = INVOCATION.search(command)
+                if match and COMMAND_START.match(command[:match.start()].strip()):
+                    found.append(DocLine(doc, number, " ".join(match.group(0).split())))
+    return found
+
+
+# --- the synopsis grammar --------------------------------------------------------------------------
+# A synopsis is a sequence of words, `[optional parts]` and `(alternative | parts)`; a word with `|`
+# inside (`public|friends|private`) is a value choice.
+
+
+@dataclass
+class Seq:
+    items: list
+
+
+@dataclass
+class Opt:
+    alternatives: list[Seq]
+
+
+@dataclass
+class Group:
+    alternatives: list[Seq]
+
+
+def _tokens(text: str) -> list[str]:
+    out = []
+    for word in text.split():
+        while word[:1] in "[(":
+            out.append(word[0])
+            word = word[1:]
+        tail = []
+        while word[-1:] in "])":
+            tail.insert(0, word[-1])
+            word = word[:-1]
+        out += ([word] if word else []) + tail
+    return out
+
+
+def parse(text: str) -> Seq:
+    tokens = _tokens(text)[2:]  # after "manage.py <command>"
+    pos = 0
+
+    def alternatives(closer: str | None) -> list[Seq]:
+        nonlocal pos
+        alts, items = [], []
+        while pos < len(tokens):
+            tok = tokens[pos]
+            pos += 1
+            if tok == closer:
+                break
+            if tok in "])" and len(tok) == 1:
+                raise AssertionError(f"unbalanced {tok!r} in {text!r}")
+            if tok == "|":
+                alts.append(Seq(items))
+                items = []
+            elif tok == "[":
+                items.append(Opt(alternatives("]")))
+            elif tok == "(":
+                items.append(Group(alternatives(")")))
+            else:
+                items.append(tok)
+        else:
+            if closer is not None:
+                raise AssertionError(f"{closer!r} missing in {text!r}")
+        return [*alts, Seq(items)]
+
+    alts = alternatives(None)
+    assert len(alts) == 1, f"a top-level | in {text!r}"
+    return alts[0]
+
+
+def is_option(word) -> bool:
+    return isinstance(word, str) and word.startswith("--")
+
+
+def is_value(word) -> bool:
+    return isinstance(word, str) and not word.startswith("-")
+
+
+def options_shown(seq: Seq) -> list[tuple[str, str | None]]:
+    """Every (option, the value the doc gives it or None) anywhere in the synopsis."""
+    out = []
+    for i, item in enumerate(seq.items):
+        if isinstance(item, (Opt, Group)):
+            for alt in item.alternatives:
+                out += options_shown(alt)
+        elif is_option(item):
+            nxt = seq.items[i + 1] if i + 1 < len(seq.items) else None
+            out.append((item, nxt if is_value(nxt) else None))
+    return out
+
+
+def positionals_shown(seq: Seq) -> list[str]:
+    """The positional words of the synopsis's top level (not an option's value)."""
+    out = []
+    for i, item in enumerate(seq.items):
+        prev = seq.items[i - 1] if i else None
+        if is_value(item) and not is_option(prev):
+            out.append(item)
+    return out
+
+
+def expansions(seq: Seq, skip) -> list[list]:
+    """Every argv the synopsis allows with each alternative taken once and each optional part
+    included, unless `skip(option)` says to leave out the optional part that starts with it."""
+    variants: list[list] = [[]]
+    for item in seq.items:
+        if isinstance(item, Opt) and any(is_option(w) and skip(w) for alt in item.alternatives
+                                              for w in alt.items[:1]):
+            continue
+        if isinstance(item, (Opt, Group)):
+            choices = [e for alt in item.alternatives for e in expansions(alt, skip)]
+            variants = [v + c for v, c in itertools.product(variants, choices)]
+        else:
+            variants = [[*v, item] for v in variants]
+    return variants
+
+
+# --- what the real parser says -------------------------------------------------------------------
+
+
+def parser_of(command: str):
+    return load_command_class(get_commands()[command], command).create_parser("manage.py", command)
+
+
+def takes_value(action) -> bool:
+    return action.nargs != 0
+
+
+def problems(line: DocLine) -> list[str]:
+    """What in the doc line does not match the command's parser (empty: the line is right)."""
+    if line.command not in get_commands():
+        return [f"there is no command {line.command!r}"]
+    parser = parser_of(line.command)
+    actions = parser._option_string_actions
+    seq = parse(line.text)
+    found = []
+    for option, value in options_shown(seq):
+        action = actions.get(option)
+        if action is None:
+            found.append(f"{line.command} has no option {option}")
+        elif value is None and takes_value(action):
+            found.append(f"{option} takes a value the doc does not show")
+        elif value is not None and not takes_value(action):
+            found.append(f"{option} takes no value, the doc gives it {value!r}")
+        elif value is not None and action.choices is not None and "|" in value:
+            found += [f"{option} does not accept {c!r}" for c in value.split("|") if c not in action.choices]
+    positional = [a for a in parser._actions if not a.option_strings and a.dest != "help"]
+    required = [a for a in positional if a.nargs not in ("?", "*")]
+    shown = positionals_shown(seq)
+    if len(shown) > len(positional):
+        found.append(f"{line.command} takes {len(positional)} positional argument(s), the doc shows {len(shown)}")
+    elif len(shown) < len(required):
+        found.append(f"{line.command} needs {len(required)} positional argument(s), the doc shows {len(shown)}")
+    for group in parser._mutually_exclusive_groups:
+        named = {o for o, _v in options_shown(seq)}
+        if group.required and not any(set(a.option_strings) & named for a in group._group_actions):
+            found.append(f"{line.command} needs one of {[a.option_strings[0] for a in group._group_actions]}")
+    for action in parser._actions:
+        if action.option_strings and action.required and not set(action.option_strings) & {
+                o for o, _v in options_shown(seq)}:
+            found.append(f"{line.command} needs {action.option_strings[0]}")
+    return found
+
+
+# --- the lists the doc owner keeps ----------------------------------------------------------------
+
+# Doc lines that cannot run in a test, by command (all its lines) or by exact text: why.
+NOT_RUN = {
+    "drill": "a drill injects real faults (ALTER DATABASE ... ALLOW_CONNECTIONS false on a shard, FLUSHDB, SIGKILL "
+             "of the workers) and needs worker and beat processes; tests/test_drills.py runs the drills in-suite",
+}
+# Run as shown, with the exception named: `drill --restore-databases` only re-allows connections.
+RUN_ANYWAY = {"manage.py drill --restore-databases"}
+# Opt flags left out of the run (still checked against the parser): why.
+NOT_RUN_OPTIONS = {
+    "--async": "starts the job on the Celery workers and follows it; no worker runs in the suite "
+               "(tests/opsconsole/test_jobs_admin.py plays the worker for --async)",
+}
+# Doc lines known to be wrong, for the doc owner to fix (README.md and docs/ are not this test's to
+# edit). Each must still be wrong as listed; once fixed, delete its entry.
+KNOWN_WRONG: dict[str, str] = {}  # none today; an entry is a doc line awaiting its fix, with why
+
+# --- placeholders --------------------------------------------------------------------------------
+
+
+class Stores:
+    """Real users, videos, likes, dead letters and outbox rows for the placeholders of one doc line."""
+
+    def __init__(self, tmp_path: Path):
+        from relations.services.commands import relation_set_state
+        from tests.factories import make_user, make_video
+
+        tag = uuid.uuid4().hex[:6]
+        self.tmp_path = tmp_path
+        self.operator = get_user_model().objects.create_superuser(f"doc-operator-{tag}", password="x")
+        self.author = make_user(f"doc-author-{tag}")
+        self.user = make_user(shard=settings.RELATION_SHARD_ALIASES[0])  # its like is a DEAD outbox row below
+        self.doomed = make_user(f"doc-doomed-{tag}")
+        self.video_id = f"doc-video-{tag}"
+        make_video(self.video_id, self.author)
+        for u in (self.user, self.doomed):
+            relation_set_state(user_id=u.pk, video_id=self.video_id, desired_state="LIKED", operation_id=f"op-{tag}")
+        self.tag = tag
+
+    def dead_letter_ids(self) -> str:
+        from likes_project.eventlog.consumer import dead_letter_record
+        from likes_project.eventlog.models import DeadLetter
+        from likes_project.eventlog.streams import StreamEntry, stream_key
+
+        ids = []
+        for i in range(2):  # poison: an event without the contract's fields (requeued, it stays poison)
+            entry = StreamEntry(partition=0, stream_key=stream_key(0), entry_id=f"{i + 1}-0",
+                                event={"eventId": str(uuid.uuid4()), "videoId": self.video_id})
+            dead_letter_record(consumer="count", entry=entry, error=ValueError("doc test poison"), attempts=1)
+            ids.append(DeadLetter.objects.get(consumer="count", entry_id=entry.entry_id).pk)
+        return ",".join(map(str, ids))
+
+    def dead_outbox_ids(self) -> str:
+        from relations.models import OutboxEvent
+
+        alias = settings.RELATION_SHARD_ALIASES[0]
+        rows = OutboxEvent.objects.using(alias).order_by("id")[:2]
+        ids = [r.pk for r in rows]
+        OutboxEvent.objects.using(alias).filter(pk__in=ids).update(status="DEAD", last_error="doc test")
+        return ",".join(map(str, ids))
+
+    def value(self, line: DocLine, option: str | None, word: str) -> str:
+        """The real value for one placeholder word of the synopsis."""
+        by_command_positional = {
+            "create_api_user": f"doc-new-{self.tag}", "delete_account": self.doomed.username,
+            "export_user_likes": self.user.username,
+        }
+        if option is None and word.startswith("<"):
+            if line.command in by_command_positional:
+                return by_command_positional[line.command]
+            return {"<videoId>": self.video_id, "<a>": self.user.username, "<b>": self.author.username,
+                    "<blocker>": self.author.username, "<blocked>": self.user.username}[word]
+        if option == "--ids":
+            return self.dead_outbox_ids() if line.command == "requeue_dead_outbox" else self.dead_letter_ids()
+        if option == "--author":
+            return self.author.username
+        if option == "--actor":
+            return self.operator.username
+        if option == "--out":
+            return str(self.tmp_path / "likes.jsonl")
+        if option == "--shard":
+            return settings.RELATION_SHARD_ALIASES[0]
+        if option == "--reason":
+            return "docs test"
+        if option == "--retention-hours":
+            return "168"
+        if option == "--service-version":
+            return "2"  # the fixture video is at service version 1
+        if "|" in word:
+            return word.split("|")[0]
+        if re.fullmatch(r"[A-Z]+|N", word):
+            return "2"
+        return word
+
+
+def argv_of(line: DocLine, variant: list[str], stores: Stores) -> list[str]:
+    argv, prev = [], None
+    for word in variant:
+        argv.append(word if is_option(word) else stores.value(line, prev if is_option(prev) else None, word))
+        prev = word
+    return argv
+
+
+def _known(line: DocLine):
+    return KNOWN_WRONG.get(line.text)
+
+
+def _not_run(line: DocLine):
+    if line.text in RUN_ANYWAY:
+        return None
+    return NOT_RUN.get(line.command) or NOT_RUN.get(line.text)
+
+
+LINES = doc_lines()
+IDS = [f"{line.doc}:{line.line}:{line.command}" for line in LINES]
+
+# --- the tests -----------------------------------------------------------------------------------
+
+
+def test_the_docs_show_commands():
+    assert len(LINES) >= 15, [str(x) for x in LINES]
+    assert {"migrate_all", "upsert_video", "rebuild_relation_cache", "requeue_dead_letters"} <= {
+        x.command for x in LINES}
+
+
+@pytest.mark.parametrize("line", LINES, ids=IDS)
+def test_every_command_and_option_the_docs_show_exists(line):
+    found = problems(line)
+    if _known(line):
+        assert found, f"{line} is listed in KNOWN_WRONG but matches the parser now: delete its entry"
+    else:
+        assert not found, f"{line}: {'; '.join(found)}"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("manage.py no_such_command", "there is no command 'no_such_command'"),
+    ("manage.py upsert_video <videoId> --author <username> --no-such-flag", "has no option --no-such-flag"),
+    ("manage.py upsert_video <videoId> --author --service-version 2", "--author takes a value"),
+    ("manage.py upsert_video <videoId> --override yes --reason TEXT", "--override takes no value"),
+    ("manage.py upsert_video <videoId> --service-version 2 --author A [--visibility public|secret]",
+     "--visibility does not accept 'secret'"),
+    ("manage.py upsert_video --service-version 2 --author A", "needs 1 positional argument(s)"),
+    ("manage.py upsert_video <videoId> --author A", "needs one of ['--service-version', '--override'"),
+    ("manage.py requeue_dead_outbox --all", "needs --shard"),
+    ("manage.py migrate_all extra", "takes 0 positional argument(s)"),
+])
+def test_the_check_catches_what_a_doc_line_can_get_wrong(text, expected):
+    found = problems(DocLine("synthetic.md", 1, text))
+    assert any(expected in p for p in found), found
+
+
+def test_the_docs_reader_takes_commands_not_prose(tmp_path, monkeypatch):
+    doc = tmp_path / "doc.md"
+    doc.write_text("Run `manage.py seed_demo` or `python manage.py count_bootstrap`.\n"
+                   "```\noperators: the admin site and manage.py start ops jobs\n"
+                   ".venv/bin/python manage.py migrate_all && ./manage.py collectstatic \\\n  --noinput\n```\n"
+                   "| `manage.py drill <name> [--json]` \\| `manage.py` alone |\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "DOCS", ("doc.md",))
+    assert [(x.line, x.text) for x in doc_lines()] == [
+        (1, "manage.py seed_demo"), (1, "manage.py count_bootstrap"), (5, "manage.py migrate_all"),
+        (5, "manage.py collectstatic --noinput"), (7, "manage.py drill <name> [--json]")]
+
+
+def test_every_known_wrong_line_is_still_in_the_docs():
+    shown = {x.text for x in LINES}
+    stale = [text for text in KNOWN_WRONG if text not in shown]
+    assert not stale, f"no longer in the docs (fixed?), delete from KNOWN_WRONG: {stale}"
+
+
+@pytest.mark.django_db(databases="__all__", transaction=True)
+@pytest.mark.parametrize("line", LINES, ids=IDS)
+def test_every_command_the_docs_show_runs_against_the_real_stores(line, tmp_path, settings):
+    reason = _known(line) or _not_run(line)
+    if reason:
+        pytest.skip(f"not run: {reason}")
+    settings.LIKES_DRILLS_ENABLED = True  # only `drill --restore-databases` gets here (RUN_ANYWAY)
+    settings.STATIC_ROOT = str(tmp_path / "static")  # `collectstatic` writes here, not into the checkout
+    stores = Stores(tmp_path)
+    variants = expansions(parse(line.text), skip=lambda option: option in NOT_RUN_OPTIONS)
+    assert variants
+    for variant in variants:
+        argv = argv_of(line, variant, stores)
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            call_command(line.command, *argv, stdout=out, stderr=err)
+        except BaseException as exc:  # SystemExit too: a parser that exits is a failure here
+            raise AssertionError(f"{line}\n  ran: manage.py {line.command} {' '.join(argv)}\n  failed: {exc!r}\n"
+                                 f"  stdout: {out.getvalue()[-500:]}\n  stderr: {err.getvalue()[-500:]}") from exc

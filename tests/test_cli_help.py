@@ -1,0 +1,60 @@
+"""Every management command of this project builds its parser the way an operator runs it (issue 10
+§6a): `manage.py help <command>` in a subprocess, with the test settings and this run's stores, must exit
+0 and print the usage; and `manage.py upsert_video --version` is Django's own flag again (it prints
+Django's version, not an error about a missing argument). tests/test_commands.py builds the same
+parsers in-process; a subprocess also catches what only a fresh interpreter shows (an import that
+fails at start-up, a command module that touches a store while loading, a settings module that refuses)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import django
+import pytest
+
+from tests.drills import service_env
+from tests.test_commands import OWN
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)
+NAMES = [name for name, _app in OWN]
+
+
+def manage(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "manage.py", *argv], cwd=ROOT, env=service_env(), capture_output=True,
+                          text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, subprocess.CompletedProcess]:
+    """`manage.py help <command>` for every command, a few at a time (each is a fresh interpreter)."""
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        return dict(zip(NAMES, pool.map(lambda name: manage("help", name), NAMES), strict=True))
+
+
+def test_the_project_commands_are_listed():
+    assert {"upsert_video", "migrate_all", "drill", "requeue_dead_outbox"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_command_prints_its_help_as_an_operator_runs_it(helps, name):
+    proc = helps[name]
+    assert proc.returncode == 0, f"manage.py help {name} exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+    assert f"usage: manage.py {name}" in proc.stdout, proc.stdout[:500]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_upsert_video_version_prints_djangos_version():
+    proc = manage("upsert_video", "--version")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == django.get_version()
+
+
+def test_upsert_video_help_names_its_modes(helps):
+    out = helps["upsert_video"].stdout
+    assert "--service-version N" in out and "--override" in out and "--clear-override" in out
+    assert "Django's own" in " ".join(out.split())
