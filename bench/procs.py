@@ -43,7 +43,9 @@ class Gunicorn:
         self.pidfile: Path | None = None
 
     def __enter__(self) -> Gunicorn:
-        cmd = [str(GUNICORN), self.app, "--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}",
+        # Started as the Procfile starts the web tier: with its config module (metrics and log hooks).
+        cmd = [str(GUNICORN), "-c", "python:likes_project.gunicorn_conf", self.app,
+               "--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}",
                "--timeout", "30", "--graceful-timeout", "5", "--log-level", "warning"]
         self._log = open(self.log_path, "ab")  # closed in __exit__
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), stdout=self._log, stderr=subprocess.STDOUT,

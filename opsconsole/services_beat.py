@@ -18,9 +18,14 @@ from django_celery_beat.models import PeriodicTask
 from kombu.exceptions import OperationalError as BrokerError
 
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import InvalidInput, ServiceUnavailable
+from likes_project.errors import InvalidInput, NotFound, ServiceUnavailable
 
 BEAT_OPERATE_PERMISSION = "django_celery_beat.change_periodictask"
+
+
+class PeriodicTaskNotFound(NotFound):
+    code = "periodic_task_not_found"
+    default_message = "No such periodic task."
 
 
 @dataclass(frozen=True)

@@ -281,6 +281,14 @@ class Stores:
         for u in (self.user, self.doomed):
             relation_set_state(user_id=u.pk, video_id=self.video_id, desired_state="LIKED", operation_id=f"op-{tag}")
         self.tag = tag
+        from django_celery_beat.models import IntervalSchedule, PeriodicTask
+        from rest_framework.authtoken.models import Token
+
+        Token.objects.get_or_create(user=self.user)  # revoked by `api_token revoke`
+        self.tokenless = make_user(f"doc-tokenless-{tag}")  # issued one by `api_token issue`
+        every, _ = IntervalSchedule.objects.get_or_create(every=10, period=IntervalSchedule.SECONDS)
+        self.periodic_task = PeriodicTask.objects.create(name=f"doc-task-{tag}", task="eventlog.redrive",
+                                                         interval=every)
 
     def dead_letter_ids(self) -> str:
         from likes_project.eventlog.consumer import dead_letter_record
@@ -311,6 +319,10 @@ class Stores:
             "export_user_likes": self.user.username,
         }
         if option is None and word.startswith("<"):
+            if line.command == "api_token":
+                return self.user.username if " revoke " in line.text else self.tokenless.username
+            if line.command == "periodic_task":
+                return self.periodic_task.name
             if line.command in by_command_positional:
                 return by_command_positional[line.command]
             return {"<videoId>": self.video_id, "<a>": self.user.username, "<b>": self.author.username,
