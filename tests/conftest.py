@@ -3,12 +3,14 @@ partitions) and real Redis; nothing here mocks a store."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
+from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
 
 from likes_project import l1cache
 from likes_project.redis_client import cache_redis, stream_redis
@@ -16,6 +18,20 @@ from opsconsole.services import contracts_ensure
 from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
 from tests import factories, legacy
+
+
+@contextlib.contextmanager
+def _nodb_cursor_without_timeout(self):
+    """Creating and dropping the test databases runs without the 5 s statement timeout every connection
+    carries: DROP DATABASE forces a checkpoint, which on a loaded machine can outlast it, and a database
+    left behind trips the next run. The application's own connections keep their timeouts."""
+    with _nodb_cursor(self) as cursor:
+        cursor.execute("SET statement_timeout = 0")
+        yield cursor
+
+
+_nodb_cursor = PostgresDatabaseWrapper._nodb_cursor
+PostgresDatabaseWrapper._nodb_cursor = _nodb_cursor_without_timeout
 
 
 def ensure_contracts() -> None:
@@ -38,6 +54,20 @@ def django_db_setup(django_db_setup, django_db_blocker):
                 legacy.database_load(alias)
                 call_command("migrate", database=alias, interactive=False, verbosity=0)
         ensure_contracts()
+    yield
+    with django_db_blocker.unblock():
+        _end_other_sessions()
+
+
+def _end_other_sessions() -> None:
+    """Before pytest-django drops the test databases: end the sessions other threads and processes of
+    this run left open on them (a live server's threads, probe pools, spawned servers). DROP DATABASE
+    waits up to 5 s for them, which the 5 s statement timeout cuts short, leaving the databases behind
+    for the next run to trip over."""
+    names = sorted({connections[alias].settings_dict["NAME"] for alias in connections})
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = ANY(%s) AND pid <> pg_backend_pid()", [names])
 
 
 def _flush_test_redis() -> None:
