@@ -35,6 +35,7 @@ def require_chromium() -> None:
         return
     how = "apt-get install -y --no-install-recommends chromium (scripts/lib.sh ensure_chromium does it as root)"
     if os.geteuid() != 0:
+        # Only where the setup could not install the browser (not root); as root a missing browser fails.
         pytest.skip(f"{CHROMIUM} is missing and this is not root; install it: sudo {how}")
     pytest.fail(f"{CHROMIUM} is missing although this runs as root: run ./scripts/test.sh (setup) or {how}",
                 pytrace=False)

@@ -24,16 +24,33 @@ PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)
 NAMES = [name for name, _app in OWN]
 
 
-def manage(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "manage.py", *argv], cwd=ROOT, env=service_env(), capture_output=True,
+PRODUCTION_VARIABLES = ("DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "CURSOR_SIGNING_KEY", "VIDEO_SERVICE_TOKEN",
+                        "DJANGO_ALLOWED_HOSTS", "DJANGO_DEBUG")
+
+
+def bare_env() -> dict:
+    """An operator's shell on a fresh deployment: no settings module chosen (manage.py's default, the
+    production settings) and none of the production secrets set yet."""
+    return {k: v for k, v in service_env().items() if k not in PRODUCTION_VARIABLES}
+
+
+def manage(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "manage.py", *argv], cwd=ROOT, env=env or service_env(), capture_output=True,
                           text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")
 def helps() -> dict[str, subprocess.CompletedProcess]:
-    """`manage.py help <command>` for every command, a few at a time (each is a fresh interpreter)."""
+    """`manage.py help <command>` for every command on the default (production) settings with no secrets,
+    a few at a time (each is a fresh interpreter)."""
     with ThreadPoolExecutor(max_workers=6) as pool:
-        return dict(zip(NAMES, pool.map(lambda name: manage("help", name), NAMES), strict=True))
+        return dict(zip(NAMES, pool.map(lambda name: manage("help", name, env=bare_env()), NAMES), strict=True))
+
+
+def test_help_needs_no_secrets_but_anything_else_still_refuses():
+    assert manage("upsert_video", "--help", env=bare_env()).returncode == 0
+    refused = manage("check", env=bare_env())
+    assert refused.returncode != 0 and "Production settings refuse to start" in refused.stderr
 
 
 def test_the_project_commands_are_listed():
@@ -49,7 +66,7 @@ def test_every_command_prints_its_help_as_an_operator_runs_it(helps, name):
 
 
 def test_upsert_video_version_prints_djangos_version():
-    proc = manage("upsert_video", "--version")
+    proc = manage("upsert_video", "--version", env=bare_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == django.get_version()
 

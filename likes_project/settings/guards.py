@@ -7,6 +7,9 @@ while DEBUG is true. `require_production` names every missing production variabl
 
 from __future__ import annotations
 
+import os
+import secrets
+
 from django.core.exceptions import ImproperlyConfigured
 
 PRODUCTION_REQUIRED = ("DJANGO_SECRET_KEY", "CURSOR_SIGNING_KEY", "VIDEO_SERVICE_TOKEN", "DJANGO_ALLOWED_HOSTS")
@@ -26,7 +29,28 @@ def refuse_dev_secrets(conf: dict) -> None:
         )
 
 
-def require_production(env) -> None:
+HELP_FLAGS = {"-h", "--help", "--version"}
+HELP_COMMANDS = {"help", "--help", "-h", "--version", "version"}
+
+
+def is_help_invocation(argv: list[str]) -> bool:
+    """`manage.py`, `manage.py help [<cmd>]`, `manage.py <cmd> --help|--version`, `manage.py --version`: these
+    build parsers and print text only; they serve nothing and touch no store."""
+    if not argv or not os.path.basename(argv[0]).startswith(("manage.py", "django-admin")):
+        return False
+    return len(argv) == 1 or argv[1] in HELP_COMMANDS or bool(HELP_FLAGS & set(argv[2:]))
+
+
+def require_production(env, argv: list[str] | None = None) -> None:
+    """Refuse to start without the production variables, naming every missing one. A help invocation of
+    manage.py (`is_help_invocation`) is let through with random throwaway values for the missing ones
+    (known to nobody, gone when it exits), so an operator can read any command's help before the secrets
+    are in place."""
+    if argv is not None and is_help_invocation(argv):
+        for name in PRODUCTION_REQUIRED:
+            if not (env.get(name) or "").strip():
+                env[name] = "help-only-" + secrets.token_hex(24)
+        return
     missing = [name for name in PRODUCTION_REQUIRED if not (env.get(name) or "").strip()]
     if missing:
         raise ImproperlyConfigured(

@@ -3,10 +3,11 @@ start without the secrets, the cursor key, the video service token and the allow
 one missing; never accept a development value."""
 
 import os
+import sys
 
 from likes_project.settings.guards import refuse_dev_secrets, require_production
 
-require_production(os.environ)
+require_production(os.environ, sys.argv)
 
 from likes_project.settings.base import *  # noqa: E402, F403
 
