@@ -24,6 +24,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 
 from likes_project import metrics, observability
+from likes_project.middleware import error_response
 from likes_project.redis_client import cache_redis, stream_redis
 
 logger = logging.getLogger(__name__)
@@ -60,17 +61,15 @@ def _metrics_refusal(request) -> JsonResponse | None:
     if settings.METRICS_PUBLIC:
         return None
     if not settings.METRICS_TOKEN:
-        return JsonResponse({"code": "metrics_disabled",
-                             "message": "Set METRICS_TOKEN (or METRICS_PUBLIC=true) to expose /metrics."}, status=403)
+        return error_response(403, "metrics_disabled", "Set METRICS_TOKEN (or METRICS_PUBLIC=true) to expose /metrics.")
     if metrics_token_ok(request):
         return None
     scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and supplied.strip():
-        resp = JsonResponse({"code": "authentication_failed", "message": "Invalid metrics token."}, status=401)
+        resp = error_response(401, "authentication_failed", "Invalid metrics token.")
         resp["WWW-Authenticate"] = 'Bearer realm="metrics", error="invalid_token"'
     else:
-        resp = JsonResponse({"code": "not_authenticated",
-                             "message": "Send Authorization: Bearer <METRICS_TOKEN>."}, status=401)
+        resp = error_response(401, "not_authenticated", "Send Authorization: Bearer <METRICS_TOKEN>.")
         resp["WWW-Authenticate"] = 'Bearer realm="metrics"'
     return resp
 

@@ -17,21 +17,12 @@ import pytest
 
 from tests.drills import service_env
 from tests.test_commands import OWN
+from tests.test_settings_posture import bare_env  # an operator's shell before the secrets are set
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)
 NAMES = [name for name, _app in OWN]
-
-
-PRODUCTION_VARIABLES = ("DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "CURSOR_SIGNING_KEY", "VIDEO_SERVICE_TOKEN",
-                        "DJANGO_ALLOWED_HOSTS", "DJANGO_DEBUG")
-
-
-def bare_env() -> dict:
-    """An operator's shell on a fresh deployment: no settings module chosen (manage.py's default, the
-    production settings) and none of the production secrets set yet."""
-    return {k: v for k, v in service_env().items() if k not in PRODUCTION_VARIABLES}
 
 
 def manage(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
