@@ -333,6 +333,9 @@ OUTBOX_RETENTION_HOURS = env_int("OUTBOX_RETENTION_HOURS", 72)
 # A SENT row above the lowest checkpoint whose entry the log no longer holds (a flush, a failover)
 # is republished once it is this old; the check runs every 10 s, so a lost tail heals in ~20 s.
 OUTBOX_REPUBLISH_AFTER_S = env_int("OUTBOX_REPUBLISH_AFTER_S", 10)
+# A partition's first check looks back this far, not only above the consumers' checkpoints (which a
+# flush before that first check has already carried past the lost entries).
+OUTBOX_LOST_TAIL_LOOKBACK_S = env_int("OUTBOX_LOST_TAIL_LOOKBACK_S", 900)
 
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
 # leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.

@@ -235,12 +235,28 @@ def _just_below(key: tuple[int, int]) -> tuple[int, int]:
     return (ms, seq - 1) if seq else (ms - 1, 10**12 - 1)
 
 
+def _first_mark(alias: str, partition: int, low: tuple[int, int]) -> tuple[int, int]:
+    """Where a partition never checked before starts: the lowest checkpoint, but never above the rows
+    published in the last OUTBOX_LOST_TAIL_LOOKBACK_S. The checkpoint alone is not enough: when the log
+    was flushed before this shard's first check ran (a fresh deployment, a new shard, the watermark rows
+    lost), the consumers have already moved past the lost entries, onto the new stream. Looking further
+    back only republishes entries every consumer already has, which they absorb (one query per
+    partition, once in a shard's life)."""
+    since = timezone.now() - dt.timedelta(seconds=settings.OUTBOX_LOST_TAIL_LOOKBACK_S)
+    first = (OutboxEvent.objects.using(alias)
+             .filter(status=OutboxStatus.SENT, stream_partition=partition, published_at__gte=since)
+             .order_by("stream_entry_ms", "stream_entry_seq").values_list("stream_entry_ms", "stream_entry_seq")
+             .first())
+    return low if first is None else min(low, _just_below(first))
+
+
 def outbox_republish_lost(*, alias: str, older_than_s: int | None = None, limit: int = 5000) -> LostTailReport:
     """Find SENT events the log lost (O5) and send them again.
 
     Looked at: SENT rows of this shard above the partition's lost-tail watermark (the lowest consumer
     checkpoint when this check last ran, so a flush whose new entries the consumers have already
-    passed is still found, issue 9 §3) and at least `older_than_s` old. A row whose entry the stream no
+    passed is still found, issue 9 §3; on a partition's first check, `_first_mark`) and at least
+    `older_than_s` old. A row whose entry the stream no
     longer holds is set back to RETRY and republished; consumers absorb the duplicates by receipt and
     version. Each partition's candidate range is read from the stream once. Afterwards the watermark
     moves to the lowest checkpoint now, but never above a row that was too young to be checked.
@@ -252,8 +268,8 @@ def outbox_republish_lost(*, alias: str, older_than_s: int | None = None, limit:
                                            else older_than_s)
     lows_now = _lowest_checkpoints()  # read before the stream: the next watermark
     marks = dict(LostTailWatermark.objects.filter(shard=alias).values_list("partition", "checked_above"))
-    # A partition never checked starts at the lowest checkpoint (entries below it may be trimmed).
-    marks = {p: marks.get(p, "{}-{}".format(*lows_now[p])) for p in streams.all_partitions()}
+    marks = {p: marks[p] if p in marks else "{}-{}".format(*_first_mark(alias, p, lows_now[p]))
+             for p in streams.all_partitions()}
     lost_ids: list[int] = []
     next_marks: dict[int, tuple[int, int]] = {}
     for partition in streams.all_partitions():

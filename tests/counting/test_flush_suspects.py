@@ -180,6 +180,40 @@ def test_the_republisher_finds_a_flushed_tail_the_consumers_have_passed_reading_
     assert streams.all_partitions()
 
 
+@pytest.mark.parametrize("lookback_s", [900, 0])
+def test_a_first_check_after_a_flush_the_consumers_have_passed_still_finds_the_lost_rows(
+        make_user, video, settings, lookback_s):
+    """The drill's order (issue 10's CI failure): the log is flushed before the shard's first check
+    ever ran, and the consumers are past the lost ids by then, so the checkpoints alone would start
+    the watermark above them. With no look-back (the counter-example) they stay lost for good."""
+    from relations.events import aggregate_key
+
+    settings.OUTBOX_LOST_TAIL_LOOKBACK_S = lookback_s
+    lost = [make_user() for _ in range(4)]
+    for u in lost:
+        cmd(u, video.video_id, "LIKED")
+    publish_all()  # published, not consumed ...
+    stream_redis().flushdb()  # ... the event-log Redis is flushed before any lost-tail check ran
+    # Then new traffic on every partition, so every consumer's checkpoint moves past the lost ids.
+    uncovered, later = set(streams.all_partitions()), 0
+    while uncovered:
+        u = make_user()
+        cmd(u, video.video_id, "LIKED")
+        uncovered.discard(streams.partition_for(aggregate_key(u.pk, video.video_id)))
+        later += 1
+    publish_all()
+    consume_everything()
+    found = sum(outbox.outbox_republish_lost(alias=a, older_than_s=0).republished
+                for a in settings.RELATION_SHARD_ALIASES)
+    drain()
+    snapshots.display_snapshot_refresh()
+    if lookback_s:
+        assert found == 4
+        assert display(video.video_id) == liked_facts(video.video_id) == 4 + later
+    else:
+        assert found == 0 and display(video.video_id) == later < liked_facts(video.video_id)
+
+
 def test_the_watermark_stays_below_rows_too_young_to_check_and_they_are_checked_later(make_user, video):
     from likes_project.eventlog.models import LostTailWatermark
 
