@@ -165,3 +165,17 @@ def generation_lifecycle_v1(app_label: str, model_name: str, *, existing: set[st
             name=f"{app_label}_{name}_one_building")),
     ]
     return ops
+
+
+def group_permissions_grant(apps, *, group: str, permissions: list[tuple[str, str, str, str]]) -> None:
+    """The group `group` (created if missing) holds every permission of `permissions`, each
+    `(app_label, model, codename, name)`: created here if the app's post-migrate step has not made it
+    yet (a fresh database), so the role is whole from this migration on."""
+    ContentType = apps.get_model("contenttypes", "ContentType")
+    Permission = apps.get_model("auth", "Permission")
+    Group = apps.get_model("auth", "Group")
+    role, _ = Group.objects.get_or_create(name=group)
+    for app_label, model, codename, name in permissions:
+        ct, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
+        perm, _ = Permission.objects.get_or_create(content_type=ct, codename=codename, defaults={"name": name})
+        role.permissions.add(perm)

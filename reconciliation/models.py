@@ -1,1 +1,208 @@
-"""Reconciliation runs, reports and repair tasks arrive with the reconciliation issue."""
+"""Reconciliation runs and their diffs, and repair requests with their maker-checker approval (spec
+§4.15 REC-1 … REC-8, §4.16 REPAIR-1, 3, 4, 6; issue 11). All on `default`.
+
+A check run proves (or fails to prove) that one layer of the count pipeline agrees with the one below
+it, for a scope, at recorded watermarks (REC-7). A diff is one disagreement it found, with a workflow
+(NEW -> FIXING -> FIXED or IGNORED) whose every change is kept. A repair request names videos and the
+source to rebuild them from; it runs only once a second person approved exactly its parameters.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+
+class RunMode(models.TextChoices):
+    IDENTITY = "identity"  # REC-1: projection LIKED rows = Σ vbuckets, per (video, bucket)
+    COVERAGE = "coverage"  # REC-3/4: every source relation is covered by the projection, by version
+    EXACT = "exact"  # REC-5: exact equality under a coordinated write / outbox / consumer barrier
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    REFUSED = "REFUSED"  # a barrier could not be established or held: nothing was proven
+
+
+FINISHED_RUN_STATUSES = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.REFUSED)
+
+
+class RunKind(models.TextChoices):
+    MANUAL = "manual"
+    SCHEDULED = "scheduled"
+    AFTER_REPAIR = "after_repair"
+    AFTER_MIGRATION = "after_migration"
+
+
+class CheckRun(models.Model):
+    """One reconciliation run. `scope` is `{"videos": [...]}`, `{"all": true}` or
+    `{"bucketRange": [low, high]}`; `watermarks` what it was measured against (REC-7: source shard
+    watermarks, the count offset vector, bucket-space version, projection generation, manifest id);
+    `checkpoint` its resumable cursor; `skipped` the videos it could not judge, and why."""
+
+    kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.MANUAL)
+    mode = models.CharField(max_length=10, choices=RunMode.choices)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    schedule = models.CharField(max_length=64, blank=True, default="")  # the beat entry that started it
+    scope = models.JSONField(default=dict)
+    watermarks = models.JSONField(default=dict, blank=True)
+    checked = models.BigIntegerField(default=0)
+    diffs_found = models.PositiveIntegerField(default=0)
+    diffs_fixed = models.PositiveIntegerField(default=0)
+    skipped = models.JSONField(default=list, blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    total = models.BigIntegerField(null=True, blank=True)
+    barrier_held_ms = models.FloatField(null=True, blank=True)
+    refused_because = models.CharField(max_length=512, blank=True, default="")
+    actor = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16)
+    job_id = models.BigIntegerField(null=True, blank=True)
+    repair_id = models.BigIntegerField(null=True, blank=True)  # the repair this run verified
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["schedule", "status", "finished_at"], name="checkrun_schedule_idx")]
+        permissions = [("run_check", "Can start reconciliation runs")]
+
+    def __str__(self) -> str:
+        return f"check run {self.pk} {self.mode} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_RUN_STATUSES
+
+
+class DiffLayer(models.TextChoices):
+    DISPLAY = "display", "display snapshot vs buckets"
+    COUNT_CACHE = "count_cache", "count cache vs buckets"
+    BUCKETS = "buckets", "buckets vs projection"
+    PROJECTION = "projection", "projection vs facts"
+
+
+class DiffStatus(models.TextChoices):
+    NEW = "NEW"
+    FIXING = "FIXING"
+    FIXED = "FIXED"
+    IGNORED = "IGNORED"
+
+
+# The workflow: which status may follow which (reconciliation.services.diffs enforces it).
+DIFF_TRANSITIONS = {
+    DiffStatus.NEW: (DiffStatus.FIXING, DiffStatus.IGNORED),
+    DiffStatus.FIXING: (DiffStatus.FIXED, DiffStatus.NEW, DiffStatus.IGNORED),
+    DiffStatus.FIXED: (),
+    DiffStatus.IGNORED: (DiffStatus.NEW,),
+}
+
+
+class CheckDiff(models.Model):
+    """One disagreement: on `video_id` (and `virtual_bucket` for the bucket layer), layer `layer` says
+    `actual` where the layer below it says `expected`. `detail` holds the evidence (for the projection
+    layer, the relations that disagree, with both versions and states)."""
+
+    run = models.ForeignKey(CheckRun, on_delete=models.PROTECT, related_name="diffs")
+    video_id = models.CharField(max_length=64)
+    virtual_bucket = models.PositiveIntegerField(null=True, blank=True)
+    layer = models.CharField(max_length=16, choices=DiffLayer.choices)
+    expected = models.BigIntegerField()
+    actual = models.BigIntegerField()
+    detail = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=8, choices=DiffStatus.choices, default=DiffStatus.NEW)
+    owner = models.CharField(max_length=150, blank=True, default="")
+    reason = models.CharField(max_length=512, blank=True, default="")
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    repair_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["video_id", "status"], name="checkdiff_video_idx")]
+        permissions = [("triage_diff", "Can take, fix or ignore reconciliation diffs")]
+
+    def __str__(self) -> str:
+        where = f" vb {self.virtual_bucket}" if self.virtual_bucket is not None else ""
+        return f"diff {self.pk} {self.video_id}{where} {self.layer}: {self.actual} != {self.expected} ({self.status})"
+
+
+class DiffTransition(models.Model):
+    """Every status change of a diff: who, why, when (append-only)."""
+
+    diff = models.ForeignKey(CheckDiff, on_delete=models.PROTECT, related_name="transitions")
+    from_status = models.CharField(max_length=8)
+    to_status = models.CharField(max_length=8)
+    actor = models.CharField(max_length=150)
+    reason = models.CharField(max_length=512, blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"diff {self.diff_id}: {self.from_status} -> {self.to_status} by {self.actor}"
+
+
+class RepairStatus(models.TextChoices):
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    APPROVED = "APPROVED"  # approved; the system runs it (a job)
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    VOID = "VOID"  # its parameters no longer hash to what was approved: it needs a new request
+
+
+FINISHED_REPAIR_STATUSES = (RepairStatus.SUCCEEDED, RepairStatus.FAILED, RepairStatus.VOID)
+
+
+class RepairRequest(models.Model):
+    """A repair from the facts (REPAIR-1, REPAIR-3, REPAIR-6). `params` (videos, source, reason, the
+    motivating diffs) hash to `params_hash`; an approval records the hash it approved, and the executor
+    runs only while the parameters still hash to it. The database refuses an approval by the requester
+    and an approval of other parameters than the request's."""
+
+    params = models.JSONField()
+    params_hash = models.CharField(max_length=64)
+    reason = models.CharField(max_length=512)
+    requested_by = models.CharField(max_length=150)
+    requested_channel = models.CharField(max_length=16)
+    approved_by = models.CharField(max_length=150, blank=True, default="")
+    approved_hash = models.CharField(max_length=64, blank=True, default="")
+    approved_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=RepairStatus.choices, default=RepairStatus.AWAITING_APPROVAL)
+    watermarks_before = models.JSONField(default=dict, blank=True)
+    watermarks_after = models.JSONField(default=dict, blank=True)
+    before = models.JSONField(default=dict, blank=True)  # per video: each layer's value before
+    after = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    job_id = models.BigIntegerField(null=True, blank=True)
+    verify_run_id = models.BigIntegerField(null=True, blank=True)  # the exact run after the repair
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=F("requested_by")),
+                                   name="repair_not_approved_by_requester"),
+            models.CheckConstraint(condition=Q(approved_by="") | Q(approved_hash=F("params_hash")),
+                                   name="repair_approval_bound_to_params"),
+        ]
+        permissions = [("request_repair", "Can request a count repair"),
+                       ("approve_repair", "Can approve another operator's count repair")]
+
+    def __str__(self) -> str:
+        return f"repair {self.pk} ({self.status}) of {len(self.params.get('videos', []))} videos"
+
+    @property
+    def video_ids(self) -> list[str]:
+        return list(self.params.get("videos", []))
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_REPAIR_STATUSES

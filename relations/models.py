@@ -176,6 +176,8 @@ class LikeRelation(models.Model):
             # The liked list (LIST-1): (user_id, state, updated_at DESC, video_id DESC).
             models.Index("user_id", "state", models.F("updated_at").desc(), models.F("video_id").desc(),
                          name="relation_user_list_idx"),
+            # Per-video reads of the facts: reconciliation and repair (issue 11 §3).
+            models.Index(fields=["video_id", "user_id"], name="relation_video_idx"),
         ]
 
     def __str__(self) -> str:
@@ -287,6 +289,10 @@ class OutboxArchive(models.Model):
     created_at = models.DateTimeField()
     published_at = models.DateTimeField()
     archived_at = models.DateTimeField()
+
+    class Meta:
+        # The evidence of one relation version (reconciliation's coverage, REC-4).
+        indexes = [models.Index(fields=["aggregate_key", "relation_version"], name="outbox_archive_agg_idx")]
 
     def __str__(self) -> str:
         return f"archived outbox #{self.id} {self.aggregate_key} v{self.relation_version}"

@@ -255,6 +255,8 @@ RUN_ANYWAY = {"manage.py drill --restore-databases"}
 NOT_RUN_OPTIONS = {
     "--async": "starts the job on the Celery workers and follows it; no worker runs in the suite "
                "(tests/opsconsole/test_jobs_admin.py plays the worker for --async)",
+    "--wait": "follows the approved repair's job on the Celery workers; no worker runs in the suite "
+              "(tests/reconciliation/test_commands.py runs the job for --wait)",
 }
 # Doc lines known to be wrong, for the doc owner to fix (README.md and docs/ are not this test's to
 # edit). Each must still be wrong as listed; once fixed, delete its entry.
@@ -312,12 +314,36 @@ class Stores:
         OutboxEvent.objects.using(alias).filter(pk__in=ids).update(status="DEAD", last_error="doc test")
         return ",".join(map(str, ids))
 
+    def diff_id(self) -> str:
+        """A diff a check found on the fixture video (made as a run would record it)."""
+        from reconciliation.models import CheckDiff, CheckRun
+
+        run = CheckRun.objects.create(mode="identity", status="FAILED", scope={"videos": [self.video_id]},
+                                      actor="tests", channel="cli")
+        return str(CheckDiff.objects.create(run=run, video_id=self.video_id, layer="display", expected=2,
+                                            actual=3).pk)
+
+    def repair_id(self) -> str:
+        """A repair another operator requested (the doc line's --actor approves or shows it)."""
+        from likes_project.audit.services import Actor
+        from reconciliation.services.repair import repair_request
+
+        requester = get_user_model().objects.create_superuser(f"doc-requester-{self.tag}", password="x")
+        return str(repair_request(actor=Actor(requester.username, "cli"), source="facts", reason="docs test",
+                                  videos=[self.video_id]).pk)
+
     def value(self, line: DocLine, option: str | None, word: str) -> str:
         """The real value for one placeholder word of the synopsis."""
         by_command_positional = {
             "create_api_user": f"doc-new-{self.tag}", "delete_account": self.doomed.username,
             "export_user_likes": self.user.username,
         }
+        if option is None and word == "REPAIR_ID":
+            return self.repair_id()
+        if option == "--diff":
+            return self.diff_id()
+        if option == "--video":
+            return self.video_id
         if option is None and word.startswith("<"):
             if line.command == "api_token":
                 return self.user.username if " revoke " in line.text else self.tokenless.username

@@ -125,6 +125,8 @@ class LikeCountProjection(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["generation", "user_id", "video_id"], name="uniq_count_projection"),
         ]
+        # Per-video reads: reconciliation's identity and coverage, a scoped repair (issue 11).
+        indexes = [models.Index(fields=["generation", "video_id", "virtual_bucket"], name="projection_video_idx")]
 
     def __str__(self) -> str:
         return f"g{self.generation} {self.user_id}:{self.video_id} {self.projected_state} v{self.projected_version}"

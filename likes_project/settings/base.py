@@ -174,6 +174,7 @@ CELERY_TASK_ROUTES = {
     "opsjobs.sweep": {"queue": "maintenance"},
     "eventlog.redrive": {"queue": "maintenance"},
     "observability.refresh_gauges": {"queue": "maintenance"},
+    "reconciliation.*": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
@@ -207,6 +208,10 @@ CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task
     ("ops-jobs-sweep",            "opsjobs.sweep",                   5.0),
     ("redrive-dead-letters",      "eventlog.redrive",                10.0),
     ("metrics-gauges",            "observability.refresh_gauges",    METRICS_GAUGES_EVERY_S),
+    # The check schedule (REC-8, reconciliation.schedule): each entry starts a run as an ops job.
+    ("reconcile-identity-recent",   "reconciliation.identity_recent",   60.0),
+    ("reconcile-coverage-recent",   "reconciliation.coverage_recent",   300.0),
+    ("reconcile-coverage-rotating", "reconciliation.coverage_rotating", 600.0),
 )}
 
 # --- API ---------------------------------------------------------------------------------------
@@ -336,6 +341,24 @@ OUTBOX_REPUBLISH_AFTER_S = env_int("OUTBOX_REPUBLISH_AFTER_S", 10)
 # A partition's first check looks back this far, not only above the consumers' checkpoints (which a
 # flush before that first check has already carried past the lost entries).
 OUTBOX_LOST_TAIL_LOOKBACK_S = env_int("OUTBOX_LOST_TAIL_LOOKBACK_S", 900)
+
+# --- reconciliation and repair (issue 11) ----------------------------------------------------------
+# Exact mode's write barrier: a command meeting it waits up to RECONCILE_BARRIER_MAX_MS, then gets 503
+# `write_barrier`; raising it waits at most RECONCILE_BARRIER_ACQUIRE_MS per shard for the commands in
+# flight; a scope of more videos than RECONCILE_BARRIER_VIDEO_LOCKS_MAX takes the shard-wide key. The
+# outbox and the count consumer must reach the barrier within RECONCILE_DRAIN_MAX_S, else REFUSED.
+RECONCILE_BARRIER_MAX_MS = env_int("RECONCILE_BARRIER_MAX_MS", 2000)
+RECONCILE_BARRIER_ACQUIRE_MS = env_int("RECONCILE_BARRIER_ACQUIRE_MS", 1000)
+RECONCILE_BARRIER_VIDEO_LOCKS_MAX = env_int("RECONCILE_BARRIER_VIDEO_LOCKS_MAX", 256)
+RECONCILE_DRAIN_MAX_S = env_float("RECONCILE_DRAIN_MAX_S", 10.0)
+# Coverage: an uncovered relation is waited for (its event may be in flight) up to this long before it
+# is judged.
+RECONCILE_COVERAGE_SETTLE_S = env_float("RECONCILE_COVERAGE_SETTLE_S", 5.0)
+RECONCILE_BATCH_VIDEOS = env_int("RECONCILE_BATCH_VIDEOS", 200)  # videos per chunk of a run
+# The schedule (REC-8): recently changed videos are those whose display snapshot moved in the window.
+RECONCILE_RECENT_WINDOW_S = env_int("RECONCILE_RECENT_WINDOW_S", 600)
+RECONCILE_RECENT_LIMIT = env_int("RECONCILE_RECENT_LIMIT", 2000)
+RECONCILE_ROTATING_VIDEOS_PER_RUN = env_int("RECONCILE_ROTATING_VIDEOS_PER_RUN", 5000)
 
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
 # leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.

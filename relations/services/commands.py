@@ -33,7 +33,7 @@ from relations.models import (
     VideoVisibility,
 )
 from relations.selectors import RelationView
-from relations.services import limits
+from relations.services import limits, write_barrier
 
 STALE_POLICY_REJECT = "reject"
 STALE_POLICY_LAST_COMMIT_WINS = "last_commit_wins"
@@ -174,8 +174,9 @@ def _cas_update(alias: str, rel: _LockedRelation, *, state: str, version: int, o
 
 def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
            base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
-    """CMD-5 steps 2-6 inside one durable transaction on `alias`."""
+    """CMD-5 steps 2-6 inside one durable transaction on `alias`, behind the write barrier (REC-5)."""
     with transaction.atomic(using=alias, durable=True):
+        write_barrier.admit(alias, video_id)
         for _attempt in range(2):
             rel = _lock_relation(alias, user_id, video_id)
             current = RelationView(rel.state, rel.relation_version) if rel else selectors.UNLIKED_V0

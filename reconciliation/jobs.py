@@ -1,0 +1,107 @@
+"""The ops-job kinds of reconciliation (registered in ReconciliationConfig.ready): a check run (identity
+and coverage in slices, resumable by the run's checkpoint; exact in one slice, since its snapshots
+cannot outlive it) and the system's execution of an approved repair. Thin adapters over the services."""
+
+from __future__ import annotations
+
+from likes_project.audit.services import Actor
+from likes_project.opsjobs.services import JobKind, SliceContext
+from reconciliation.models import CheckRun, RunMode
+from reconciliation.services import checks, repair
+from reconciliation.services.checks import RUN_PERMISSION
+
+CHECK_JOB = "reconcile.check"
+EXACT_JOB = "reconcile.exact"
+
+
+def _check_create(job, actor: Actor) -> None:
+    run = checks.check_run_create(mode=job.params["mode"], scope=job.params["scope"], actor=actor,
+                                  kind=job.params.get("kind", "manual"), schedule=job.params.get("schedule", ""),
+                                  job_id=job.pk)
+    job.params = {**job.params, "runId": run.pk}
+    job.target = f"{run.mode} run {run.pk}"
+    job.total = run.total
+
+
+def _check_slice(ctx: SliceContext) -> bool:
+    run = CheckRun.objects.get(pk=ctx.params["runId"])
+    if run.finished:
+        return True
+    try:
+        return _check_chunks(ctx, run)
+    except Exception as exc:
+        # The job fails; its run must not stay RUNNING (nothing was proven, and a schedule would wait
+        # for it forever).
+        _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+        raise
+
+
+def _run_refuse(run: CheckRun, reason: str) -> None:
+    run.refresh_from_db()
+    if not run.finished:
+        checks.check_run_finish(run, status="REFUSED", refused_because=reason[:512])
+
+
+def _check_chunks(ctx: SliceContext, run: CheckRun) -> bool:
+    gen = checks.check_run_begin(run)
+    while True:
+        if checks.check_run_chunk(run, gen):
+            run = checks.check_run_finish(run)
+            ctx.result = checks.check_run_report(run) | {"diffs": run.diffs_found}
+            ctx.job.message = f"{run.mode} run {run.pk}: {run.status}, {run.checked} checked, {run.diffs_found} diffs"
+            return True
+        ctx.say(f"{run.mode} run {run.pk}: {run.checkpoint.get('videos', 0)} videos, {run.diffs_found} diffs so far")
+        ctx.progress(done=run.checkpoint.get("videos", 0))
+        left = ctx.time_left()
+        if left is not None and left <= 0:
+            return False
+
+
+def _exact_slice(ctx: SliceContext) -> bool:
+    from reconciliation.services.exact import exact_run_execute
+
+    run = CheckRun.objects.get(pk=ctx.params["runId"])
+    if not run.finished:
+        try:
+            run = exact_run_execute(run, on_chunk=lambda n: ctx.progress(done=n))
+        except Exception as exc:
+            _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+            raise
+    ctx.result = {"runId": run.pk, "status": run.status, "diffs": run.diffs_found}
+    ctx.job.message = f"exact run {run.pk}: {run.status}" + (f" ({run.refused_because})" if run.refused_because else "")
+    return True
+
+
+def _check_abandon(job, actor: Actor, reason: str) -> None:
+    run = CheckRun.objects.filter(pk=job.params.get("runId")).first()
+    if run is not None and not run.finished:
+        checks.check_run_finish(run, status="REFUSED", refused_because=f"its job stopped: {reason}"[:512], actor=actor)
+
+
+def _repair_slice(ctx: SliceContext) -> bool:
+    done = repair.repair_execute(int(ctx.params["repairId"]), say=ctx.say)
+    ctx.result = {"repairId": done.pk, "status": done.status}
+    ctx.job.message = f"repair {done.pk}: {done.status}"
+    return True
+
+
+def _repair_abandon(job, actor: Actor, reason: str) -> None:
+    from django.utils import timezone
+
+    from reconciliation.models import RepairRequest, RepairStatus
+
+    RepairRequest.objects.filter(pk=job.params.get("repairId"), status=RepairStatus.RUNNING).update(
+        status=RepairStatus.FAILED, error=f"its job stopped: {reason}"[:4000], finished_at=timezone.now())
+
+
+def job_for_mode(mode: str) -> str:
+    return EXACT_JOB if mode == RunMode.EXACT else CHECK_JOB
+
+
+JOB_KINDS = [
+    JobKind(CHECK_JOB, RUN_PERMISSION, _check_slice, create=_check_create, abandon=_check_abandon, unit="videos"),
+    JobKind(EXACT_JOB, RUN_PERMISSION, _exact_slice, create=_check_create, abandon=_check_abandon, unit="relations",
+            single_slice=True),
+    JobKind(repair.REPAIR_JOB, repair.APPROVE_PERMISSION, _repair_slice, abandon=_repair_abandon, unit="videos",
+            single_slice=True),
+]

@@ -1,0 +1,312 @@
+"""Repairs from the facts with maker-checker approval (REPAIR-1, REPAIR-3, REPAIR-4, REPAIR-6; issue 11
+§3, §4).
+
+request (operator; scope, source, reason, the diffs that motivated it; its parameters hashed)
+  -> approve (another operator; the database refuses the requester and any hash but the request's)
+  -> the system runs it as an ops job: the parameters must still hash to what was approved, else VOID;
+     per video the broken layer is found first (coverage, then identity) and only it is rebuilt:
+       projection vs facts -> shadow rebuild: tail capture (the stream heads H), a scan of the facts,
+         then under the videos' write barrier, with the outbox and the count consumer drained to it,
+         the tail after H folded in by version and the projection and its buckets set to the result;
+       buckets vs projection -> the buckets recounted from the projection;
+       display / count cache -> the display layer refreshed from the buckets;
+     then an exact check of the videos (kind after_repair), whose verdict is the repair's.
+Every step is audited; the record keeps both watermark sets and each video's before / after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from counting import routing
+from counting.services import rebuild_scoped, snapshots
+from likes_project.audit.services import Actor, audit_record, system_actor
+from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
+from likes_project.eventlog import streams
+from reconciliation.models import (
+    CheckDiff,
+    CheckRun,
+    DiffLayer,
+    DiffStatus,
+    RepairRequest,
+    RepairStatus,
+    RunKind,
+    RunMode,
+    RunStatus,
+)
+from reconciliation.services import checks, diffs, evidence
+from reconciliation.services.cut import CutRefused, held_cut
+from reconciliation.services.evidence import LIKED
+
+REQUEST_PERMISSION = "reconciliation.request_repair"
+APPROVE_PERMISSION = "reconciliation.approve_repair"
+SOURCES = ("facts",)
+EXECUTOR = "repair-executor"
+REPAIR_JOB = "reconcile.repair"
+
+
+class RepairNotFound(NotFound):
+    code = "repair_not_found"
+    default_message = "No such repair request."
+
+
+class SelfApproval(Forbidden):
+    code = "self_approval"
+    default_message = "The requester of a repair cannot approve it; another operator must."
+
+
+class ApprovalVoid(Conflict):
+    code = "approval_void"
+    default_message = "The repair's parameters changed after it was requested; request it again."
+
+
+class RepairNotAwaitingApproval(Conflict):
+    code = "repair_not_awaiting_approval"
+
+
+def params_hash(params: dict) -> str:
+    """The hash an approval is bound to: canonical JSON of the parameters."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def repair_get(repair_id) -> RepairRequest:
+    try:
+        return RepairRequest.objects.get(pk=int(repair_id))
+    except (RepairRequest.DoesNotExist, ValueError, TypeError):
+        raise RepairNotFound(f"No repair request {repair_id!r}.") from None
+
+
+def repair_request(*, actor: Actor, source: str, reason: str, videos: list[str] | None = None,
+                   diff_ids: list[int] | None = None) -> RepairRequest:
+    """AWAITING_APPROVAL, for the given videos and those of the given diffs (which move to FIXING).
+    Transaction: the request, the diffs' transitions and the audit record on `default`."""
+    if source not in SOURCES:
+        raise InvalidInput(f"--source is one of {', '.join(SOURCES)}.", code="invalid_source")
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput("A repair needs a reason.", code="reason_required")
+    if actor.channel == "cli" and actor.name.startswith("os:"):
+        raise InvalidInput("A repair request names its operator: --actor USER.", code="actor_required")
+    diff_ids = sorted({int(d) for d in diff_ids or []})
+    with transaction.atomic(using="default", durable=True):
+        found = list(CheckDiff.objects.select_for_update().filter(pk__in=diff_ids))
+        missing = sorted(set(diff_ids) - {d.pk for d in found})
+        if missing:
+            raise InvalidInput(f"No diff {missing}.", code="diff_not_found")
+        open_diffs = [d for d in found if d.status in (DiffStatus.NEW, DiffStatus.FIXING)]
+        if len(open_diffs) != len(found):
+            raise InvalidInput("Only NEW or FIXING diffs can motivate a repair.", code="diff_closed")
+        scope = checks.scope_normalize(videos=sorted(set(videos or []) | {d.video_id for d in found}))
+        params = {"videos": scope["videos"], "source": source, "reason": reason, "diffs": diff_ids}
+        repair = RepairRequest.objects.create(params=params, params_hash=params_hash(params), reason=reason,
+                                              requested_by=actor.name, requested_channel=actor.channel)
+        for d in found:
+            diffs.diff_link_repair(d, repair_id=repair.pk, actor=actor)
+        audit_record(actor=actor, action="repair.request", target_type="repair", target_id=str(repair.pk),
+                     params={"params": params, "paramsHash": repair.params_hash})
+    return repair
+
+
+def repair_approve(*, repair_id, actor: Actor) -> RepairRequest:
+    """APPROVED by `actor` (never the requester: refused here and by the database), bound to the hash
+    of the parameters as they stand; then the system's job is started. Parameters that no longer hash
+    to the request's (edited after the request) void it."""
+    from likes_project.opsjobs.services import job_start
+
+    with transaction.atomic(using="default", durable=True):
+        repair = RepairRequest.objects.select_for_update().filter(pk=repair_get(repair_id).pk).first()
+        if repair.status != RepairStatus.AWAITING_APPROVAL:
+            raise RepairNotAwaitingApproval(f"Repair {repair.pk} is {repair.status}; only AWAITING_APPROVAL can be "
+                                            "approved.")
+        if actor.name == repair.requested_by:
+            audit_record(actor=actor, action="repair.approve", target_type="repair", target_id=str(repair.pk),
+                         outcome="refused", params={"reason": "self_approval"})
+            refused = SelfApproval()
+        elif params_hash(repair.params) != repair.params_hash:
+            RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.VOID, finished_at=timezone.now(),
+                                                              error="parameters changed after the request")
+            audit_record(actor=actor, action="repair.void", target_type="repair", target_id=str(repair.pk),
+                         outcome="void", params={"paramsHash": repair.params_hash,
+                                                 "nowHashes": params_hash(repair.params)})
+            refused = ApprovalVoid()
+        else:
+            refused = None
+            try:
+                with transaction.atomic(using="default"):
+                    RepairRequest.objects.filter(pk=repair.pk).update(
+                        status=RepairStatus.APPROVED, approved_by=actor.name, approved_hash=repair.params_hash,
+                        approved_at=timezone.now())
+            except IntegrityError:  # the database's own refusal (repair_not_approved_by_requester)
+                refused = SelfApproval()
+            else:
+                audit_record(actor=actor, action="repair.approve", target_type="repair", target_id=str(repair.pk),
+                             params={"paramsHash": repair.params_hash})
+    if refused is not None:
+        raise refused
+    job = job_start(kind=REPAIR_JOB, actor=system_actor(EXECUTOR), params={"repairId": repair.pk},
+                    target=f"repair {repair.pk}")
+    RepairRequest.objects.filter(pk=repair.pk).update(job_id=job.pk)
+    return repair_get(repair.pk)
+
+
+# --- execution (the system's job) ------------------------------------------------------------------
+
+
+def _layer_values(gen: routing.GenerationRoutes, videos: list[str]) -> dict:
+    """Per video: the facts' LIKED relations, the projection's, the buckets' sum, the display snapshot."""
+    facts = evidence.source_relations(videos)
+    projected = evidence.projected_relations(gen, videos)
+    counts = evidence.bucket_counts(gen, videos)
+    snaps = evidence.display_rows(videos)
+    out = {}
+    for v in videos:
+        out[v] = {
+            "facts": sum(1 for (_u, vid), r in facts.items() if vid == v and r.state == LIKED),
+            "projection": sum(1 for (_u, vid), r in projected.items() if vid == v and r.state == LIKED),
+            "buckets": sum(n for (vid, _vb), n in counts.buckets.items() if vid == v),
+            "display": snaps[v][0] if v in snaps else None,
+            "frozenBuckets": sorted(vb for (vid, vb) in counts.frozen if vid == v),
+        }
+    return out
+
+
+def _fold_tail(facts: dict, videos: set[str], heads: dict[int, str], until: dict[str, str]) -> int:
+    """Fold into `facts` the events of `videos` after the heads H up to the cut's offsets B, by version
+    (the absolute-state rule). Returns how many events were folded in."""
+    folded = 0
+    for p, start in heads.items():
+        after, end = start, streams.entry_id_key(until.get(str(p), "0-0"))
+        while streams.entry_id_key(after) < end:
+            entries = streams.read_after(p, after, 500)
+            if not entries:
+                break
+            for entry in entries:
+                if streams.entry_id_key(entry.entry_id) > end:
+                    break
+                ev = entry.event
+                if ev.get("videoId") in videos:
+                    key = (ev["userId"], ev["videoId"])
+                    if ev["relationVersion"] > facts.get(key, ("UNLIKED", 0))[1]:
+                        facts[key] = (ev["absoluteState"], ev["relationVersion"])
+                        folded += 1
+            after = entries[-1].entry_id
+    return folded
+
+
+def _rebuild_from_facts(gen: routing.GenerationRoutes, videos: list[str], say) -> dict:
+    """REPAIR-3 for `videos`: tail capture, scan, then the switch under the videos' cut."""
+    heads = {p: streams.last_generated_id(p) for p in streams.all_partitions()}  # tail capture starts here
+    started = time.monotonic()
+    facts = {k: (r.state, r.version) for k, r in evidence.source_relations(videos).items()}
+    say(f"scanned {len(facts)} relations of {len(videos)} videos from the facts in {time.monotonic() - started:.2f} s")
+    with held_cut(videos, take_leases=False) as (cut, _grants):
+        folded = _fold_tail(facts, set(videos), heads, cut.offsets)
+        report = rebuild_scoped.projection_rewrite(gen=gen, video_ids=videos, facts=facts)
+    return {"barrierHeldMs": round(cut.held_ms, 3), "tailFolded": folded, "relationsWritten": report.relations_written,
+            "relationsRemoved": report.relations_removed, "newerThanFacts": report.newer_than_facts[:50],
+            "bucketsChanged": {v: {str(vb): list(c) for vb, c in b.items()} for v, b in report.buckets_changed.items()}}
+
+
+def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
+    """Run an approved repair (the job's one slice): refuse it (VOID) if its parameters no longer hash
+    to the approval; per video rebuild the broken layer only; verify with an exact run."""
+    actor = system_actor(EXECUTOR)
+    with transaction.atomic(using="default", durable=True):
+        repair = RepairRequest.objects.select_for_update().get(pk=repair_id)
+        if repair.status != RepairStatus.APPROVED:
+            return repair
+        if not (repair.approved_by and repair.approved_hash == repair.params_hash == params_hash(repair.params)):
+            RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.VOID, finished_at=timezone.now(),
+                                                              error="the parameters changed after the approval")
+            audit_record(actor=actor, action="repair.void", target_type="repair", target_id=str(repair.pk),
+                         outcome="void", params={"approvedHash": repair.approved_hash})
+            repair.refresh_from_db()
+            return repair
+        RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.RUNNING)
+    gen = routing.load_generation()
+    videos = repair.video_ids
+    before = _layer_values(gen, videos)
+    wm_before = evidence.watermarks(gen)
+    result: dict = {"layers": {}}
+    try:
+        coverage = checks.coverage_chunk(gen, videos)
+        # A projection an exact run found differing at the cut can pass online coverage on its outbox
+        # evidence (REC-4): the diffs that motivated the repair say their layer too.
+        motivated = CheckDiff.objects.filter(pk__in=repair.params.get("diffs", []), layer=DiffLayer.PROJECTION)
+        broken_projection = sorted({f.video_id for f in coverage.found}
+                                   | set(motivated.values_list("video_id", flat=True)))
+        identity = checks.identity_chunk(gen, [v for v in videos if v not in broken_projection])
+        broken_buckets = sorted({f.video_id for f in identity.found if f.layer == DiffLayer.BUCKETS})
+        broken_display = sorted({f.video_id for f in identity.found if f.layer in (DiffLayer.DISPLAY,
+                                                                                   DiffLayer.COUNT_CACHE)}
+                                - set(broken_buckets))
+        result["layers"] = {"projection": broken_projection, "buckets": broken_buckets, "display": broken_display}
+        say(f"broken layers: projection {broken_projection}, buckets {broken_buckets}, display {broken_display}")
+        if broken_projection:
+            result["rebuild"] = _rebuild_from_facts(gen, broken_projection, say)
+        if broken_buckets:
+            rep = rebuild_scoped.buckets_recompute(gen=gen, video_ids=broken_buckets)
+            result["recount"] = {v: {str(vb): list(c) for vb, c in b.items()} for v, b in rep.buckets_changed.items()}
+        rebuild_scoped.display_refresh_request(gen=gen, video_ids=videos)
+        snapshots.display_snapshot_refresh()
+        verify = exact_verify(videos, repair_id=repair.pk, actor=actor)
+        result["verifyRunId"] = verify.pk
+        status = RepairStatus.SUCCEEDED if verify.status == RunStatus.PASSED else RepairStatus.FAILED
+        why = verify.refused_because or f"{verify.diffs_found} diffs"
+        error = "" if status == RepairStatus.SUCCEEDED else f"the exact check afterwards was {verify.status}: {why}"
+    except CutRefused as exc:
+        status, error, verify = RepairStatus.FAILED, f"the cut was refused: {exc}", None
+    after = _layer_values(gen, videos)
+    with transaction.atomic(using="default", durable=True):
+        RepairRequest.objects.filter(pk=repair.pk).update(
+            status=status, before=before, after=after, watermarks_before=wm_before,
+            watermarks_after=evidence.watermarks(gen), result=result, error=error, finished_at=timezone.now(),
+            verify_run_id=verify.pk if verify else None)
+        if status == RepairStatus.SUCCEEDED:
+            for d in CheckDiff.objects.filter(repair_id=repair.pk, status=DiffStatus.FIXING):
+                diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=f"repair {repair.pk} succeeded")
+        audit_record(actor=actor, action="repair.execute", target_type="repair", target_id=str(repair.pk),
+                     outcome=status.lower(), params={"videos": videos[:50], "layers": result.get("layers"),
+                                                     "error": error[:500]})
+    return repair_get(repair.pk)
+
+
+def exact_verify(videos: list[str], *, repair_id: int | None, actor: Actor,
+                 kind: str = RunKind.AFTER_REPAIR) -> CheckRun:
+    """An exact run of `videos` in this process (after a repair or a migration), recorded like any."""
+    from reconciliation.services.exact import exact_run_execute
+
+    with transaction.atomic(using="default", durable=True):
+        run = checks.check_run_create(mode=RunMode.EXACT, scope=checks.scope_normalize(videos=videos), actor=actor,
+                                      kind=kind, repair_id=repair_id)
+    return exact_run_execute(run)
+
+
+def repair_report(repair: RepairRequest) -> dict:
+    """The whole record (`manage.py repair_show --json`)."""
+    return {
+        "repairId": repair.pk, "status": repair.status, "params": repair.params, "paramsHash": repair.params_hash,
+        "requestedBy": repair.requested_by, "approvedBy": repair.approved_by or None,
+        "approvedAt": repair.approved_at.isoformat() if repair.approved_at else None,
+        "reason": repair.reason, "before": repair.before, "after": repair.after,
+        "watermarksBefore": repair.watermarks_before, "watermarksAfter": repair.watermarks_after,
+        "result": repair.result, "error": repair.error or None, "jobId": repair.job_id,
+        "verifyRunId": repair.verify_run_id,
+        "createdAt": repair.created_at.isoformat(), "finishedAt": repair.finished_at.isoformat()
+        if repair.finished_at else None,
+    }
+
+
+def repair_wait(repair_id: int, *, timeout_s: float = 600.0) -> RepairRequest:
+    """Until the repair finished (its job runs on the workers), bounded."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        repair = repair_get(repair_id)
+        if repair.finished or time.monotonic() >= deadline:
+            return repair
+        time.sleep(0.5)  # following a job on the workers: poll its row, bounded by timeout_s

@@ -1,0 +1,57 @@
+"""The three modes against damage injected by hand in SQL (issue 11 §1), each with its counter-example."""
+
+from __future__ import annotations
+
+import pytest
+
+from relations import routing
+from relations.models import LikeRelation
+from tests.reconciliation.helpers import bucket_add, liked_video, projection_delete, run_check, sql
+
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+
+
+def test_every_mode_passes_on_a_healthy_pipeline(make_user, make_video):
+    video, _ = liked_video(make_user, make_video, "rec-ok", 5)
+    for mode in ("identity", "coverage", "exact"):
+        run = run_check(mode, videos=[video.video_id])
+        assert (run.status, run.diffs_found) == ("PASSED", 0), (mode, run.refused_because, list(run.diffs.values()))
+        assert run.checked > 0
+        wm = run.watermarks
+        assert set(wm) >= {"sourceShards", "offsetVector", "bucketSpaceVersion", "generation", "manifestId"}
+    assert run.barrier_held_ms is not None and run.barrier_held_ms >= 0
+
+
+def test_an_injected_plus_three_on_one_bucket_is_found_by_identity_per_bucket(make_user, make_video):
+    video, users = liked_video(make_user, make_video, "rec-plus3", 4)
+    bucket_add(users[0].pk, video.video_id, 3)
+    run = run_check("identity", videos=[video.video_id])
+    assert run.status == "FAILED"
+    buckets = [d for d in run.diffs.all() if d.layer == "buckets"]
+    assert len(buckets) == 1 and buckets[0].actual - buckets[0].expected == 3
+    assert buckets[0].virtual_bucket is not None
+
+
+def test_a_deleted_projection_row_with_its_bucket_decremented_passes_identity_and_fails_coverage(
+        make_user, make_video):
+    video, users = liked_video(make_user, make_video, "rec-lost", 4)
+    projection_delete(users[1].pk, video.video_id)
+    identity = run_check("identity", videos=[video.video_id])
+    assert [d.layer for d in identity.diffs.all()] in ([], ["display"])  # the buckets agree with the projection
+    coverage = run_check("coverage", videos=[video.video_id])
+    assert coverage.status == "FAILED"
+    [diff] = coverage.diffs.all()
+    assert (diff.layer, diff.expected, diff.actual) == ("projection", 4, 3)
+    assert "consumption gap" in diff.detail["relations"][0]["verdict"]
+
+
+def test_t26_a_source_change_without_an_outbox_row_passes_identity_and_fails_coverage(make_user, make_video):
+    video, users = liked_video(make_user, make_video, "rec-t26", 3)
+    u = users[0]
+    sql(routing.alias_for_user(u.pk), f"UPDATE {LikeRelation._meta.db_table} SET state = 'UNLIKED', "
+        "relation_version = relation_version + 1 WHERE user_id = %s AND video_id = %s", [u.pk, video.video_id])
+    assert run_check("identity", videos=[video.video_id]).status == "PASSED"
+    coverage = run_check("coverage", videos=[video.video_id])
+    assert coverage.status == "FAILED"
+    [diff] = coverage.diffs.all()
+    assert "outbox gap" in diff.detail["relations"][0]["verdict"]
