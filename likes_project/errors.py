@@ -10,10 +10,13 @@ class DomainError(Exception):
     http_status = 400
     default_message = "The request could not be processed."
 
-    def __init__(self, message: str | None = None, *, headers: dict | None = None, **extra):
+    def __init__(self, message: str | None = None, *, headers: dict | None = None, code: str | None = None,
+                 **extra):
         self.message = message or self.default_message
         self.extra = extra
         self.headers = headers or {}
+        if code:  # a more precise code than the class's (`Conflict(..., code="approval_void")`)
+            self.code = code
         super().__init__(self.message)
 
     def as_dict(self) -> dict:
@@ -23,11 +26,6 @@ class DomainError(Exception):
 class InvalidInput(DomainError):
     code = "invalid_input"
     http_status = 400
-
-    def __init__(self, message: str | None = None, *, code: str | None = None, **extra):
-        super().__init__(message, **extra)
-        if code:
-            self.code = code
 
 
 class NotFound(DomainError):

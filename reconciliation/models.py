@@ -94,7 +94,7 @@ class DiffStatus(models.TextChoices):
 
 # The workflow: which status may follow which (reconciliation.services.diffs enforces it).
 DIFF_TRANSITIONS = {
-    DiffStatus.NEW: (DiffStatus.FIXING, DiffStatus.IGNORED),
+    DiffStatus.NEW: (DiffStatus.FIXING, DiffStatus.IGNORED, DiffStatus.FIXED),  # FIXED: by a repair of its video
     DiffStatus.FIXING: (DiffStatus.FIXED, DiffStatus.NEW, DiffStatus.IGNORED),
     DiffStatus.FIXED: (),
     DiffStatus.IGNORED: (DiffStatus.NEW,),

@@ -21,6 +21,7 @@ import json
 import time
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from counting import routing
@@ -268,8 +269,11 @@ def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
             watermarks_after=evidence.watermarks(gen), result=result, error=error, finished_at=timezone.now(),
             verify_run_id=verify.pk if verify else None)
         if status == RepairStatus.SUCCEEDED:
-            for d in CheckDiff.objects.filter(repair_id=repair.pk, status=DiffStatus.FIXING):
-                diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=f"repair {repair.pk} succeeded")
+            # Its own diffs, and every other open diff of the repaired videos: the exact run passed on them.
+            reason = f"repair {repair.pk} succeeded (exact run {verify.pk} passed)"
+            for d in CheckDiff.objects.filter(Q(repair_id=repair.pk) | Q(video_id__in=videos),
+                                              status__in=[DiffStatus.NEW, DiffStatus.FIXING]).order_by("pk"):
+                diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=reason)
         audit_record(actor=actor, action="repair.execute", target_type="repair", target_id=str(repair.pk),
                      outcome=status.lower(), params={"videos": videos[:50], "layers": result.get("layers"),
                                                      "error": error[:500]})

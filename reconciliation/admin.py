@@ -1,0 +1,433 @@
+"""Admin for reconciliation (issue 11; OPS-4, OPS-7, OPS-8): check runs, their diffs and repair
+requests, all read-only tables. The only writes are these, each through its service, which checks the
+workflow and writes the audit record:
+
+* "Start a check" (`reconciliation.run_check`): a form (mode; videos one a line, or all) that starts
+  the check as an ops job (`reconciliation.jobs`) and shows the job's page; nothing runs in the request.
+* On diffs (`reconciliation.triage_diff`, a reason each): take (FIXING), ignore, reopen
+  (`diffs.diffs_set_status`); and (`reconciliation.request_repair`, a reason) request a repair of the
+  selected diffs' videos from the facts (`repair.repair_request`).
+* "Request a repair" (`reconciliation.request_repair`): the same for videos typed one a line.
+* Approve (`reconciliation.approve_repair`), a button on a repair's page and an action: through
+  `repair.repair_approve`, which refuses the requester (superusers included) and starts the system's
+  repair job. A refusal is a message; nothing changes.
+
+A refused step is an error message or a form error, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.views.decorators.http import require_http_methods, require_POST
+
+from likes_project.admin_kit import (
+    AdminPage,
+    ReadOnlyAdmin,
+    job_form_page,
+    reason_action,
+    render_page,
+    require_permission,
+)
+from likes_project.audit.services import admin_actor
+from likes_project.errors import DomainError
+from reconciliation.forms import CheckStartForm, RepairRequestForm
+from reconciliation.jobs import job_for_mode
+from reconciliation.models import CheckDiff, CheckRun, DiffStatus, DiffTransition, RepairRequest
+from reconciliation.services import diffs, repair
+from reconciliation.services.checks import RUN_PERMISSION
+
+DIFFS_SHOWN = 100  # diffs listed on a run's page (the rest are one link away)
+
+
+def _url(name: str, *args, query: dict | None = None) -> str:
+    return reverse(f"admin:{name}", args=args) + (f"?{urlencode(query)}" if query else "")
+
+
+def _link(name: str, pk, text=None) -> str:
+    if pk is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', _url(name, pk), pk if text is None else text)
+
+
+def _json(value, css: str) -> str:
+    return format_html('<pre class="{}">{}</pre>', css, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
+                                                                    default=str))
+
+
+def _audit_link(target_type: str, target_id) -> str:
+    url = _url("audit_auditrecord_changelist", query={"target_type": target_type, "target_id": target_id})
+    return format_html('<a href="{}">the audit records of {} {}</a>', url, target_type.replace("_", " "), target_id)
+
+
+class StatusAdmin(ReadOnlyAdmin):
+    """Read-only, with the status shown as the CLI, the API and the messages spell it (SUCCEEDED,
+    FIXING), not as its label ("Succeeded"): operators compare them."""
+
+    @admin.display(description="status", ordering="status")
+    def status_code(self, obj) -> str:
+        return format_html('<span class="status-code">{}</span>', obj.status)
+
+
+def _videos_text(videos: list[str], shown: int = 5) -> str:
+    more = len(videos) - shown
+    return ", ".join(videos[:shown]) + (f" (+{more} more)" if more > 0 else "")
+
+
+# --- check runs --------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def check_start_view(request, *, admin_site):
+    """The form that starts a check as an ops job (the job's page follows it)."""
+    return job_form_page(
+        request, admin_site, form_class=CheckStartForm, permission=RUN_PERMISSION, title="Start a check",
+        submit="Start the check",
+        intro="Proves the counts of the videos named (or of all videos) at recorded watermarks, as an ops job on the "
+              "workers; its page shows the progress and the run's verdict. Disagreements become diffs to triage. "
+              "An exact check holds a short write barrier on its videos; if the barrier cannot be held it is "
+              "REFUSED, never PASSED.",
+        start=lambda data: (job_for_mode(data["mode"]), {"mode": data["mode"], "scope": data["scope"]},
+                            f"{data['mode']} check"),
+    )
+
+
+@admin.register(CheckRun)
+class CheckRunAdmin(StatusAdmin):
+    list_display = ("id", "mode", "kind", "status_code", "scope_text", "checked", "diffs_found", "barrier_held_ms",
+                    "refused_because", "created_at", "finished_at")
+    list_filter = ("mode", "status", "kind")
+    search_fields = ("=id", "=actor", "schedule")
+    ordering = ("-id",)
+    fields = ("mode", "kind", "status_code", "scope_text", "checked", "total", "diffs_found", "diffs_fixed",
+              "barrier_held_ms", "refused_because", "watermarks_json", "skipped_json", "diffs_table", "actor",
+              "channel", "schedule", "job_link", "repair_link", "checkpoint", "audit_link", "created_at",
+              "started_at", "finished_at")
+    readonly_fields = ("status_code", "scope_text", "watermarks_json", "skipped_json", "diffs_table", "job_link",
+                       "repair_link", "audit_link")
+    change_list_template = "reconciliation/admin/checkrun_change_list.html"
+    change_form_template = "reconciliation/admin/checkrun_change_form.html"
+    pages = [AdminPage("start/", check_start_view, name="reconciliation_check_start", title="Start a check",
+                       permission=RUN_PERMISSION)]
+
+    @admin.display(description="scope")
+    def scope_text(self, run: CheckRun) -> str:
+        scope = run.scope or {}
+        if scope.get("all"):
+            return "all videos"
+        if "bucketRange" in scope:
+            low, high = scope["bucketRange"]
+            return f"all videos, virtual buckets {low}..{high}"
+        videos = scope.get("videos", [])
+        return f"{len(videos)} video(s): {_videos_text(videos)}"
+
+    @admin.display(description="watermarks")
+    def watermarks_json(self, run: CheckRun) -> str:
+        return _json(run.watermarks, "run-watermarks")
+
+    @admin.display(description="skipped")
+    def skipped_json(self, run: CheckRun) -> str:
+        return _json(run.skipped, "run-skipped") if run.skipped else "none"
+
+    @admin.display(description="diffs")
+    def diffs_table(self, run: CheckRun) -> str:
+        shown = list(run.diffs.order_by("id")[:DIFFS_SHOWN])
+        if not shown:
+            return "none"
+        rows = format_html_join("", '<tr class="run-diff"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+                                    "<td>{}</td><td>{}</td></tr>",
+                                ((_link("reconciliation_checkdiff_change", d.pk), d.video_id,
+                                  "-" if d.virtual_bucket is None else d.virtual_bucket, d.get_layer_display(),
+                                  d.expected, d.actual, d.status) for d in shown))
+        every = _url("reconciliation_checkdiff_changelist", query={"run__id__exact": run.pk})
+        return format_html('<table class="run-diffs"><thead><tr><th>diff</th><th>video</th><th>virtual bucket</th>'
+                           "<th>layer</th><th>expected</th><th>actual</th><th>status</th></tr></thead>"
+                           '<tbody>{}</tbody></table><p><a href="{}">all diffs of run {}</a></p>', rows, every, run.pk)
+
+    @admin.display(description="ops job")
+    def job_link(self, run: CheckRun) -> str:
+        return _link("opsjobs_opsjob_change", run.job_id)
+
+    @admin.display(description="verifies repair")
+    def repair_link(self, run: CheckRun) -> str:
+        return _link("reconciliation_repairrequest_change", run.repair_id)
+
+    @admin.display(description="audit")
+    def audit_link(self, run: CheckRun) -> str:
+        return _audit_link("check_run", run.pk)
+
+
+# --- diffs -------------------------------------------------------------------------------------
+
+
+def _transitions_rows(diff: CheckDiff) -> str:
+    rows = format_html_join("", '<tr class="diff-transition"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+                                "<td>{}</td></tr>",
+                            ((f"{t.at:%Y-%m-%d %H:%M:%S}", t.from_status, t.to_status, t.actor, t.reason)
+                             for t in diff.transitions.order_by("id")))
+    return format_html('<table class="diff-transitions"><thead><tr><th>at (UTC)</th><th>from</th><th>to</th>'
+                       "<th>by</th><th>reason</th></tr></thead><tbody>{}</tbody></table>", rows) if rows else "none"
+
+
+@admin.register(CheckDiff)
+class CheckDiffAdmin(StatusAdmin):
+    """A run's disagreements, with their workflow. Each action asks for a reason first."""
+
+    list_display = ("id", "run_link", "video_id", "virtual_bucket", "layer", "expected", "actual", "status_code",
+                    "owner", "repair_link", "created_at")
+    list_filter = ("layer", "status", "run__mode")
+    search_fields = ("=video_id",)
+    search_help_text = "A video id"
+    ordering = ("-id",)
+    list_select_related = ("run",)
+    fields = ("run_link", "video_id", "virtual_bucket", "layer", "expected", "actual", "difference", "status_code",
+              "owner", "reason", "status_changed_at", "repair_link", "transitions_table", "detail_json", "audit_link",
+              "created_at")
+    readonly_fields = ("status_code", "run_link", "difference", "repair_link", "transitions_table", "detail_json",
+                       "audit_link")
+    actions = ["take", "ignore", "reopen", "request_repair"]
+
+    def has_triage_permission(self, request) -> bool:
+        return request.user.has_perm(diffs.TRIAGE_PERMISSION)
+
+    def has_request_permission(self, request) -> bool:
+        return request.user.has_perm(repair.REQUEST_PERMISSION)
+
+    def _set_status(self, request, queryset, *, to: str, title: str, submit: str, intro: str):
+        def apply(ids, reason):
+            done = diffs.diffs_set_status(ids=ids, to=to, actor=admin_actor(request.user), reason=reason)
+            return f"{len(done)} diff(s) now {to}: {', '.join(str(d.pk) for d in done)}."
+
+        return reason_action(self, request, queryset, title=title, submit=submit, intro=intro, apply=apply)
+
+    @admin.action(description="Take the selected diffs (FIXING)", permissions=["triage"])
+    def take(self, request, queryset):
+        return self._set_status(request, queryset, to=DiffStatus.FIXING, title="Take diffs", submit="Take",
+                                intro="You become the owner of these diffs while you fix them (NEW -> FIXING). "
+                                      "The change is recorded on each diff and audited, with your reason.")
+
+    @admin.action(description="Ignore the selected diffs", permissions=["triage"])
+    def ignore(self, request, queryset):
+        return self._set_status(request, queryset, to=DiffStatus.IGNORED, title="Ignore diffs", submit="Ignore",
+                                intro="These diffs will not be fixed (a known, accepted disagreement). They can be "
+                                      "reopened later; the change is recorded and audited, with your reason.")
+
+    @admin.action(description="Reopen the selected diffs (NEW)", permissions=["triage"])
+    def reopen(self, request, queryset):
+        return self._set_status(request, queryset, to=DiffStatus.NEW, title="Reopen diffs", submit="Reopen",
+                                intro="FIXING or IGNORED diffs become NEW again, without an owner's fix. The change is "
+                                      "recorded and audited, with your reason.")
+
+    @admin.action(description="Request a repair from the facts for the selected diffs", permissions=["request"])
+    def request_repair(self, request, queryset):
+        def apply(ids, reason):
+            req = repair.repair_request(actor=admin_actor(request.user), source="facts", reason=reason, diff_ids=ids)
+            return format_html('Requested <a href="{}" class="repair-requested">repair {}</a> of {} video(s) from '
+                               "the facts; it waits for another operator's approval.",
+                               _url("reconciliation_repairrequest_change", req.pk), req.pk, len(req.video_ids))
+
+        return reason_action(self, request, queryset, title="Request a repair from the facts", submit="Request repair",
+                             intro="Asks for the selected diffs' videos to be rebuilt from the relation facts (only "
+                                   "the broken layer of each). The diffs become FIXING, linked to the request. It "
+                                   "runs once a different operator approves it.", apply=apply)
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, diff: CheckDiff) -> str:
+        return _link("reconciliation_checkrun_change", diff.run_id, f"{diff.run_id} ({diff.run.mode})")
+
+    @admin.display(description="actual - expected")
+    def difference(self, diff: CheckDiff) -> str:
+        return f"{diff.actual - diff.expected:+d}"
+
+    @admin.display(description="repair")
+    def repair_link(self, diff: CheckDiff) -> str:
+        return _link("reconciliation_repairrequest_change", diff.repair_id)
+
+    @admin.display(description="transitions")
+    def transitions_table(self, diff: CheckDiff) -> str:
+        return _transitions_rows(diff)
+
+    @admin.display(description="evidence")
+    def detail_json(self, diff: CheckDiff) -> str:
+        return _json(diff.detail, "diff-detail")
+
+    @admin.display(description="audit")
+    def audit_link(self, diff: CheckDiff) -> str:
+        return _audit_link("diff", diff.pk)
+
+
+@admin.register(DiffTransition)
+class DiffTransitionAdmin(ReadOnlyAdmin):
+    list_display = ("id", "diff_link", "from_status", "to_status", "actor", "reason", "at")
+    list_filter = ("to_status",)
+    search_fields = ("=diff__id", "=actor")
+    ordering = ("-id",)
+
+    @admin.display(description="diff", ordering="diff_id")
+    def diff_link(self, t: DiffTransition) -> str:
+        return _link("reconciliation_checkdiff_change", t.diff_id)
+
+
+# --- repairs -----------------------------------------------------------------------------------
+
+
+def _repair_url(repair_id) -> str:
+    return _url("reconciliation_repairrequest_change", repair_id)
+
+
+@require_http_methods(["GET", "POST"])
+def repair_request_view(request, *, admin_site):
+    """Request a repair of the videos typed (one a line) from the facts; shows the request's page."""
+    require_permission(request, repair.REQUEST_PERMISSION)
+    form = RepairRequestForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            req = repair.repair_request(actor=admin_actor(request.user), source="facts",
+                                        reason=form.cleaned_data["reason"], videos=form.cleaned_data["videos"])
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Requested repair {req.pk} of {len(req.video_ids)} video(s) from the facts; it "
+                                      "waits for another operator's approval.")
+            return HttpResponseRedirect(_repair_url(req.pk))
+    return render_page(request, admin_site, "admin_kit/form_page.html", title="Request a repair", form=form,
+                       submit="Request the repair",
+                       intro="Rebuilds these videos' counts from the relation facts: per video the broken layer is "
+                             "found first (projection, buckets or display) and only it is rebuilt, then an exact "
+                             "check verifies the result. It runs only once a different operator approved exactly "
+                             "these parameters. Prefer requesting it from a check's diffs, which records why.")
+
+
+def _approve(request, repair_id) -> bool:
+    """One approval through the service, its outcome as a message."""
+    try:
+        req = repair.repair_approve(repair_id=repair_id, actor=admin_actor(request.user))
+    except DomainError as exc:
+        code = exc.as_dict().get("code", exc.code)  # a Conflict's own code travels in its extra
+        messages.error(request, f"Repair {repair_id} was not approved ({code}): {exc.message}")
+        return False
+    messages.success(request, format_html('Approved repair {}; the system runs it as <a href="{}">job {}</a>.',
+                                          req.pk, _url("opsjobs_opsjob_change", req.job_id), req.job_id))
+    return True
+
+
+@require_POST
+def repair_approve_view(request, repair_id: int, *, admin_site):
+    """The Approve button of a repair's page (POST only); back to the page, with the outcome."""
+    require_permission(request, repair.APPROVE_PERMISSION)
+    _approve(request, repair_id)
+    return HttpResponseRedirect(_repair_url(repair_id))
+
+
+@admin.register(RepairRequest)
+class RepairRequestAdmin(StatusAdmin):
+    """Repair requests (OPS-7): who asked, who approved, exactly which parameters, before / after, both
+    watermark sets, the job that ran it and the exact check that verified it."""
+
+    list_display = ("id", "status_code", "videos_text", "requested_by", "approved_by", "created_at", "finished_at",
+                    "job_link", "verify_link")
+    list_filter = ("status",)
+    search_fields = ("reason",)  # see get_search_results: a video id
+    search_help_text = "A video id"
+    ordering = ("-id",)
+    fields = ("status_code", "videos_text", "source", "reason", "requested_by", "requested_channel", "approved_by",
+              "approved_at", "params_json", "params_hash", "approved_hash", "before_after", "before_json",
+              "after_json", "watermarks_before_json", "watermarks_after_json", "result_json", "error", "job_link",
+              "verify_link", "diffs_link", "audit_link", "created_at", "finished_at")
+    readonly_fields = ("status_code", "videos_text", "source", "params_json", "before_after", "before_json",
+                       "after_json", "watermarks_before_json", "watermarks_after_json", "result_json", "job_link",
+                       "verify_link", "diffs_link", "audit_link")
+    actions = ["approve"]
+    change_list_template = "reconciliation/admin/repairrequest_change_list.html"
+    change_form_template = "reconciliation/admin/repairrequest_change_form.html"
+    pages = [
+        AdminPage("request/", repair_request_view, name="reconciliation_repair_request", title="Request a repair",
+                  permission=repair.REQUEST_PERMISSION),
+        AdminPage("<int:repair_id>/approve/", repair_approve_view, name="reconciliation_repair_approve",
+                  title="Approve a repair", permission=repair.APPROVE_PERMISSION, listed=False),
+    ]
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(params__videos__contains=[term]), False
+
+    def has_approve_permission(self, request) -> bool:
+        return request.user.has_perm(repair.APPROVE_PERMISSION)
+
+    @admin.action(description="Approve the selected repair requests", permissions=["approve"])
+    def approve(self, request, queryset):
+        for pk in queryset.order_by("pk").values_list("pk", flat=True):
+            _approve(request, pk)
+
+    @admin.display(description="videos")
+    def videos_text(self, req: RepairRequest) -> str:
+        return f"{len(req.video_ids)}: {_videos_text(req.video_ids)}"
+
+    @admin.display(description="source")
+    def source(self, req: RepairRequest) -> str:
+        return req.params.get("source", "")
+
+    @admin.display(description="parameters (approved by hash)")
+    def params_json(self, req: RepairRequest) -> str:
+        return _json(req.params, "repair-params")
+
+    @admin.display(description="before / after")
+    def before_after(self, req: RepairRequest) -> str:
+        if not req.before and not req.after:
+            return "not run yet"
+        layers = ("facts", "projection", "buckets", "display")
+        rows = []
+        for video in sorted(set(req.before) | set(req.after)):
+            before, after = req.before.get(video, {}), req.after.get(video, {})
+            rows += [(video, layer, before.get(layer, "-"), after.get(layer, "-")) for layer in layers]
+        body = format_html_join("", '<tr class="repair-layer"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>', rows)
+        return format_html('<table class="repair-before-after"><thead><tr><th>video</th><th>layer</th><th>before</th>'
+                           "<th>after</th></tr></thead><tbody>{}</tbody></table>", body)
+
+    @admin.display(description="before (raw)")
+    def before_json(self, req: RepairRequest) -> str:
+        return _json(req.before, "repair-before")
+
+    @admin.display(description="after (raw)")
+    def after_json(self, req: RepairRequest) -> str:
+        return _json(req.after, "repair-after")
+
+    @admin.display(description="watermarks before")
+    def watermarks_before_json(self, req: RepairRequest) -> str:
+        return _json(req.watermarks_before, "repair-watermarks-before")
+
+    @admin.display(description="watermarks after")
+    def watermarks_after_json(self, req: RepairRequest) -> str:
+        return _json(req.watermarks_after, "repair-watermarks-after")
+
+    @admin.display(description="result")
+    def result_json(self, req: RepairRequest) -> str:
+        return _json(req.result, "repair-result")
+
+    @admin.display(description="ops job")
+    def job_link(self, req: RepairRequest) -> str:
+        return _link("opsjobs_opsjob_change", req.job_id)
+
+    @admin.display(description="verify run")
+    def verify_link(self, req: RepairRequest) -> str:
+        return _link("reconciliation_checkrun_change", req.verify_run_id)
+
+    @admin.display(description="diffs")
+    def diffs_link(self, req: RepairRequest) -> str:
+        ids = list(CheckDiff.objects.filter(repair_id=req.pk).order_by("id").values_list("id", flat=True))
+        if not ids:
+            return "none"
+        url = _url("reconciliation_checkdiff_changelist", query={"repair_id": req.pk})
+        return format_html('<a href="{}">{} diff(s): {}</a>', url, len(ids), _videos_text([str(i) for i in ids]))
+
+    @admin.display(description="audit")
+    def audit_link(self, req: RepairRequest) -> str:
+        return _audit_link("repair", req.pk)
+
