@@ -29,7 +29,7 @@ from counting import cache as count_cache
 from counting import routing
 from counting.selectors import count_cache_generations_get
 from likes_project import metrics
-from likes_project.audit.services import Actor, audit_record
+from likes_project.audit.services import Actor, audit_record, system_actor
 from likes_project.errors import InvalidInput
 from reconciliation.models import CheckDiff, CheckRun, DiffLayer, RunKind, RunMode, RunStatus
 from reconciliation.services import evidence
@@ -170,11 +170,8 @@ def _row(key, s: Rel | None, p: Rel | None, verdict: str) -> dict:
             "projected": [p.state, p.version] if p else None, "verdict": verdict}
 
 
-def coverage_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_range=None,
-                   settle_s: float | None = None) -> ChunkResult:
-    """REC-4 over `videos`, online: source first, then the projection (which may only be newer)."""
-    settle_s = settings.RECONCILE_COVERAGE_SETTLE_S if settle_s is None else settle_s
-    result = ChunkResult()
+def _both_sides(gen: routing.GenerationRoutes, videos: list[str], bucket_range) -> tuple[dict, dict]:
+    """The facts, then the projection, of `videos` (within the bucket range, if one is given)."""
     source = evidence.source_relations(videos)
     projected = evidence.projected_relations(gen, videos)
     if bucket_range is not None:
@@ -182,6 +179,15 @@ def coverage_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_r
             return bucket_range[0] <= routing.virtual_bucket(gen.space, key[1], key[0]) <= bucket_range[1]
         source = {k: r for k, r in source.items() if inside(k)}
         projected = {k: r for k, r in projected.items() if inside(k)}
+    return source, projected
+
+
+def coverage_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_range=None,
+                   settle_s: float | None = None) -> ChunkResult:
+    """REC-4 over `videos`, online: source first, then the projection (which may only be newer)."""
+    settle_s = settings.RECONCILE_COVERAGE_SETTLE_S if settle_s is None else settle_s
+    result = ChunkResult()
+    source, projected = _both_sides(gen, videos, bucket_range)
     result.checked = len(source)
     bad: dict[str, list[dict]] = defaultdict(list)
     behind = [k for k in set(source) | set(projected)
@@ -223,13 +229,7 @@ def exact_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_rang
     """Inside a cut (the caller holds the snapshots): each relation's projected state and version equal
     the source's, and REC-1 holds."""
     result = ChunkResult()
-    source = evidence.source_relations(videos)
-    projected = evidence.projected_relations(gen, videos)
-    if bucket_range is not None:
-        def inside(key):
-            return bucket_range[0] <= routing.virtual_bucket(gen.space, key[1], key[0]) <= bucket_range[1]
-        source = {k: r for k, r in source.items() if inside(k)}
-        projected = {k: r for k, r in projected.items() if inside(k)}
+    source, projected = _both_sides(gen, videos, bucket_range)
     result.checked = len(source)
     bad: dict[str, list[dict]] = defaultdict(list)
     for k in sorted(set(source) | set(projected)):
@@ -265,12 +265,33 @@ def _scope_summary(scope: dict) -> dict:
     return scope
 
 
-def diffs_save(run: CheckRun, found: list[Found]) -> None:
-    if found:
-        CheckDiff.objects.bulk_create([CheckDiff(run=run, video_id=f.video_id, virtual_bucket=f.virtual_bucket,
-                                                 layer=f.layer, expected=f.expected, actual=f.actual,
-                                                 detail=f.detail) for f in found])
-        metrics.inc("likes_reconcile_diffs_total", len(found), mode=run.mode)
+def diffs_save(run: CheckRun, found: list[Found]) -> list[CheckDiff]:
+    if not found:
+        return []
+    saved = CheckDiff.objects.bulk_create([CheckDiff(run=run, video_id=f.video_id, virtual_bucket=f.virtual_bucket,
+                                                     layer=f.layer, expected=f.expected, actual=f.actual,
+                                                     detail=f.detail) for f in found])
+    metrics.inc("likes_reconcile_diffs_total", len(found), mode=run.mode)
+    return saved
+
+
+AUTO_FIX_REASON = ("auto-fixed: the count cache's view is rewritten from the durable display snapshot (a cache "
+                   "of it, not a layer of evidence: no approval needed)")
+
+
+def _auto_fix(run: CheckRun, gen: routing.GenerationRoutes, saved: list[CheckDiff]) -> int:
+    """A count-cache diff is fixed at once: the cache is rewritten from the durable snapshot (the display
+    refresh the pipeline runs anyway). Any other layer is a repair, with its approval."""
+    from counting.services import rebuild_scoped
+    from reconciliation.services import diffs
+
+    cache = [d for d in saved if d.layer == DiffLayer.COUNT_CACHE]
+    if not cache:
+        return 0
+    rebuild_scoped.display_refresh_request(gen=gen, video_ids=sorted({d.video_id for d in cache}))
+    for d in cache:
+        diffs.diff_transition(d, to="FIXED", actor=system_actor("reconcile"), reason=AUTO_FIX_REASON)
+    return len(cache)
 
 
 def check_run_begin(run: CheckRun) -> routing.GenerationRoutes:
@@ -295,12 +316,12 @@ def check_run_chunk(run: CheckRun, gen: routing.GenerationRoutes) -> bool:
     else:
         chunk = coverage_chunk(gen, videos, bucket_range=bucket_range)
     with transaction.atomic(using="default", durable=True):
-        diffs_save(run, chunk.found)
+        run.diffs_fixed += _auto_fix(run, gen, diffs_save(run, chunk.found))
         run.checked += chunk.checked
         run.diffs_found += len(chunk.found)
         run.skipped = (run.skipped + chunk.skipped)[:500]
         run.checkpoint = {"after": videos[-1], "videos": run.checkpoint.get("videos", 0) + len(videos)}
-        run.save(update_fields=["checked", "diffs_found", "skipped", "checkpoint"])
+        run.save(update_fields=["checked", "diffs_found", "diffs_fixed", "skipped", "checkpoint"])
     return False
 
 
@@ -312,7 +333,8 @@ def check_run_finish(run: CheckRun, *, status: str | None = None, refused_becaus
     with transaction.atomic(using="default", durable=True):
         CheckRun.objects.filter(pk=run.pk).update(status=status, finished_at=now, refused_because=refused_because[:512],
                                                   barrier_held_ms=run.barrier_held_ms, watermarks=run.watermarks,
-                                                  checked=run.checked, diffs_found=run.diffs_found)
+                                                  checked=run.checked, diffs_found=run.diffs_found,
+                                                  diffs_fixed=run.diffs_fixed)
         audit_record(actor=actor or Actor(run.actor, run.channel), action="reconcile.finish",
                      target_type="check_run", target_id=str(run.pk), outcome=status.lower(),
                      params={"mode": run.mode, "checked": run.checked, "diffs": run.diffs_found,
@@ -329,6 +351,7 @@ def check_run_report(run: CheckRun) -> dict:
     wm = run.watermarks or {}
     out = {
         "runId": run.pk, "mode": run.mode, "status": run.status, "checked": run.checked,
+        "diffsFixed": run.diffs_fixed,
         "diffs": [{"videoId": d.video_id, "layer": d.layer, "expected": d.expected, "actual": d.actual,
                    **({"virtualBucket": d.virtual_bucket} if d.virtual_bucket is not None else {}),
                    "diffId": d.pk}

@@ -55,3 +55,30 @@ def test_t26_a_source_change_without_an_outbox_row_passes_identity_and_fails_cov
     assert coverage.status == "FAILED"
     [diff] = coverage.diffs.all()
     assert "outbox gap" in diff.detail["relations"][0]["verdict"]
+
+
+def test_a_wrong_count_cache_view_is_auto_fixed_but_a_wrong_display_snapshot_waits_for_a_repair(
+        make_user, make_video):
+    from counting import cache as count_cache
+    from counting.models import VideoDisplayCount
+    from counting.selectors import count_cache_generations_get
+    from counting.services import snapshots
+
+    video, _ = liked_video(make_user, make_video, "rec-cache", 3)
+    snap = VideoDisplayCount.objects.get(video_id=video.video_id)
+    active = count_cache_generations_get(fresh=True).active
+    count_cache.views_write(active, [(video.video_id, snap.display_count + 7, snap.snapshot_id, "2026-01-01T00:00:00Z")])
+    run = run_check("identity", videos=[video.video_id])
+    [diff] = run.diffs.all()
+    assert (diff.layer, diff.expected, diff.actual, diff.status) == ("count_cache", 3, 10, "FIXED")
+    assert run.diffs_fixed == 1 and diff.transitions.get().actor == "reconcile"
+    snapshots.display_snapshot_refresh()  # the refresh the auto-fix asked for
+    assert count_cache.view_read(active, video.video_id)[0] == 3
+    assert run_check("identity", videos=[video.video_id]).status == "PASSED"
+    # The counter-example: the durable display snapshot is evidence's cache too, but a layer a repair
+    # rebuilds (REPAIR-1): its diff stays NEW, and nothing rewrites it.
+    VideoDisplayCount.objects.filter(video_id=video.video_id).update(raw_active_count=9, display_count=9)
+    run = run_check("identity", videos=[video.video_id])
+    [diff] = run.diffs.all()
+    assert (diff.layer, diff.status, run.diffs_fixed) == ("display", "NEW", 0)
+    assert VideoDisplayCount.objects.get(video_id=video.video_id).raw_active_count == 9
