@@ -67,7 +67,8 @@ def test_a_wrong_count_cache_view_is_auto_fixed_but_a_wrong_display_snapshot_wai
     video, _ = liked_video(make_user, make_video, "rec-cache", 3)
     snap = VideoDisplayCount.objects.get(video_id=video.video_id)
     active = count_cache_generations_get(fresh=True).active
-    count_cache.views_write(active, [(video.video_id, snap.display_count + 7, snap.snapshot_id, "2026-01-01T00:00:00Z")])
+    wrong = (video.video_id, snap.display_count + 7, snap.snapshot_id, "2026-01-01T00:00:00Z")
+    count_cache.views_write(active, [wrong])
     run = run_check("identity", videos=[video.video_id])
     [diff] = run.diffs.all()
     assert (diff.layer, diff.expected, diff.actual, diff.status) == ("count_cache", 3, 10, "FIXED")
