@@ -1,0 +1,402 @@
+"""The reconciliation benchmark's data: a million relations written straight into every layer in bulk SQL,
+in the state the real pipeline leaves behind once every event was published and consumed.
+
+Per relation (user, video), in generation order `idx`:
+  relation shards   the LikeRelation row on the user's shard (the frozen shard contract, hashed in SQL);
+  outbox            one SENT row per version 1..v (LIKED on odd versions, UNLIKED on even ones, as a like,
+                    an unlike and a like again make), with the payload the like command writes, its stream
+                    partition (the stream contract) and an entry id in publish order;
+  count partitions  the projection row (same state and version) on the partition its virtual bucket is
+                    routed to (the active generation's bucket space and manifest), and per (video, bucket) the
+                    vbucket row holding the LIKED rows' count;
+  default           the display snapshot of every video (raw = display = its LIKED relations), the video
+                    snapshots (public, active), and the `count` consumer's checkpoints at the last seeded
+                    entry of each partition.
+
+Not written, because no check reads them and no later event needs them: the command records (LikeCommand),
+the projector's receipts, the reverse (likers) index, and the stream entries themselves (the log is taken
+as trimmed below the checkpoints). New commands then append to empty streams, after the checkpoints.
+
+Shape (deterministic): `videos` regular videos of `per_video` relations each, user k = (idx mod users), the
+state by (31 i + 17 j) mod 20 (85% LIKED v1, 10% UNLIKED v2, 5% LIKED v3), plus one hot video whose
+`hot` relations are all LIKED v1. The hash functions run in SQL (sha256, as likes_project.hashing
+computes them) and are checked against the Python routing on a sample afterwards."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from bench.reconcile import SEED_HOT_VIDEO, SEED_USER_PREFIX, SEED_VIDEO_PREFIX, log
+
+# stable_hash(algorithm sha256-be64) mod n, in SQL: the first 8 bytes of sha256(seed || 0x1f || key) read as an
+# unsigned big-endian integer (`prefix` = seed || 0x1f). A session-local (pg_temp) function: nothing is added to
+# the bench schemas. Not STRICT, so the planner inlines it (twice as fast).
+_HASH_FN = """
+CREATE OR REPLACE FUNCTION pg_temp.bench_hmod(prefix bytea, key bytea, n int) RETURNS int
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT mod(mod(('x' || encode(substring(sha256(prefix || key) FROM 1 FOR 8), 'hex'))::bit(64)::bigint::numeric
+                 + 18446744073709551616, 18446744073709551616), n)::int
+$$
+"""
+
+# Every relation of the data set: idx, user index k, video id, version.
+_GEN_SQL = """
+SELECT i::bigint * %(per)s + j AS idx, mod(i::bigint * %(per)s + j, %(users)s)::int AS k,
+       %(vprefix)s || lpad(i::text, 6, '0') AS v,
+       CASE WHEN mod(i * 31 + j * 17, 20) < 17 THEN 1 WHEN mod(i * 31 + j * 17, 20) < 19 THEN 2 ELSE 3 END AS ver
+  FROM generate_series(0, %(videos)s - 1) AS i, generate_series(0, %(per)s - 1) AS j
+UNION ALL
+SELECT %(videos)s::bigint * %(per)s + j, j::int, %(hot_video)s, 1 FROM generate_series(0, %(hot)s - 1) AS j
+"""
+
+# The time of version `ver` of relation `idx`: a millisecond of its own (so entry ids are unique and in order).
+_TS = "to_timestamp((%(base_ms)s + {idx} * 4 + {ver}) / 1000.0)"
+_LP_KEY = ("int4send(octet_length(convert_to({v}, 'UTF8'))) || convert_to({v}, 'UTF8') || "
+           "int4send(octet_length({u}::text)) || convert_to({u}::text, 'UTF8')")
+
+
+@dataclass(frozen=True)
+class Plan:
+    videos: int
+    per_video: int
+    hot: int
+    users: int
+
+    @property
+    def relations(self) -> int:
+        return self.videos * self.per_video + self.hot
+
+    def video_ids(self) -> list[str]:
+        return [video_id(i) for i in range(self.videos)]
+
+
+def video_id(i: int) -> str:
+    return f"{SEED_VIDEO_PREFIX}{i:06d}"
+
+
+def plan_for(*, relations: int, hot: int, per_video: int) -> Plan:
+    """`relations` in all: the hot video's `hot`, the rest in videos of `per_video`."""
+    hot = min(hot, relations // 2)
+    videos = max(1, (relations - hot) // per_video)
+    return Plan(videos=videos, per_video=per_video, hot=hot, users=max(hot, 20 * per_video, 1000))
+
+
+def expected_version(plan: Plan, i: int, j: int) -> int:
+    m = (i * 31 + j * 17) % 20
+    return 1 if m < 17 else 2 if m < 19 else 3
+
+
+def _prefix(seed: str) -> bytes:
+    return seed.encode("utf-8") + b"\x1f"
+
+
+def _t(model) -> str:
+    return model._meta.db_table
+
+
+def users_ensure(n: int) -> list[int]:
+    """`n` Django users bench-ru0000000 ... (bulk, idempotent); their ids in name order."""
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+
+    table = _t(get_user_model())
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {table} (password, last_login, is_superuser, username, first_name, last_name, email, "
+            "is_staff, is_active, date_joined) SELECT '!bench', NULL, false, %s || lpad(k::text, 7, '0'), '', '', '', "
+            "false, true, now() FROM generate_series(0, %s - 1) AS k ON CONFLICT (username) DO NOTHING",
+            [SEED_USER_PREFIX, n])
+        cur.execute(f"SELECT id FROM {table} WHERE username ~ %s ORDER BY username LIMIT %s",
+                    [f"^{SEED_USER_PREFIX}[0-9]{{7}}$", n])
+        ids = [r[0] for r in cur.fetchall()]
+    if len(ids) != n:
+        raise RuntimeError(f"expected {n} seed users, found {len(ids)}")
+    return ids
+
+
+def _session(cur, uids: list[int]) -> None:
+    """The seed transaction's setup: no statement timeout (the settings' 5 s is for requests), the hash
+    function, and the users (index k -> user id)."""
+    cur.execute("SET LOCAL statement_timeout = 0")
+    cur.execute(_HASH_FN)
+    cur.execute("CREATE TEMP TABLE _seed_users (k int PRIMARY KEY, u bigint NOT NULL) ON COMMIT DROP")
+    cur.execute("INSERT INTO _seed_users SELECT k - 1, u FROM unnest(%s::bigint[]) WITH ORDINALITY AS t(u, k)",
+                [uids])
+
+
+def _params(plan: Plan, base_ms: int) -> dict:
+    return {"per": plan.per_video, "users": plan.users, "videos": plan.videos, "hot": plan.hot,
+            "vprefix": SEED_VIDEO_PREFIX, "hot_video": SEED_HOT_VIDEO, "base_ms": base_ms}
+
+
+def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
+    """The relation rows of the users on `alias` and their outbox rows (SENT)."""
+    from django.conf import settings
+    from django.db import connections, transaction
+
+    from likes_project.eventlog import streams
+    from relations import routing as relation_routing
+    from relations.models import LikeRelation, OutboxEvent
+
+    contract = relation_routing.active_contract()
+    stream = streams.active_contract()
+    p = {**_params(plan, base_ms), "alias": alias, "slots": list(contract.slot_aliases),
+         "shard_prefix": _prefix(contract.hash_seed), "n_slots": contract.logical_slots,
+         "stream_prefix": _prefix(stream.hash_seed),
+         "partitions": stream.partitions, "key_prefix": f"{settings.LIKES_REDIS_PREFIX}:events:"}
+    ts = _TS.format(idx="r.idx", ver="r.ver")
+    with transaction.atomic(using=alias), connections[alias].cursor() as cur:
+        _session(cur, uids)
+        cur.execute("DELETE FROM _seed_users WHERE (%(slots)s::text[])[pg_temp.bench_hmod(%(shard_prefix)s, "
+                    "convert_to(u::text, 'UTF8'), %(n_slots)s) + 1] <> %(alias)s", p)
+        cur.execute(f"CREATE TEMP TABLE _seed_rel ON COMMIT DROP AS SELECT r.idx, su.u, r.v, r.ver "
+                    f"FROM ({_GEN_SQL}) AS r JOIN _seed_users su ON su.k = r.k", p)
+        cur.execute(
+            f"INSERT INTO {_t(LikeRelation)} (user_id, video_id, state, relation_version, last_operation_id, "
+            "state_changed_at, created_at, updated_at) "
+            f"SELECT r.u, r.v, CASE WHEN mod(r.ver, 2) = 1 THEN 'LIKED' ELSE 'UNLIKED' END, r.ver, "
+            f"'seed-' || r.idx || '-' || r.ver, {ts}, {_TS.format(idx='r.idx', ver='1')}, {ts} "
+            "FROM _seed_rel r ORDER BY r.idx", p)
+        relations = cur.rowcount
+        cur.execute(
+            f"""WITH e AS MATERIALIZED (
+                  SELECT gen_random_uuid() AS eid, r.u, r.v, r.u || ':' || r.v AS agg, k AS ver,
+                         %(base_ms)s + r.idx * 4 + k AS ms, r.idx,
+                         pg_temp.bench_hmod(%(stream_prefix)s, convert_to(r.u || ':' || r.v, 'UTF8'), %(partitions)s)
+                           AS part
+                    FROM _seed_rel r CROSS JOIN LATERAL generate_series(1, r.ver) AS k)
+                INSERT INTO {_t(OutboxEvent)} (event_id, aggregate_key, relation_version, event_type, schema_version,
+                    payload, xact_id, status, retry_count, next_retry_at, claimed_by, claim_expires_at, last_error,
+                    stream_key, stream_entry_id, stream_partition, stream_entry_ms, stream_entry_seq, created_at,
+                    published_at)
+                SELECT e.eid, e.agg, e.ver, 'LikeRelationChanged', 1,
+                       jsonb_build_object(
+                         'eventId', e.eid::text, 'eventType', 'LikeRelationChanged', 'schemaVersion', 1,
+                         'aggregateKey', e.agg, 'relationVersion', e.ver,
+                         'absoluteState', CASE WHEN mod(e.ver, 2) = 1 THEN 'LIKED' ELSE 'UNLIKED' END,
+                         'previousState', CASE WHEN mod(e.ver, 2) = 1 THEN 'UNLIKED' ELSE 'LIKED' END,
+                         'previousVersion', e.ver - 1, 'userId', e.u, 'videoId', e.v, 'sourceShard', %(alias)s,
+                         'operationId', 'seed-' || e.idx || '-' || e.ver,
+                         'stateChangedAt', to_char(to_timestamp(e.ms / 1000.0) AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+                       pg_current_xact_id()::text::bigint, 'SENT', 0, to_timestamp(e.ms / 1000.0), '', NULL, '',
+                       %(key_prefix)s || '{{' || e.part || '}}', e.ms || '-0', e.part, e.ms, 0,
+                       to_timestamp(e.ms / 1000.0), to_timestamp((e.ms + 20) / 1000.0)
+                  FROM e ORDER BY e.ms""", p)
+        events = cur.rowcount
+        cur.execute(f"SELECT stream_partition, max(stream_entry_ms), count(*) FROM {_t(OutboxEvent)} "
+                    "WHERE status = 'SENT' GROUP BY 1")
+        heads = {int(part): (int(ms), int(n)) for part, ms, n in cur.fetchall()}
+    with connections[alias].cursor() as cur:
+        for model in (LikeRelation, OutboxEvent):
+            cur.execute(f"ANALYZE {_t(model)}")
+    return {"relations": relations, "events": events, "heads": heads}
+
+
+def _seed_partition(alias: str, plan: Plan, uids: list[int], base_ms: int, gen) -> dict:
+    """The projection rows routed to `alias` and their vbuckets."""
+    from django.db import connections, transaction
+
+    from counting.models import LikeCountProjection, VideoLikeCountVbucket
+
+    p = {**_params(plan, base_ms), "alias": alias, "routes": [r.partition for r in gen.routes],
+         "bucket_prefix": _prefix(gen.space.hash_seed), "vbuckets": gen.space.virtual_buckets, "g": gen.generation,
+         "bsv": gen.space.version}
+    key = _LP_KEY.format(v="r.v", u="su.u")
+    with transaction.atomic(using=alias), connections[alias].cursor() as cur:
+        _session(cur, uids)
+        cur.execute(f"CREATE TEMP TABLE _seed_proj ON COMMIT DROP AS SELECT * FROM ("
+                    f"SELECT r.idx, su.u, r.v, r.ver, pg_temp.bench_hmod(%(bucket_prefix)s, {key}, %(vbuckets)s) AS vb "
+                    f"FROM ({_GEN_SQL}) AS r JOIN _seed_users su ON su.k = r.k) AS x "
+                    "WHERE (%(routes)s::text[])[x.vb + 1] = %(alias)s", p)
+        cur.execute(
+            f"INSERT INTO {_t(LikeCountProjection)} (generation, user_id, video_id, projected_state, "
+            "projected_version, bucket_space_version, virtual_bucket, updated_at) "
+            "SELECT %(g)s, r.u, r.v, CASE WHEN mod(r.ver, 2) = 1 THEN 'LIKED' ELSE 'UNLIKED' END, r.ver, %(bsv)s, "
+            f"r.vb, {_TS.format(idx='r.idx', ver='r.ver')} FROM _seed_proj r ORDER BY r.idx", p)
+        projected = cur.rowcount
+        cur.execute(
+            f"INSERT INTO {_t(VideoLikeCountVbucket)} (generation, video_id, virtual_bucket, bucket_space_version, "
+            "active_count, bucket_version, frozen, updated_at) "
+            "SELECT %(g)s, r.v, r.vb, %(bsv)s, count(*) FILTER (WHERE mod(r.ver, 2) = 1), sum(r.ver), false, "
+            f"max({_TS.format(idx='r.idx', ver='r.ver')}) FROM _seed_proj r GROUP BY r.v, r.vb ORDER BY r.v, r.vb", p)
+        buckets = cur.rowcount
+    with connections[alias].cursor() as cur:
+        for model in (LikeCountProjection, VideoLikeCountVbucket):
+            cur.execute(f"ANALYZE {_t(model)}")
+    return {"projected": projected, "buckets": buckets}
+
+
+def _seed_default(plan: Plan, base_ms: int, gen, heads: dict[int, tuple[int, int]]) -> dict:
+    """Video snapshots, display snapshots, and the `count` consumer's checkpoints."""
+    from django.db import connections, transaction
+
+    from bench.dataset import author_id, snapshots_insert
+    from counting.models import VideoDisplayCount
+    from counting.services.projection import COUNT_CONSUMER
+    from likes_project.eventlog.models import ConsumerCheckpoint
+
+    p = _params(plan, base_ms)
+    snapshots_insert("SELECT %s || lpad(i::text, 6, '0') FROM generate_series(0, %s - 1) AS i UNION ALL SELECT %s",
+                     [SEED_VIDEO_PREFIX, plan.videos, SEED_HOT_VIDEO], author_id=author_id())
+    watermark = {str(part): f"{ms}-0" for part, (ms, _n) in sorted(heads.items())}
+    snapshot_id = int(time.time() * 1_000_000)
+    with transaction.atomic(using="default"), connections["default"].cursor() as cur:
+        cur.execute("SET LOCAL statement_timeout = 0")
+        cur.execute(
+            f"INSERT INTO {_t(VideoDisplayCount)} (video_id, generation, manifest_id, raw_active_count, "
+            "risk_hidden_count, policy_hidden_count, display_count, snapshot_id, generated_at, watermark) "
+            "SELECT g.v, %(g)s, %(manifest)s, count(*) FILTER (WHERE mod(g.ver, 2) = 1), 0, 0, "
+            "count(*) FILTER (WHERE mod(g.ver, 2) = 1), %(sid)s, now(), %(wm)s::jsonb "
+            f"FROM ({_GEN_SQL}) AS g GROUP BY g.v",
+            {**p, "g": gen.generation, "manifest": gen.manifest_id, "sid": snapshot_id, "wm": json.dumps(watermark)})
+        displays = cur.rowcount
+        for part, (ms, n) in sorted(heads.items()):
+            ConsumerCheckpoint.objects.update_or_create(consumer=COUNT_CONSUMER, partition=part,
+                                                        defaults={"last_done_id": f"{ms}-0", "applied_total": n})
+        cur.execute(f"ANALYZE {_t(VideoDisplayCount)}")
+    return {"displays": displays}
+
+
+def _in_thread(fn, *args) -> dict:
+    """`fn(*args)` timed, on the thread's own connections (closed at the end)."""
+    from django.db import connections
+
+    t = time.monotonic()
+    try:
+        return {**fn(*args), "s": round(time.monotonic() - t, 1)}
+    finally:
+        connections.close_all()
+
+
+def seed(plan: Plan) -> dict:
+    """Write the data set (the caller emptied the tables first): every relation shard and count partition
+    at once (a thread and a connection each), then `default`. Returns what was written and how long it took."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.conf import settings
+    from django.db import connections
+
+    from counting import routing as count_routing
+
+    t0 = time.monotonic()
+    uids = users_ensure(plan.users)
+    t_users = time.monotonic() - t0
+    gen = count_routing.load_generation()
+    base_ms = int((time.time() - 3 * 86400) * 1000)  # three days ago: older than anything a command writes
+    shards, parts = list(settings.RELATION_SHARD_ALIASES), list(settings.COUNT_PARTITION_ALIASES)
+    with ThreadPoolExecutor(max_workers=len(shards) + len(parts)) as pool:
+        futures = {alias: pool.submit(_in_thread, _seed_shard, alias, plan, uids, base_ms) for alias in shards}
+        futures |= {alias: pool.submit(_in_thread, _seed_partition, alias, plan, uids, base_ms, gen)
+                    for alias in parts}
+        done = {alias: f.result() for alias, f in futures.items()}
+    heads: dict[int, tuple[int, int]] = {}
+    for alias in shards:
+        for part, (ms, n) in done[alias].pop("heads").items():
+            old = heads.get(part, (0, 0))
+            heads[part] = (max(old[0], ms), old[1] + n)
+        log(f"  seeded {alias}: {done[alias]['relations']:,} relations, {done[alias]['events']:,} outbox rows in "
+            f"{done[alias]['s']}s")
+    for alias in parts:
+        log(f"  seeded {alias}: {done[alias]['projected']:,} projection rows, {done[alias]['buckets']:,} vbuckets in "
+            f"{done[alias]['s']}s")
+    t = time.monotonic()
+    default = {**_seed_default(plan, base_ms, gen, heads), "s": round(time.monotonic() - t, 1)}
+    connections.close_all()
+    return {
+        "plan": plan.__dict__ | {"relations": plan.relations}, "users_s": round(t_users, 1),
+        "shards": {a: done[a] for a in shards}, "partitions": {a: done[a] for a in parts}, "default": default,
+        "relations": sum(done[a]["relations"] for a in shards), "events": sum(done[a]["events"] for a in shards),
+        "projected": sum(done[a]["projected"] for a in parts), "buckets": sum(done[a]["buckets"] for a in parts),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+# --- verification --------------------------------------------------------------------------------------
+
+
+def verify_sample(plan: Plan, *, rng: random.Random, n: int = 2000) -> dict:
+    """The SQL hashing against the Python routing, on `n` sampled relations: each is on the shard
+    relations.routing names, its projection row in the bucket and on the partition counting.routing names,
+    and its outbox rows in the stream partition likes_project.eventlog.streams names; and every relation
+    of the sample has the version the shape says."""
+    from django.conf import settings
+    from django.db import connections
+
+    from counting import routing as count_routing
+    from counting.models import LikeCountProjection
+    from likes_project.eventlog import streams
+    from relations import routing as relation_routing
+    from relations.events import aggregate_key
+    from relations.models import LikeRelation, OutboxEvent
+
+    uids = users_ensure(plan.users)
+    gen = count_routing.load_generation()
+    wrong: Counter = Counter()
+    picks = []
+    for _ in range(n):
+        if plan.hot and rng.random() < 0.1:
+            j = rng.randrange(plan.hot)
+            picks.append((uids[j], SEED_HOT_VIDEO, 1))
+        else:
+            i, j = rng.randrange(plan.videos), rng.randrange(plan.per_video)
+            picks.append((uids[(i * plan.per_video + j) % plan.users], video_id(i), expected_version(plan, i, j)))
+    for user_id, vid, ver in picks:
+        alias = relation_routing.alias_for_user(user_id)
+        with connections[alias].cursor() as cur:
+            cur.execute(f"SELECT relation_version FROM {_t(LikeRelation)} WHERE user_id = %s AND video_id = %s",
+                        [user_id, vid])
+            row = cur.fetchone()
+            if row is None or row[0] != ver:
+                wrong["relation shard / version"] += 1
+            cur.execute(f"SELECT count(*), count(DISTINCT stream_partition), min(stream_partition) "
+                        f"FROM {_t(OutboxEvent)} WHERE aggregate_key = %s", [aggregate_key(user_id, vid)])
+            events, parts, part = cur.fetchone()
+            if events != ver or parts != 1 or part != streams.partition_for(aggregate_key(user_id, vid)):
+                wrong["outbox rows / stream partition"] += 1
+        vb = count_routing.virtual_bucket(gen.space, vid, user_id)
+        home = gen.routes[vb].partition
+        for part_alias in settings.COUNT_PARTITION_ALIASES:
+            with connections[part_alias].cursor() as cur:
+                cur.execute(f"SELECT virtual_bucket, projected_version FROM {_t(LikeCountProjection)} "
+                            "WHERE generation = %s AND user_id = %s AND video_id = %s",
+                            [gen.generation, user_id, vid])
+                row = cur.fetchone()
+            if part_alias == home and (row is None or row != (vb, ver)):
+                wrong["projection bucket / partition"] += 1
+            if part_alias != home and row is not None:
+                wrong["projection on a partition the bucket is not routed to"] += 1
+    connections.close_all()
+    return {"sampled": n, "wrong": dict(wrong), "ok": not wrong}
+
+
+# --- resets ----------------------------------------------------------------------------------------------
+
+
+def reset_all() -> None:
+    """Empty every table the data set and the phases write (relations, commands, outbox and its archive; the
+    count projection's partition state and the `count` checkpoints; the display snapshots) and the bench Redis
+    namespace. Only ever the likes_bench* databases (check_environment ran)."""
+    from django.conf import settings
+    from django.db import connections
+
+    from bench.dataset import flush_bench_redis, reset_state
+    from bench.projection.state import reset_ours
+    from counting.models import VideoDisplayCount
+    from likes_project import l1cache
+    from relations.models import OutboxArchive
+
+    reset_state()
+    for alias in settings.RELATION_SHARD_ALIASES:
+        with connections[alias].cursor() as cur:
+            cur.execute(f"TRUNCATE {_t(OutboxArchive)}")
+    reset_ours()
+    with connections["default"].cursor() as cur:
+        cur.execute(f"TRUNCATE {_t(VideoDisplayCount)}")
+    flush_bench_redis()
+    l1cache.clear_all()
+    connections.close_all()
