@@ -9,7 +9,6 @@ import importlib
 import io
 import json
 import threading
-import time
 import uuid
 
 import psycopg
@@ -242,13 +241,9 @@ def member_of(group: str, username: str | None = None):
 
 def wait_until(condition, *, timeout_s: float = 20.0, what: str = "condition"):
     """Poll `condition()` until it is truthy; fail after `timeout_s` (a bound, not a timing claim)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    from tests.drills import wait_for
+
+    return wait_for(condition, timeout_s=timeout_s, what=what)
 
 
 class Background:
