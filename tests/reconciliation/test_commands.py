@@ -27,7 +27,7 @@ from tests.reconciliation.helpers import (
 pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
-REPORT_KEYS = {"runId", "mode", "status", "checked", "diffs", "watermarks", "skipped"}
+REPORT_KEYS = {"runId", "mode", "status", "checked", "diffs", "diffsFixed", "watermarks", "skipped"}
 WATERMARK_KEYS = {"sourceShards", "offsetVector", "bucketSpaceVersion", "generation", "manifestId"}
 DIFF_KEYS = {"videoId", "layer", "expected", "actual", "diffId"}  # + "virtualBucket" on the bucket layer
 RECORD_KEYS = {"repairId", "status", "params", "paramsHash", "requestedBy", "approvedBy", "approvedAt", "reason",
