@@ -134,6 +134,9 @@ def role_checker(job: dict, stop, parent_pid: int) -> dict:
     while time.time() < job.get("t_start", 0.0):
         time.sleep(0.01)  # the requested start (pacing)
     what = job["what"]
+    # Fresh connections for every check; the previous check's stay open until here, so that the CPU of their
+    # backends is still readable when the driver's resource sampler takes its last reading after a check.
+    reset_connections()
     t0 = time.time()
     # The cut drives the projector itself (reconciliation.services.cut._wait): its warnings (lag over the
     # target) are counted, as the projector processes count theirs, not printed.
@@ -157,7 +160,6 @@ def role_checker(job: dict, stop, parent_pid: int) -> dict:
         for lg in loggers:
             lg.removeHandler(tally)
             lg.propagate = True
-        reset_connections()
     out["logged"] = dict(tally.counts)
     out.setdefault("t_start", t0)
     out.setdefault("t_end", time.time())

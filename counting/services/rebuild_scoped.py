@@ -31,6 +31,9 @@ class RewriteReport:
     buckets_changed: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # vb -> (was, now)
 
 
+# `virtual_bucket + 0 = ANY(routed buckets)`: the routed-bucket list (hundreds of buckets) is a filter, not
+# an index condition; as an index condition it makes the planner probe videos x buckets index entries
+# (0.2 s a statement for 200 videos and 512 buckets, against 0.015 s filtered; measured by bench/reconcile).
 def _mark_dirty(cursor, gen: routing.GenerationRoutes, videos: list[str], now) -> None:
     """Dirty marks (source partition 0: a repair's) so the snapshot job refreshes these videos."""
     cursor.executemany(
@@ -43,7 +46,7 @@ def _mark_dirty(cursor, gen: routing.GenerationRoutes, videos: list[str], now) -
 def _lock_buckets(cursor, gen: routing.GenerationRoutes, alias: str, videos: list[str]) -> None:
     cursor.execute(
         f"SELECT video_id, virtual_bucket FROM {kit.table(VideoLikeCountVbucket)} WHERE generation = %s "
-        "AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) ORDER BY video_id, virtual_bucket FOR UPDATE",
+        "AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s) ORDER BY video_id, virtual_bucket FOR UPDATE",
         [gen.generation, videos, gen.buckets_on(alias)])
 
 
@@ -53,12 +56,12 @@ def _recount(cursor, gen: routing.GenerationRoutes, alias: str, videos: list[str
     buckets = gen.buckets_on(alias)
     cursor.execute(
         f"SELECT video_id, virtual_bucket, count(*) FROM {kit.table(LikeCountProjection)} WHERE generation = %s "
-        "AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) AND projected_state = 'LIKED' GROUP BY 1, 2",
+        "AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s) AND projected_state = 'LIKED' GROUP BY 1, 2",
         [gen.generation, videos, buckets])
     counted = {(v, vb): int(n) for v, vb, n in cursor.fetchall()}
     cursor.execute(
         f"SELECT video_id, virtual_bucket, active_count, frozen FROM {kit.table(VideoLikeCountVbucket)} "
-        "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s)",
+        "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s)",
         [gen.generation, videos, buckets])
     stored = {(v, vb): (int(n), frozen) for v, vb, n, frozen in cursor.fetchall()}
     changed = [(key, stored.get(key, (0, False))[0], counted.get(key, 0)) for key in sorted(set(counted) | set(stored))
@@ -119,7 +122,7 @@ def projection_rewrite(*, gen: routing.GenerationRoutes, video_ids: list[str],
             _lock_buckets(cursor, gen, alias, videos)
             cursor.execute(
                 f"SELECT user_id, video_id, projected_state, projected_version FROM {kit.table(LikeCountProjection)} "
-                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) FOR UPDATE",
+                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s) FOR UPDATE",
                 [gen.generation, videos, buckets])
             live = {(u, v): (s, ver) for u, v, s, ver in cursor.fetchall()}
             write = [(k, f) for k, f in sorted(wanted.items()) if live.get(k) != (f[0], f[1])]

@@ -29,6 +29,9 @@ class Rel:
     version: int
 
 
+# `virtual_bucket + 0 = ANY(routed buckets)`: the routed-bucket list (hundreds of buckets) is a filter, not
+# an index condition; as an index condition it makes the planner probe videos x buckets index entries
+# (0.2 s a statement for 200 videos and 512 buckets, against 0.015 s filtered; measured by bench/reconcile).
 def _t(model) -> str:
     return model._meta.db_table
 
@@ -61,7 +64,7 @@ def projected_relations(gen: routing.GenerationRoutes, videos: list[str],
         if not buckets:
             continue
         sql = (f"SELECT user_id, video_id, projected_state, projected_version FROM {_t(LikeCountProjection)} "
-               "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s)")
+               "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s)")
         args: list = [gen.generation, list(videos), buckets]
         if keys is not None:
             sql += " AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))"
@@ -96,12 +99,12 @@ def bucket_counts(gen: routing.GenerationRoutes, videos: list[str],
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 f"SELECT video_id, virtual_bucket, count(*) FROM {_t(LikeCountProjection)} WHERE generation = %s "
-                "AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) AND projected_state = 'LIKED' GROUP BY 1, 2",
+                "AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s) AND projected_state = 'LIKED' GROUP BY 1, 2",
                 [gen.generation, list(videos), buckets])
             out.projected.update({(v, vb): int(n) for v, vb, n in cursor.fetchall()})
             cursor.execute(
                 f"SELECT video_id, virtual_bucket, active_count, frozen FROM {_t(VideoLikeCountVbucket)} "
-                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s)",
+                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket + 0 = ANY(%s)",
                 [gen.generation, list(videos), buckets])
             for v, vb, n, frozen in cursor.fetchall():
                 out.buckets[(v, vb)] = int(n)
