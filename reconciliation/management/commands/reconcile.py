@@ -10,7 +10,7 @@ from django.core.management.base import CommandError
 
 from likes_project.cli import JobCommand
 from likes_project.errors import DomainError
-from reconciliation.management.commands._output import add_json_argument, emit, refuse
+from reconciliation.management.output import add_json_argument, emit, refuse
 from reconciliation.models import CheckRun, RunMode, RunStatus
 from reconciliation.services import checks
 from reconciliation.services.checks import RUN_PERMISSION

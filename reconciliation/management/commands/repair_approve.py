@@ -10,7 +10,7 @@ from django.core.management.base import CommandError
 from likes_project.audit.services import cli_actor_resolve
 from likes_project.cli import DomainCommand
 from likes_project.errors import DomainError
-from reconciliation.management.commands._output import add_json_argument, emit, refuse
+from reconciliation.management.output import add_json_argument, emit, refuse
 from reconciliation.models import RepairStatus
 from reconciliation.services import repair
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from likes_project.audit.services import cli_actor_resolve
 from likes_project.cli import DomainCommand
 from likes_project.errors import DomainError
-from reconciliation.management.commands._output import add_json_argument, emit, refuse
+from reconciliation.management.output import add_json_argument, emit, refuse
 from reconciliation.services import repair
 
 

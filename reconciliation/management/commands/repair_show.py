@@ -6,7 +6,7 @@ import json
 
 from likes_project.cli import DomainCommand
 from likes_project.errors import DomainError
-from reconciliation.management.commands._output import add_json_argument, emit, refuse
+from reconciliation.management.output import add_json_argument, emit, refuse
 from reconciliation.services import repair
 
 
