@@ -9,6 +9,7 @@ from likes_project.opsjobs.services import JobKind, SliceContext
 from reconciliation.models import CheckRun, RunMode
 from reconciliation.services import checks, repair
 from reconciliation.services.checks import RUN_PERMISSION
+from reconciliation.services.recovery.snapshot import PERMISSION as SNAPSHOT_PERMISSION
 
 CHECK_JOB = "reconcile.check"
 EXACT_JOB = "reconcile.exact"
@@ -94,6 +95,62 @@ def _repair_abandon(job, actor: Actor, reason: str) -> None:
         status=RepairStatus.FAILED, error=f"its job stopped: {reason}"[:4000], finished_at=timezone.now())
 
 
+# --- recovery snapshots (issue 12) -------------------------------------------------------------------
+
+SNAPSHOT_JOB = "recovery.snapshot"
+SNAPSHOT_VERIFY_JOB = "recovery.verify"
+SNAPSHOT_TEST_JOB = "recovery.test_restore"
+
+
+def _snapshot_create(job, actor: Actor) -> None:
+    from reconciliation.services.recovery import snapshot
+
+    snap = snapshot.snapshot_create(actor=actor, reason=job.params.get("reason", ""), job_id=job.pk)
+    job.params = {**job.params, "snapshotId": snap.pk}
+    job.target = f"snapshot {snap.pk}"
+
+
+def _snapshot_slice(ctx: SliceContext) -> bool:
+    from reconciliation.services.recovery import snapshot
+
+    snap = snapshot.snapshot_build(int(ctx.params["snapshotId"]), say=ctx.say)
+    if snap.status == "SEALED":
+        expired = snapshot.snapshots_expire(actor=ctx.actor)
+        if expired:
+            ctx.say(f"retention: snapshots {expired} expired")
+    ctx.result = snapshot.snapshot_report(snap)
+    ctx.job.message = f"snapshot {snap.pk}: {snap.status}" + (f" ({snap.failure[:200]})" if snap.failure else "")
+    return True
+
+
+def _snapshot_abandon(job, actor: Actor, reason: str) -> None:
+    from django.utils import timezone
+
+    from reconciliation.models import RecoverySnapshot, SnapshotStatus
+
+    RecoverySnapshot.objects.filter(pk=job.params.get("snapshotId"), status=SnapshotStatus.BUILDING).update(
+        status=SnapshotStatus.FAILED, failure=f"its job stopped: {reason}"[:1024], finished_at=timezone.now())
+
+
+def _verify_slice(ctx: SliceContext) -> bool:
+    from reconciliation.services.recovery import snapshot
+
+    ctx.result = snapshot.snapshot_verify(ctx.params["snapshotId"], actor=ctx.actor)
+    ctx.job.message = (f"snapshot {ctx.params['snapshotId']}: " + ("usable" if ctx.result["usable"] else
+                       "UNUSABLE: " + "; ".join(ctx.result["problems"])[:400]))
+    return True
+
+
+def _test_restore_slice(ctx: SliceContext) -> bool:
+    from reconciliation.services.recovery import restore
+
+    ctx.result = restore.test_restore(int(ctx.params["snapshotId"]), actor=ctx.actor, say=ctx.say)
+    why = str(ctx.result.get("problems") or ctx.result.get("identityDiffs"))[:300]
+    ctx.job.message = f"test-restore of snapshot {ctx.params['snapshotId']}: " + ("ok" if ctx.result["ok"] else
+                                                                                 f"FAILED {why}")
+    return True
+
+
 def job_for_mode(mode: str) -> str:
     return EXACT_JOB if mode == RunMode.EXACT else CHECK_JOB
 
@@ -104,4 +161,8 @@ JOB_KINDS = [
             single_slice=True),
     JobKind(repair.REPAIR_JOB, repair.APPROVE_PERMISSION, _repair_slice, abandon=_repair_abandon, unit="videos",
             single_slice=True),
+    JobKind(SNAPSHOT_JOB, SNAPSHOT_PERMISSION, _snapshot_slice, create=_snapshot_create, abandon=_snapshot_abandon,
+            unit="rows", single_slice=True),
+    JobKind(SNAPSHOT_VERIFY_JOB, SNAPSHOT_PERMISSION, _verify_slice, unit="artifacts", single_slice=True),
+    JobKind(SNAPSHOT_TEST_JOB, SNAPSHOT_PERMISSION, _test_restore_slice, unit="rows", single_slice=True),
 ]

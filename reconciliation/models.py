@@ -206,3 +206,48 @@ class RepairRequest(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in FINISHED_REPAIR_STATUSES
+
+
+class SnapshotStatus(models.TextChoices):
+    BUILDING = "BUILDING"
+    SEALED = "SEALED"  # every SNAP-10 condition held when it was sealed (INV-16)
+    FAILED = "FAILED"  # the cut or an artifact failed; the reason is kept; never used for replay
+    EXPIRED = "EXPIRED"  # pruned by the retention policy: its artifacts are deleted
+
+
+class RecoverySnapshot(models.Model):
+    """A recovery-consistent snapshot of the count projection (spec §4.9 SNAP-4 … SNAP-11; issue 12):
+    the full projection and vbucket tables of one generation, one artifact of each per count partition,
+    taken at an exact cut of the event log. `offsets` is the whole vector, one entry per partition of
+    the topic (a partition with no new messages too): `{"topic", "partition", "through", "nextOffset"}`
+    where every entry up to `through` is in the snapshot and none from `nextOffset` on is (SNAP-4).
+    `artifacts` are `{"kind", "partition", "uri", "rows", "sha256", "bytes"}`."""
+
+    status = models.CharField(max_length=10, choices=SnapshotStatus.choices, default=SnapshotStatus.BUILDING)
+    reason = models.CharField(max_length=512, blank=True, default="")
+    started_by = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16, blank=True, default="")
+    bucket_space_version = models.PositiveIntegerField(null=True, blank=True)
+    generation = models.PositiveIntegerField(null=True, blank=True)
+    manifest_id = models.BigIntegerField(null=True, blank=True)
+    stream_contract_version = models.PositiveIntegerField(null=True, blank=True)
+    offsets = models.JSONField(default=list, blank=True)
+    artifacts = models.JSONField(default=list, blank=True)
+    dead_letters_at_cut = models.JSONField(default=list, blank=True)  # count dead letters open at the cut
+    dispatch_paused_ms = models.FloatField(null=True, blank=True)
+    timings = models.JSONField(default=dict, blank=True)  # step -> milliseconds
+    failure = models.CharField(max_length=1024, blank=True, default="")
+    job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sealed_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # The last test-restore into a scratch generation (the daily drill): when, and its verdict.
+    tested_at = models.DateTimeField(null=True, blank=True)
+    test_result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        permissions = [("create_snapshot", "Can take, verify and test-restore recovery snapshots")]
+
+    def __str__(self) -> str:
+        return f"snapshot {self.pk} ({self.status}) of generation {self.generation}"

@@ -41,6 +41,14 @@ class CountProjectionGeneration(models.Model):
     status = models.CharField(max_length=8, choices=ProjectionGenerationStatus.choices,
                               default=ProjectionGenerationStatus.SHADOW)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A generation restored from a recovery snapshot (issue 12): which one, and when it was switched in
+    # or out. A RETIRED generation's rows stay readable until COUNT_GENERATION_OBSERVATION_S after
+    # `retired_at`, then the maintenance beat drops them.
+    restored_from_snapshot = models.BigIntegerField(null=True, blank=True)
+    scratch = models.BooleanField(default=False)  # a test-restore's generation: never activated
+    activated_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    rows_dropped_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -213,6 +221,22 @@ class CountRouteFence(models.Model):
 
     def __str__(self) -> str:
         return f"bsv {self.bucket_space_version} vb {self.virtual_bucket} e{self.route_epoch} {self.state}"
+
+
+class CountGenerationFence(models.Model):
+    """Partition-local generation fence (issue 12): the count projection generation this partition
+    accepts live projector writes for. The switch to a restored generation writes it on every
+    partition while it holds the count consumer's leases, so a pass that still routes to the old
+    generation (a cached route) is refused and retried against the new one."""
+
+    db_family = COUNT_PARTITION
+
+    key = models.CharField(max_length=16, primary_key=True, default="active")
+    generation = models.PositiveIntegerField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"accepts generation {self.generation}"
 
 
 class CountConsumerFence(models.Model):

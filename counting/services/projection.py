@@ -21,7 +21,14 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from counting import routing
-from counting.models import CountEventReceipt, CountRouteFence, DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
+from counting.models import (
+    CountEventReceipt,
+    CountGenerationFence,
+    CountRouteFence,
+    DirtyVideo,
+    LikeCountProjection,
+    VideoLikeCountVbucket,
+)
 from counting.services import group_kit as kit
 from likes_project import metrics
 from likes_project.eventlog.consumer import NonRetryable, Retryable
@@ -38,6 +45,13 @@ class RouteEpochMismatch(Retryable):
     """ROUTE_EPOCH_MISMATCH: the partition's fence refuses this bucket at this epoch (ROUTE-5)."""
 
     retry_reason = "route_epoch"
+
+
+class GenerationMoved(Retryable):
+    """The partition's generation fence names another generation: the active one was switched (a
+    restore, issue 12) and this pass still routes to the old one. Refreshed and retried."""
+
+    retry_reason = "generation_moved"
 
 
 class NegativeBucket(NonRetryable):
@@ -73,6 +87,13 @@ def _check_route_fence(cursor, gen: routing.GenerationRoutes, events: list[Event
         if found.get(vb) != (epoch, "ACTIVE"):
             metrics.inc("likes_route_epoch_mismatch_total")
             raise RouteEpochMismatch(f"ROUTE_EPOCH_MISMATCH bucket {vb}: fence {found.get(vb)}, wanted e{epoch}")
+
+
+def _check_generation_fence(cursor, generation: int) -> None:
+    cursor.execute(f"SELECT generation FROM {kit.table(CountGenerationFence)} WHERE key = 'active'")
+    row = cursor.fetchone()
+    if row is not None and row[0] != generation:  # no row: a partition not yet fenced accepts the active one
+        raise GenerationMoved(f"this partition accepts generation {row[0]}, not {generation}")
 
 
 @dataclass
@@ -137,14 +158,18 @@ def _isolate_bad_buckets(cursor, alias: str, gen: routing.GenerationRoutes, buck
 
 
 def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event], *, consumer: str,
-                 partition: int, token: int) -> kit.GroupOutcome:
-    """One local transaction on count partition `alias` (PROJ-3, PROJ-7 step 3)."""
+                 partition: int, token: int, live: bool = True) -> kit.GroupOutcome:
+    """One local transaction on count partition `alias` (PROJ-3, PROJ-7 step 3). `live`: the live
+    consumer, which writes only the generation the partition's generation fence accepts (a restore's
+    replay into its SHADOW generation passes False)."""
     out = kit.GroupOutcome()
     g = gen.generation
     now = timezone.now()
     _ensure_bucket_rows(alias, gen, events, now)
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
         kit.consumer_fence_check(cursor, consumer, partition, token)
+        if live:
+            _check_generation_fence(cursor, g)
         _check_route_fence(cursor, gen, events)
         receipted = kit.receipts_seen(cursor, CountEventReceipt, generations=[g], partition=partition,
                                   refs=[e.entry.entry_id for e in events])
@@ -247,23 +272,31 @@ class CountProjector:
         validate_event(entry.event)
 
     def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int):
-        gen = routing.active()
-        groups: dict[str, list[Event]] = defaultdict(list)
-        for entry in entries:
-            ev = entry.event
-            vb = routing.virtual_bucket(gen.space, ev["videoId"], ev["userId"])
-            route = gen.routes[vb]
-            groups[route.partition].append(Event(entry, ev["userId"], ev["videoId"], ev["relationVersion"],
-                                                 ev["absoluteState"], ev["eventId"], ev["stateChangedAt"], vb,
-                                                 route))
-        outcome = kit.GroupOutcome()
-        for alias, events in sorted(groups.items()):
-            try:
-                outcome.merge(_apply_group(alias, gen, events, consumer=consumer, partition=partition, token=token))
-            except RouteEpochMismatch as exc:
-                routing.reset_cache()  # refresh the route; the entries are retried, never acked (PROJ-4)
-                outcome.failed.update({e.entry.entry_id: exc for e in events})
-            except (Retryable, DatabaseError) as exc:
-                logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
-                outcome.failed.update({e.entry.entry_id: retryable_from(exc) for e in events})
-        return kit.apply_result(entries, outcome)
+        return apply_entries(routing.active(), entries, consumer=consumer, partition=partition, token=token)
+
+
+def apply_entries(gen: routing.GenerationRoutes, entries: list[StreamEntry], *, consumer: str, partition: int,
+                  token: int, live: bool = True):
+    """Apply stream entries of one partition to generation `gen`: one group per physical count partition,
+    each one local transaction. The live projector applies to the active generation; a restore's replay
+    (issue 12) to its SHADOW one, with `live=False`."""
+    groups: dict[str, list[Event]] = defaultdict(list)
+    for entry in entries:
+        ev = entry.event
+        vb = routing.virtual_bucket(gen.space, ev["videoId"], ev["userId"])
+        route = gen.routes[vb]
+        groups[route.partition].append(Event(entry, ev["userId"], ev["videoId"], ev["relationVersion"],
+                                             ev["absoluteState"], ev["eventId"], ev["stateChangedAt"], vb,
+                                             route))
+    outcome = kit.GroupOutcome()
+    for alias, events in sorted(groups.items()):
+        try:
+            outcome.merge(_apply_group(alias, gen, events, consumer=consumer, partition=partition, token=token,
+                                       live=live))
+        except (RouteEpochMismatch, GenerationMoved) as exc:
+            routing.reset_cache()  # refresh the route; the entries are retried, never acked (PROJ-4)
+            outcome.failed.update({e.entry.entry_id: exc for e in events})
+        except (Retryable, DatabaseError) as exc:
+            logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
+            outcome.failed.update({e.entry.entry_id: retryable_from(exc) for e in events})
+    return kit.apply_result(entries, outcome)

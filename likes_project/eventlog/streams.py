@@ -144,6 +144,60 @@ def length(partition: int) -> int:
     return int(stream_redis().xlen(stream_key(partition)))
 
 
+def trim_key(partition: int) -> str:
+    """Where the highest bound a partition was ever trimmed below is kept (beside its stream, same slot)."""
+    return f"{settings.LIKES_REDIS_PREFIX}:events-trimmed:{{{partition}}}"
+
+
+# XTRIM MINID, and remember the highest bound trimmed below (XINFO does not tell it: max-deleted-entry-id
+# follows XDEL only), so a recovery snapshot can tell whether the entries it replays are still there.
+_TRIM_LUA = """
+local removed = redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local cur = redis.call('GET', KEYS[2])
+local nms, nseq = parse(ARGV[1])
+if not cur then
+  redis.call('SET', KEYS[2], ARGV[1])
+else
+  local cms, cseq = parse(cur)
+  if nms > cms or (nms == cms and nseq > cseq) then redis.call('SET', KEYS[2], ARGV[1]) end
+end
+return removed
+"""
+
+
 def trim_below(partition: int, min_id: str) -> int:
-    """Drop entries older than min_id (only below every consumer's checkpoint)."""
-    return int(stream_redis().xtrim(stream_key(partition), minid=min_id, approximate=False))
+    """Drop entries older than min_id (only below every consumer's checkpoint); the bound is recorded."""
+    ms, seq = entry_id_key(min_id)
+    return int(stream_redis().eval(_TRIM_LUA, 2, stream_key(partition), trim_key(partition), f"{ms}-{seq}"))
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What a partition's stream no longer holds: entries below `trimmed_below`, anything up to
+    `deleted_through` (XDEL), and `added` entries ever written to this stream (a stream that was lost and
+    written again starts counting from zero)."""
+
+    trimmed_below: str
+    deleted_through: str
+    added: int
+    exists: bool
+
+
+def retention(partition: int) -> Retention:
+    client = stream_redis()
+    bound = client.get(trim_key(partition))
+    bound = bound.decode() if isinstance(bound, bytes) else (bound or "0-0")
+    key = stream_key(partition)
+    if not client.exists(key):
+        return Retention(bound, "0-0", 0, False)
+    info = client.xinfo_stream(key)
+
+    def field(name: str, default):
+        value = info.get(name, info.get(name.encode(), default))
+        return value.decode() if isinstance(value, bytes) else value
+
+    return Retention(bound, str(field("max-deleted-entry-id", "0-0")), int(field("entries-added", 0)), True)

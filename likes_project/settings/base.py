@@ -360,6 +360,44 @@ RECONCILE_RECENT_WINDOW_S = env_int("RECONCILE_RECENT_WINDOW_S", 600)
 RECONCILE_RECENT_LIMIT = env_int("RECONCILE_RECENT_LIMIT", 2000)
 RECONCILE_ROTATING_VIDEOS_PER_RUN = env_int("RECONCILE_ROTATING_VIDEOS_PER_RUN", 5000)
 
+# --- recovery snapshots (issue 12, reconciliation.services.recovery) ---------------------------------
+# Artifacts go to the storage alias "recovery_snapshots": a local directory by default; with
+# SNAPSHOT_STORAGE_BACKEND=s3 an S3-compatible bucket through django-storages (AWS_* settings below).
+SNAPSHOT_STORAGE_DIR = os.environ.get("SNAPSHOT_STORAGE_DIR", str(BASE_DIR / ".data" / "snapshots"))
+SNAPSHOT_STORAGE_BACKEND = os.environ.get("SNAPSHOT_STORAGE_BACKEND", "filesystem")
+SNAPSHOT_INTERVAL_S = env_float("SNAPSHOT_INTERVAL_S", 6 * 3600.0)  # the beat's snapshot
+SNAPSHOT_TEST_RESTORE_INTERVAL_S = env_float("SNAPSHOT_TEST_RESTORE_INTERVAL_S", 24 * 3600.0)
+SNAPSHOT_KEEP = env_int("SNAPSHOT_KEEP", 3)  # sealed snapshots kept (older ones expire)
+# Rows per COPY chunk read or written while streaming an artifact (memory stays bounded).
+SNAPSHOT_STREAM_CHUNK = env_int("SNAPSHOT_STREAM_CHUNK", 1 << 16)
+# The replay of a restore catches up online until it is this many entries behind, then fences.
+SNAPSHOT_REPLAY_FENCE_LAG = env_int("SNAPSHOT_REPLAY_FENCE_LAG", 2000)
+# A replaced count projection generation stays readable this long, then its rows are dropped.
+COUNT_GENERATION_OBSERVATION_S = env_float("COUNT_GENERATION_OBSERVATION_S", 24 * 3600.0)
+_SNAPSHOT_STORAGE = (
+    {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+        "bucket_name": os.environ.get("SNAPSHOT_S3_BUCKET", ""),
+        "endpoint_url": os.environ.get("SNAPSHOT_S3_ENDPOINT_URL") or None,
+        "location": os.environ.get("SNAPSHOT_S3_PREFIX", "recovery-snapshots"),
+        "file_overwrite": False, "default_acl": None}}
+    if SNAPSHOT_STORAGE_BACKEND == "s3" else
+    {"BACKEND": "django.core.files.storage.FileSystemStorage",
+     "OPTIONS": {"location": SNAPSHOT_STORAGE_DIR, "file_permissions_mode": 0o600,
+                 "directory_permissions_mode": 0o700}}
+)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "recovery_snapshots": _SNAPSHOT_STORAGE,
+}
+# The snapshot schedule: a snapshot every SNAPSHOT_INTERVAL_S (retention applied after it), a test-restore
+# of the latest sealed one into a scratch generation, and the drop of replaced generations' rows.
+CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name, task, every_s in (
+    ("recovery-snapshot",              "reconciliation.snapshot_scheduled",     SNAPSHOT_INTERVAL_S),
+    ("recovery-snapshot-test-restore", "reconciliation.snapshot_test_restore",  SNAPSHOT_TEST_RESTORE_INTERVAL_S),
+    ("drop-retired-generations",       "reconciliation.drop_retired_generations", 3600.0),
+)})
+
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
 # leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.
 CURSOR_SIGNING_KEY = os.environ.get("CURSOR_SIGNING_KEY", SECRET_KEY)

@@ -31,6 +31,9 @@ CELERY_TASK_ALWAYS_EAGER = False
 LIKES_NUDGE_ENABLED = os.environ.get("LIKES_TEST_NUDGES") == "1"
 # Files ops jobs produce (exports) go to a private temporary directory, never into the checkout.
 OPS_JOB_FILES_DIR = tempfile.mkdtemp(prefix="likes-test-job-files-")
+# Recovery snapshot artifacts too (a drill's worker inherits the directory through the environment).
+SNAPSHOT_STORAGE_DIR = os.environ.setdefault("SNAPSHOT_STORAGE_DIR", tempfile.mkdtemp(prefix="likes-test-snapshots-"))
+STORAGES["recovery_snapshots"]["OPTIONS"]["location"] = SNAPSHOT_STORAGE_DIR  # noqa: F405
 
 from likes_project.settings.guards import refuse_dev_secrets  # noqa: E402
 

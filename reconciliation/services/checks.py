@@ -186,8 +186,10 @@ def _both_sides(gen: routing.GenerationRoutes, videos: list[str], bucket_range) 
 
 
 def coverage_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_range=None,
-                   settle_s: float | None = None) -> ChunkResult:
-    """REC-4 over `videos`, online: source first, then the projection (which may only be newer)."""
+                   settle_s: float | None = None, consumed_through: dict[int, str] | None = None) -> ChunkResult:
+    """REC-4 over `videos`, online: source first, then the projection (which may only be newer).
+    `consumed_through`: how far `gen` has consumed each stream partition when that is not the live
+    count consumer's checkpoint (a restore's generation, replayed by the restore itself)."""
     settle_s = settings.RECONCILE_COVERAGE_SETTLE_S if settle_s is None else settle_s
     result = ChunkResult()
     source, projected = _both_sides(gen, videos, bucket_range)
@@ -205,7 +207,7 @@ def coverage_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_r
              if (projected[k].version if k in projected else 0) > (source[k].version if k in source else 0)]
     proofs = evidence.outbox_evidence([(k[0], k[1], source[k].version) for k in behind]
                                       + [(k[0], k[1], projected[k].version) for k in ahead])
-    done = checkpoints_get(COUNT_CONSUMER) if behind else {}
+    done = (checkpoints_get(COUNT_CONSUMER) if consumed_through is None else consumed_through) if behind else {}
 
     def consumed(proof: dict) -> bool:
         """The count consumer is past the event: archived (every consumer had it), or its checkpoint on

@@ -50,7 +50,7 @@ class Cut:
 after_leases_taken: Callable[[list[leases.LeaseGrant]], None] | None = None
 
 
-def _wait(condition: Callable[[], object], deadline: float, drive: Callable[[], None]) -> object:
+def wait_driving(condition: Callable[[], object], deadline: float, drive: Callable[[], None]) -> object:
     """Until `condition()` or the deadline; between looks, `drive()` moves the pipeline itself (the
     same publisher and consumer passes the workers run, under their own leases and claims), so the
     barrier is reached without waiting for the next beat tick."""
@@ -70,7 +70,7 @@ def _publish_pending() -> None:
         outbox_publish_batch(alias=alias, holder=f"reconcile:{holder_id()}")
 
 
-def _consume_to(offsets: dict[int, str]) -> Callable[[], None]:
+def consume_to(offsets: dict[int, str]) -> Callable[[], None]:
     def drive() -> None:
         from counting.services.projection import CountProjector
         from likes_project.eventlog.consumer import consume_partition
@@ -108,8 +108,10 @@ def _consumer_reached(offsets: dict[int, str]) -> Callable[[], bool]:
     return check
 
 
-def _take_leases(deadline: float) -> list[leases.LeaseGrant]:
-    holder = f"reconcile:{holder_id()}"
+def count_leases_take(deadline: float, *, holder_prefix: str = "reconcile") -> list[leases.LeaseGrant]:
+    """Take the count consumer's lease of every stream partition (waiting, until `deadline`, for the pass
+    holding one to end): while they are held no pass dispatches. Raises CutRefused past the deadline."""
+    holder = f"{holder_prefix}:{holder_id()}"
     grants: list[leases.LeaseGrant] = []
     pending = list(streams.all_partitions())
     while pending:
@@ -144,18 +146,18 @@ def held_cut(videos: list[str] | None, *, take_leases: bool) -> Iterator[tuple[C
     try:
         deadline = time.monotonic() + settings.RECONCILE_DRAIN_MAX_S
         limits = _outbox_limits()
-        if not _wait(_outbox_drained(limits), deadline, _publish_pending):
+        if not wait_driving(_outbox_drained(limits), deadline, _publish_pending):
             raise CutRefused(f"the outbox was not drained to the barrier within {settings.RECONCILE_DRAIN_MAX_S} s")
         cut.source = {alias: {"outboxMaxId": max_id} for alias, max_id in limits.items()}
         offsets = {p: streams.last_generated_id(p) for p in streams.all_partitions()}
         cut.offsets = {str(p): b for p, b in offsets.items()}
         if consumer_is_paused(COUNT_CONSUMER):
             raise CutRefused("the count consumer was paused during the barrier")
-        if not _wait(_consumer_reached(offsets), deadline, _consume_to(offsets)):
+        if not wait_driving(_consumer_reached(offsets), deadline, consume_to(offsets)):
             raise CutRefused(f"the count consumer did not reach the barrier offsets within "
                              f"{settings.RECONCILE_DRAIN_MAX_S} s")
         if take_leases:
-            grants = _take_leases(deadline)
+            grants = count_leases_take(deadline)
             if after_leases_taken is not None:
                 after_leases_taken(grants)
         yield cut, grants

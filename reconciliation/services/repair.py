@@ -46,7 +46,8 @@ from reconciliation.services.evidence import LIKED
 
 REQUEST_PERMISSION = "reconciliation.request_repair"
 APPROVE_PERMISSION = "reconciliation.approve_repair"
-SOURCES = ("facts",)
+SOURCES = ("facts", "snapshot:<id>")  # snapshot: a SEALED recovery snapshot, the whole projection (issue 12)
+SNAPSHOT_SOURCE = "snapshot:"
 EXECUTOR = "repair-executor"
 REPAIR_JOB = "reconcile.repair"
 
@@ -86,8 +87,10 @@ def repair_request(*, actor: Actor, source: str, reason: str, videos: list[str] 
                    diff_ids: list[int] | None = None) -> RepairRequest:
     """AWAITING_APPROVAL, for the given videos and those of the given diffs (which move to FIXING).
     Transaction: the request, the diffs' transitions and the audit record on `default`."""
-    if source not in SOURCES:
+    source = (source or "").strip()
+    if source != "facts" and not source.startswith(SNAPSHOT_SOURCE):
         raise InvalidInput(f"--source is one of {', '.join(SOURCES)}.", code="invalid_source")
+    snapshot_id = _snapshot_source(source)
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("A repair needs a reason.", code="reason_required")
@@ -102,7 +105,11 @@ def repair_request(*, actor: Actor, source: str, reason: str, videos: list[str] 
         open_diffs = [d for d in found if d.status in (DiffStatus.NEW, DiffStatus.FIXING)]
         if len(open_diffs) != len(found):
             raise InvalidInput("Only NEW or FIXING diffs can motivate a repair.", code="diff_closed")
-        scope = checks.scope_normalize(videos=sorted(set(videos or []) | {d.video_id for d in found}))
+        wanted = sorted(set(videos or []) | {d.video_id for d in found})
+        if snapshot_id is not None and not wanted:
+            scope = {"videos": []}  # a restore replaces the whole projection
+        else:
+            scope = checks.scope_normalize(videos=wanted)
         params = {"videos": scope["videos"], "source": source, "reason": reason, "diffs": diff_ids}
         repair = RepairRequest.objects.create(params=params, params_hash=params_hash(params), reason=reason,
                                               requested_by=actor.name, requested_channel=actor.channel)
@@ -111,6 +118,24 @@ def repair_request(*, actor: Actor, source: str, reason: str, videos: list[str] 
         audit_record(actor=actor, action="repair.request", target_type="repair", target_id=str(repair.pk),
                      params={"params": params, "paramsHash": repair.params_hash})
     return repair
+
+
+def _snapshot_source(source: str) -> int | None:
+    """The snapshot id of a `snapshot:<id>` source (it must be SEALED), None for `facts`."""
+    if not source.startswith(SNAPSHOT_SOURCE):
+        return None
+    from reconciliation.models import RecoverySnapshot, SnapshotStatus
+
+    raw = source[len(SNAPSHOT_SOURCE):]
+    if not raw.isdigit():
+        raise InvalidInput("--source snapshot:<id> names a snapshot by its number.", code="invalid_source")
+    snap = RecoverySnapshot.objects.filter(pk=int(raw)).first()
+    if snap is None:
+        raise InvalidInput(f"No recovery snapshot {raw}.", code="snapshot_not_found")
+    if snap.status != SnapshotStatus.SEALED:
+        raise InvalidInput(f"Snapshot {raw} is {snap.status}; only a SEALED snapshot can be restored.",
+                           code="snapshot_not_sealed")
+    return snap.pk
 
 
 def repair_approve(*, repair_id, actor: Actor) -> RepairRequest:
@@ -229,6 +254,8 @@ def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
             repair.refresh_from_db()
             return repair
         RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.RUNNING)
+    if repair.params.get("source", "").startswith(SNAPSHOT_SOURCE):
+        return _restore_execute(repair, actor=actor, say=say)
     gen = routing.load_generation()
     videos = repair.video_ids
     before = _layer_values(gen, videos)
@@ -280,13 +307,54 @@ def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
     return repair_get(repair.pk)
 
 
+def _restore_execute(repair: RepairRequest, *, actor: Actor, say) -> RepairRequest:
+    """REPAIR-2 / REPAIR-5: restore the approved snapshot into a new generation, switch it in, then an
+    exact run over every video (kind after_repair) whose verdict is the repair's."""
+    from reconciliation.services.recovery import restore
+
+    snapshot_id = int(repair.params["source"][len(SNAPSHOT_SOURCE):])
+    old = routing.load_generation()
+    before, wm_before = restore.generation_totals(old.generation), evidence.watermarks(old)
+    result: dict = {"snapshotId": snapshot_id}
+    verify = None
+    try:
+        result |= restore.restore_execute(snapshot_id, actor=actor, say=say)
+        snapshots.display_snapshot_refresh()
+        verify = exact_verify(repair.video_ids, repair_id=repair.pk, actor=actor)
+        result["verifyRunId"] = verify.pk
+        status = RepairStatus.SUCCEEDED if verify.status == RunStatus.PASSED else RepairStatus.FAILED
+        why = verify.refused_because or f"{verify.diffs_found} diffs"
+        error = "" if status == RepairStatus.SUCCEEDED else f"the exact check afterwards was {verify.status}: {why}"
+    except (restore.SnapshotUnusable, restore.RestoreFailed, CutRefused) as exc:
+        status, error = RepairStatus.FAILED, str(getattr(exc, "message", exc))
+        result["problems"] = getattr(exc, "extra", {}).get("problems", [error])
+    gen = routing.load_generation()
+    with transaction.atomic(using="default", durable=True):
+        RepairRequest.objects.filter(pk=repair.pk).update(
+            status=status, before=before, after=restore.generation_totals(gen.generation), result=result,
+            watermarks_before=wm_before, watermarks_after=evidence.watermarks(gen), error=error,
+            finished_at=timezone.now(), verify_run_id=verify.pk if verify else None)
+        if status == RepairStatus.SUCCEEDED:
+            reason = f"repair {repair.pk} restored snapshot {snapshot_id} (exact run {verify.pk} passed)"
+            for d in CheckDiff.objects.filter(Q(repair_id=repair.pk) | Q(status__in=[DiffStatus.NEW,
+                                                                                     DiffStatus.FIXING]),
+                                              status__in=[DiffStatus.NEW, DiffStatus.FIXING]).order_by("pk"):
+                diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=reason)
+        audit_record(actor=actor, action="repair.execute", target_type="repair", target_id=str(repair.pk),
+                     outcome=status.lower(), params={"source": repair.params["source"], "error": error[:500],
+                                                     "generation": result.get("generation")})
+    return repair_get(repair.pk)
+
+
 def exact_verify(videos: list[str], *, repair_id: int | None, actor: Actor,
                  kind: str = RunKind.AFTER_REPAIR) -> CheckRun:
-    """An exact run of `videos` in this process (after a repair or a migration), recorded like any."""
+    """An exact run of `videos` (none: every video) in this process (after a repair or a migration),
+    recorded like any."""
     from reconciliation.services.exact import exact_run_execute
 
+    scope = checks.scope_normalize(videos=videos) if videos else checks.scope_normalize(all_videos=True)
     with transaction.atomic(using="default", durable=True):
-        run = checks.check_run_create(mode=RunMode.EXACT, scope=checks.scope_normalize(videos=videos), actor=actor,
+        run = checks.check_run_create(mode=RunMode.EXACT, scope=scope, actor=actor,
                                       kind=kind, repair_id=repair_id)
     return exact_run_execute(run)
 

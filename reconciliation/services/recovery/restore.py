@@ -1,0 +1,424 @@
+"""Restore a sealed recovery snapshot into a new generation and switch it in (REPAIR-2, REPAIR-5; issue 12
+§4), the daily test-restore into a scratch generation (§5), and the drop of replaced generations.
+
+  verify: the artifacts (URIs, rows, SHA-256), the vector (every partition, none trimmed past: SNAP-11),
+          the manifest (still the active one's) -> refused with the reasons, naming the fallback
+  load:   a new SHADOW generation bound to the snapshot's bucket space and manifest; both artifacts of
+          every partition streamed back into it (the SHA-256 checked again on the way), every video
+          marked dirty for its display snapshot
+  replay: each stream partition from its own nextOffset[p], through the count projector's own group
+          transaction (versions and receipts; `live=False`), online while the live consumer goes on
+  check:  identity (Σ LIKED projection = the bucket, per bucket) and online coverage against the facts,
+          judged by how far the replay has gone, not by the live checkpoint
+  switch: the live consumer's leases taken (dispatch stops), the replay brought to exactly the live
+          checkpoints T[p], then in one transaction the old generation RETIRED and the new one ACTIVE,
+          and the partitions' generation fences moved to it (a pass still routing to the old one is
+          refused and retried); the leases released. The old generation's rows stay readable for
+          COUNT_GENERATION_OBSERVATION_S, then `generations_drop_retired` deletes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from counting import routing
+from counting.models import (
+    CountEventReceipt,
+    CountGenerationFence,
+    CountProjectionGeneration,
+    DirtyVideo,
+    LikeCountProjection,
+    ProjectionGenerationStatus,
+    VideoLikeCountVbucket,
+)
+from counting.services import route_switch
+from counting.services.projection import COUNT_CONSUMER, apply_entries
+from likes_project import metrics
+from likes_project.audit.services import Actor, audit_record
+from likes_project.errors import Conflict
+from likes_project.eventlog import leases, streams
+from likes_project.eventlog.checkpoints import checkpoints_get
+from likes_project.eventlog.retry import NonRetryable
+from reconciliation.models import RecoverySnapshot
+from reconciliation.services import checks, evidence
+from reconciliation.services.cut import count_leases_take
+from reconciliation.services.recovery import artifacts
+from reconciliation.services.recovery.snapshot import KINDS, snapshot_get, snapshot_problems
+from relations.events import validate_event
+
+logger = logging.getLogger(__name__)
+
+RESTORE_LEASE = "recovery:restore"
+REPLAY_CONSUMER = "count-restore"  # the consumer fence name of a restore's replay on the count partitions
+_REPLAY_BATCH = 500
+_REPLAY_ATTEMPTS = 20
+
+
+class SnapshotUnusable(Conflict):
+    code = "snapshot_unusable"
+    default_message = "The snapshot cannot be used for recovery; repair from the facts (--source facts)."
+
+
+class RestoreFailed(Exception):
+    """The restored generation is not right (an identity or coverage diff, a replay that cannot finish,
+    an active generation that moved): it is not switched in."""
+
+
+# --- load --------------------------------------------------------------------------------------------
+
+
+def _generation_new(snap: RecoverySnapshot, *, scratch: bool, actor: Actor) -> routing.GenerationRoutes:
+    with transaction.atomic(using="default", durable=True):
+        top = CountProjectionGeneration.objects.select_for_update().aggregate(m=Max("generation"))["m"] or 0
+        row = CountProjectionGeneration.objects.create(
+            generation=top + 1, bucket_space_version=snap.bucket_space_version, active_manifest_id=snap.manifest_id,
+            status=ProjectionGenerationStatus.SHADOW, restored_from_snapshot=snap.pk, scratch=scratch)
+        audit_record(actor=actor, action="generation.restore_start", target_type="count_generation",
+                     target_id=str(row.generation), params={"snapshot": snap.pk, "scratch": scratch})
+    return routing.load_generation(row.generation)
+
+
+def _load_artifact(alias: str, record: dict, generation: int) -> int:
+    """Stream one artifact into `generation` on `alias` in one transaction; refuse (roll back) when its
+    SHA-256 is not the recorded one by the end of the stream."""
+    model, columns, _order = KINDS[record["kind"]]
+    table, cols = model._meta.db_table, ", ".join(columns)
+    header, chunks, hashing = artifacts.artifact_stream(record["uri"])
+    if header.get("columns") != list(columns):
+        raise artifacts.ArtifactInvalid(f"artifact {record['uri']} has columns {header.get('columns')}")
+    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE restore_rows ON COMMIT DROP AS SELECT {cols} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY restore_rows ({cols}) FROM STDIN") as copy:
+            for chunk in chunks:
+                copy.write(chunk)
+        if hashing.sha.hexdigest() != record["sha256"]:
+            raise artifacts.ArtifactInvalid(f"checksum_mismatch: {record['uri']} changed while it was loaded")
+        cursor.execute(f"INSERT INTO {table} (generation, {cols}) SELECT %s, {cols} FROM restore_rows",
+                       [generation])
+        loaded = cursor.rowcount
+        if loaded != record["rows"]:
+            raise artifacts.ArtifactInvalid(f"row_count_mismatch: {record['uri']} loaded {loaded} rows, recorded "
+                                            f"{record['rows']}")
+        if record["kind"] == "vbuckets":
+            now = timezone.now()
+            cursor.execute(
+                f"INSERT INTO {DirtyVideo._meta.db_table} (generation, video_id, source_partition, dirty_seq, "
+                "first_dirty_at, last_dirty_at) SELECT DISTINCT %s, video_id, 0, 1, %s, %s FROM "
+                f"{VideoLikeCountVbucket._meta.db_table} WHERE generation = %s ON CONFLICT DO NOTHING",
+                [generation, now, now, generation])
+    return loaded
+
+
+def _load(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -> dict[str, int]:
+    loaded: dict[str, int] = {}
+    for record in sorted(snap.artifacts, key=lambda a: (a["partition"], a["kind"])):
+        started = time.monotonic()
+        n = _load_artifact(record["partition"], record, gen.generation)
+        loaded[f"{record['kind']}:{record['partition']}"] = n
+        say(f"loaded {record['kind']} of {record['partition']}: {n} rows in {time.monotonic() - started:.2f} s")
+    return loaded
+
+
+# --- replay ------------------------------------------------------------------------------------------
+
+
+def _replay_partition(gen: routing.GenerationRoutes, p: int, after: str, *, until: str | None,
+                      token: int) -> tuple[str, int]:
+    """Apply partition p's entries after `after` (up to `until` included, else to the head) to `gen`;
+    returns the new position and how many entries were applied. Poison entries are passed over, as the
+    live consumer dead-letters them."""
+    applied = 0
+    end = streams.entry_id_key(until) if until is not None else None
+    while True:
+        entries = streams.read_after(p, after, _REPLAY_BATCH)
+        if end is not None:
+            entries = [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
+        if not entries:
+            return after, applied
+        valid = []
+        for e in entries:
+            try:
+                validate_event(e.event)
+                valid.append(e)
+            except NonRetryable:
+                continue
+        for attempt in range(_REPLAY_ATTEMPTS):
+            result = apply_entries(gen, valid, consumer=REPLAY_CONSUMER, partition=p, token=token, live=False)
+            if not result.failed:
+                break
+            poison = {i for i, exc in result.failed.items() if isinstance(exc, NonRetryable)}
+            valid = [e for e in valid if e.entry_id not in result.done and e.entry_id not in poison]
+            if not valid:
+                break
+            time.sleep(min(2.0, 0.1 * (attempt + 1)))  # a store hiccup: retry the group, bounded attempts
+        else:
+            raise RestoreFailed(f"the replay of partition {p} could not apply entries after {after}")
+        applied += result.applied
+        after = entries[-1].entry_id
+
+
+def _replay(gen: routing.GenerationRoutes, positions: dict[int, str], *, until: dict[int, str] | None,
+            token: int) -> int:
+    applied = 0
+    for p in sorted(positions):
+        positions[p], n = _replay_partition(gen, p, positions[p], until=None if until is None else until[p],
+                                            token=token)
+        applied += n
+    return applied
+
+
+def _behind(positions: dict[int, str]) -> int:
+    """Entries the stream heads are ahead of `positions`, summed (the replay's lag)."""
+    total = 0
+    for p, pos in positions.items():
+        total += len(streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1))
+    return total
+
+
+# --- checks ------------------------------------------------------------------------------------------
+
+
+def identity_problems(gen: routing.GenerationRoutes, *, limit: int = 50) -> list[dict]:
+    """REC-1 over a whole generation: buckets whose count is not the number of LIKED projection rows of
+    that bucket, or frozen; one statement per partition."""
+    out = []
+    p_t, b_t = LikeCountProjection._meta.db_table, VideoLikeCountVbucket._meta.db_table
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"WITH p AS (SELECT video_id, virtual_bucket, count(*) AS n FROM {p_t} WHERE generation = %s AND "
+                f"projected_state = 'LIKED' GROUP BY video_id, virtual_bucket), b AS (SELECT video_id, virtual_bucket, "
+                f"active_count, frozen FROM {b_t} WHERE generation = %s) SELECT COALESCE(p.video_id, b.video_id), "
+                "COALESCE(p.virtual_bucket, b.virtual_bucket), COALESCE(p.n, 0), COALESCE(b.active_count, 0), "
+                "COALESCE(b.frozen, false) FROM p FULL JOIN b ON p.video_id = b.video_id AND p.virtual_bucket = "
+                "b.virtual_bucket WHERE COALESCE(p.n, 0) <> COALESCE(b.active_count, 0) OR COALESCE(b.frozen, false) "
+                "LIMIT %s", [gen.generation, gen.generation, limit])
+            out += [{"partition": alias, "videoId": v, "virtualBucket": vb, "projected": n, "bucket": c, "frozen": f}
+                    for v, vb, n, c, f in cursor.fetchall()]
+    return out[:limit]
+
+
+def coverage_problems(gen: routing.GenerationRoutes, positions: dict[int, str], say) -> tuple[list[dict], int]:
+    """Online coverage (REC-4) of every video of `gen` against the facts, judged by the replay's
+    positions. Returns (diffs, relations checked)."""
+    found, checked, after = [], 0, ""
+    while True:
+        videos = evidence.videos_after(after, settings.RECONCILE_BATCH_VIDEOS, gen=gen)
+        if not videos:
+            return found, checked
+        chunk = checks.coverage_chunk(gen, videos, settle_s=0.0, consumed_through=positions)
+        checked += chunk.checked
+        found += [{"videoId": f.video_id, "layer": f.layer, "expected": f.expected, "actual": f.actual}
+                  for f in chunk.found]
+        after = videos[-1]
+        if len(found) > 50:
+            return found, checked
+
+
+def generation_totals(generation: int) -> dict:
+    """LIKED projection rows and Σ buckets of a generation (before / after of a restore)."""
+    liked = buckets = 0
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {LikeCountProjection._meta.db_table} WHERE generation = %s AND "
+                           "projected_state = 'LIKED'", [generation])
+            liked += cursor.fetchone()[0]
+            cursor.execute(f"SELECT COALESCE(sum(active_count), 0) FROM {VideoLikeCountVbucket._meta.db_table} "
+                           "WHERE generation = %s", [generation])
+            buckets += int(cursor.fetchone()[0])
+    return {"generation": generation, "likedRelations": liked, "bucketSum": buckets}
+
+
+# --- switch ------------------------------------------------------------------------------------------
+
+
+def _fences_write(generation: int) -> None:
+    now = timezone.now()
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {CountGenerationFence._meta.db_table} (key, generation, updated_at) VALUES "
+                "('active', %s, %s) ON CONFLICT (key) DO UPDATE SET generation = EXCLUDED.generation, "
+                "updated_at = EXCLUDED.updated_at", [generation, now])
+
+
+def _switch(snap: RecoverySnapshot, old: routing.GenerationRoutes, new: routing.GenerationRoutes,
+            positions: dict[int, str], token: int, actor: Actor, say) -> dict:
+    started = time.monotonic()
+    grants = count_leases_take(time.monotonic() + settings.RECONCILE_DRAIN_MAX_S, holder_prefix="restore")
+    try:
+        target = {p: checkpoints_get(COUNT_CONSUMER).get(p, "0-0") for p in positions}
+        short = {p: t for p, t in target.items() if streams.entry_id_key(positions[p]) < streams.entry_id_key(t)}
+        final = _replay(new, {p: positions[p] for p in short}, until=short, token=token) if short else 0
+        positions.update({p: max(positions[p], target[p], key=streams.entry_id_key) for p in positions})
+        lost = [g.resource for g in grants if not leases.lease_is_current(g)]
+        if lost:
+            raise RestoreFailed(f"a lease changed hands during the switch: {', '.join(lost)}")
+        with route_switch.switch_exclusive(f"restore of snapshot {snap.pk}"), \
+                transaction.atomic(using="default", durable=True):
+            active = CountProjectionGeneration.objects.select_for_update().filter(
+                status=ProjectionGenerationStatus.ACTIVE).first()
+            if active is None or active.generation != old.generation or active.active_manifest_id != snap.manifest_id:
+                raise RestoreFailed(f"the active generation moved from {old.generation} during the restore")
+            now = timezone.now()
+            CountProjectionGeneration.objects.filter(pk=old.generation).update(
+                status=ProjectionGenerationStatus.RETIRED, retired_at=now)
+            CountProjectionGeneration.objects.filter(pk=new.generation).update(
+                status=ProjectionGenerationStatus.ACTIVE, activated_at=now)
+            audit_record(actor=actor, action="generation.restore_activate", target_type="count_generation",
+                         target_id=str(new.generation), params={"snapshot": snap.pk, "previous": old.generation,
+                                                                "consumptionBarrier": target})
+        _fences_write(new.generation)
+    finally:
+        for g in grants:
+            leases.lease_release(g)
+        fence_ms = round((time.monotonic() - started) * 1000.0, 3)
+    routing.reset_cache()
+    say(f"switched generation {old.generation} -> {new.generation} at T = {target}; dispatch fenced {fence_ms} ms")
+    return {"consumptionBarrier": target, "finalReplayed": final, "fenceMs": fence_ms}
+
+
+# --- the whole restore, and the test-restore -----------------------------------------------------------
+
+
+def _prepare(snap: RecoverySnapshot, *, scratch: bool, actor: Actor, say) -> tuple[routing.GenerationRoutes, dict]:
+    problems = snapshot_problems(snap)
+    if problems:
+        raise SnapshotUnusable(f"Snapshot {snap.pk} is unusable: {'; '.join(problems)}. Repair from the facts "
+                               "instead (--source facts).", problems=problems)
+    gen = _generation_new(snap, scratch=scratch, actor=actor)
+    say(f"restoring snapshot {snap.pk} into {'scratch ' if scratch else ''}generation {gen.generation}")
+    t0 = time.monotonic()
+    loaded = _load(snap, gen, say)
+    return gen, {"generation": gen.generation, "loaded": loaded, "loadMs": round((time.monotonic() - t0) * 1000, 3)}
+
+
+def restore_execute(snapshot_id: int, *, actor: Actor, say=lambda _m: None) -> dict:
+    """REPAIR-2 / REPAIR-5 from snapshot `snapshot_id` (an approved repair's job runs this). Returns the
+    report; raises SnapshotUnusable before anything is written, RestoreFailed before the switch."""
+    snap = snapshot_get(snapshot_id)
+    lease = leases.lease_acquire(resource=RESTORE_LEASE, holder=f"restore-{snap.pk}-{time.time_ns()}", ttl_s=7200.0)
+    if lease is None:
+        raise RestoreFailed("another restore is running")
+    try:
+        old = routing.load_generation()
+        gen, report = _prepare(snap, scratch=False, actor=actor, say=say)
+        try:
+            positions = {int(o["partition"]): o["through"] for o in snap.offsets}
+            t1 = time.monotonic()
+            replayed = _replay(gen, positions, until=None, token=lease.token)
+            while _behind(positions) > settings.SNAPSHOT_REPLAY_FENCE_LAG:
+                replayed += _replay(gen, positions, until=None, token=lease.token)
+            report["replayed"] = replayed
+            report["replayMs"] = round((time.monotonic() - t1) * 1000, 3)
+            say(f"replayed {replayed} entries from the snapshot's offsets in {report['replayMs'] / 1000:.2f} s")
+            t2 = time.monotonic()
+            identity = identity_problems(gen)
+            coverage, checked = coverage_problems(gen, positions, say)
+            report["checkMs"] = round((time.monotonic() - t2) * 1000, 3)
+            report["identityDiffs"], report["coverageDiffs"], report["coverageChecked"] = identity, coverage, checked
+            say(f"checked the restored generation: {len(identity)} identity and {len(coverage)} coverage diffs over "
+                f"{checked} relations")
+            if identity or coverage:
+                raise RestoreFailed(f"the restored generation disagrees: {len(identity)} identity diffs, "
+                                    f"{len(coverage)} coverage diffs")
+            report |= _switch(snap, old, gen, positions, lease.token, actor, say)
+            report["previousGeneration"] = old.generation
+        except BaseException:
+            _abandon(gen.generation, actor=actor)
+            raise
+        metrics.inc("likes_snapshot_restores_total", outcome="activated")
+        return report
+    finally:
+        leases.lease_release(lease)
+
+
+def _abandon(generation: int, *, actor: Actor) -> None:
+    """A restore that did not switch in: its SHADOW generation is retired at once (dropped by the beat)."""
+    with transaction.atomic(using="default", durable=True):
+        CountProjectionGeneration.objects.filter(pk=generation, status=ProjectionGenerationStatus.SHADOW).update(
+            status=ProjectionGenerationStatus.RETIRED, retired_at=timezone.now() - _observation())
+        audit_record(actor=actor, action="generation.restore_abandon", target_type="count_generation",
+                     target_id=str(generation), params={}, outcome="abandoned")
+
+
+def _observation():
+    import datetime as dt
+
+    return dt.timedelta(seconds=settings.COUNT_GENERATION_OBSERVATION_S)
+
+
+def test_restore(snapshot_id: int, *, actor: Actor, say=lambda _m: None) -> dict:
+    """The drill: restore `snapshot_id` into a scratch generation, replay it to the stream heads, check its
+    identity, record the verdict on the snapshot, and drop the scratch rows. Never switches anything."""
+    snap = snapshot_get(snapshot_id)
+    started = time.monotonic()
+    result: dict = {"snapshotId": snap.pk}
+    gen = None
+    try:
+        gen, report = _prepare(snap, scratch=True, actor=actor, say=say)
+        positions = {int(o["partition"]): o["through"] for o in snap.offsets}
+        report["replayed"] = _replay(gen, positions, until=None, token=0)
+        identity = identity_problems(gen)
+        result |= report | {"ok": not identity, "identityDiffs": identity, "totals": generation_totals(gen.generation)}
+    except SnapshotUnusable as exc:
+        result |= {"ok": False, "problems": exc.extra.get("problems", [str(exc)])}
+    except (RestoreFailed, artifacts.ArtifactInvalid) as exc:
+        result |= {"ok": False, "problems": [str(exc)]}
+    finally:
+        if gen is not None:
+            _abandon(gen.generation, actor=actor)
+            generation_rows_drop(gen.generation)
+    result["ms"] = round((time.monotonic() - started) * 1000, 3)
+    with transaction.atomic(using="default", durable=True):
+        RecoverySnapshot.objects.filter(pk=snap.pk).update(tested_at=timezone.now(), test_result=result)
+        audit_record(actor=actor, action="snapshot.test_restore", target_type="recovery_snapshot",
+                     target_id=str(snap.pk), outcome="ok" if result["ok"] else "failed",
+                     params={k: v for k, v in result.items() if k != "identityDiffs"})
+    metrics.inc("likes_snapshot_test_restores_total", outcome="ok" if result["ok"] else "failed")
+    return result
+
+
+# --- replaced generations --------------------------------------------------------------------------------
+
+_DROP_TABLES = (LikeCountProjection, VideoLikeCountVbucket, CountEventReceipt, DirtyVideo)
+_DROP_BATCH = 20000
+
+
+def generation_rows_drop(generation: int) -> int:
+    """Delete every count-partition row of a non-active generation, in batches. Returns rows deleted."""
+    if CountProjectionGeneration.objects.filter(pk=generation, status=ProjectionGenerationStatus.ACTIVE).exists():
+        raise RestoreFailed(f"generation {generation} is ACTIVE; its rows are never dropped")
+    total = 0
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        for model in _DROP_TABLES:
+            t = model._meta.db_table
+            while True:
+                with connections[alias].cursor() as cursor:
+                    cursor.execute(f"DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {t} WHERE generation = %s "
+                                   "LIMIT %s))", [generation, _DROP_BATCH])
+                    n = cursor.rowcount
+                total += n
+                if n < _DROP_BATCH:
+                    break
+    CountProjectionGeneration.objects.filter(pk=generation).update(rows_dropped_at=timezone.now())
+    return total
+
+
+def generations_drop_retired(*, actor: Actor) -> dict[int, int]:
+    """The beat: drop the rows of every RETIRED generation whose observation period has passed."""
+    cutoff = timezone.now() - _observation()
+    out = {}
+    for g in CountProjectionGeneration.objects.filter(status=ProjectionGenerationStatus.RETIRED,
+                                                      retired_at__lte=cutoff, rows_dropped_at__isnull=True):
+        out[g.generation] = generation_rows_drop(g.generation)
+        with transaction.atomic(using="default", durable=True):
+            audit_record(actor=actor, action="generation.rows_drop", target_type="count_generation",
+                         target_id=str(g.generation), params={"rows": out[g.generation]})
+    return out
