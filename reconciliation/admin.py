@@ -12,6 +12,16 @@ workflow and writes the audit record:
   `repair.repair_approve`, which refuses the requester (superusers included) and starts the system's
   repair job. A refusal is a message; nothing changes.
 
+Recovery snapshots (issue 12), read-only too; `reconciliation.create_snapshot` may:
+
+* "Take a snapshot" (a reason): starts the snapshot job (`jobs.SNAPSHOT_JOB`), which creates the row and
+  builds it on the workers; the job's page follows. Nothing is built in the request.
+* Verify and Test-restore, buttons on a snapshot's page and actions (one snapshot each): start their
+  jobs the same way. Their verdicts are audited by the services when the jobs run.
+
+A restore is a repair: "Restore from this snapshot" on a SEALED snapshot's page opens "Request a repair"
+with the snapshot chosen (`reconciliation.request_repair`), and another operator approves it as any.
+
 A refused step is an error message or a form error, never a 500.
 """
 
@@ -33,14 +43,31 @@ from likes_project.admin_kit import (
     reason_action,
     render_page,
     require_permission,
+    start_job_or_message,
 )
 from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
-from reconciliation.forms import CheckStartForm, RepairRequestForm
-from reconciliation.jobs import job_for_mode
-from reconciliation.models import CheckDiff, CheckRun, DiffStatus, DiffTransition, RepairRequest
+from likes_project.opsjobs.models import OpsJob
+from reconciliation.forms import FACTS, CheckStartForm, RepairRequestForm, SnapshotTakeForm
+from reconciliation.jobs import (
+    SNAPSHOT_JOB,
+    SNAPSHOT_PERMISSION,
+    SNAPSHOT_TEST_JOB,
+    SNAPSHOT_VERIFY_JOB,
+    job_for_mode,
+)
+from reconciliation.models import (
+    CheckDiff,
+    CheckRun,
+    DiffStatus,
+    DiffTransition,
+    RecoverySnapshot,
+    RepairRequest,
+    SnapshotStatus,
+)
 from reconciliation.services import diffs, repair
 from reconciliation.services.checks import RUN_PERMISSION
+from reconciliation.services.recovery.snapshot import snapshot_get
 
 DIFFS_SHOWN = 100  # diffs listed on a run's page (the rest are one link away)
 
@@ -282,25 +309,52 @@ def _repair_url(repair_id) -> str:
 
 @require_http_methods(["GET", "POST"])
 def repair_request_view(request, *, admin_site):
-    """Request a repair of the videos typed (one a line) from the facts; shows the request's page."""
+    """Request a repair of the videos typed (one a line) from the facts, or of the whole projection from a
+    SEALED snapshot (`?source=snapshot:<id>` chooses it: a snapshot's "Restore" link); shows the request's
+    page."""
     require_permission(request, repair.REQUEST_PERMISSION)
-    form = RepairRequestForm(request.POST if request.method == "POST" else None)
+    wanted = request.GET.get("source", FACTS)
+    form = RepairRequestForm(request.POST if request.method == "POST" else None, initial={"source": wanted})
+    if request.method == "GET" and not form.offers(wanted):
+        messages.warning(request, f"{wanted} is not a sealed snapshot (any more); choose what to repair from.")
     if form.is_valid():
+        source, videos = form.cleaned_data["source"], form.cleaned_data["videos"]
         try:
-            req = repair.repair_request(actor=admin_actor(request.user), source="facts",
-                                        reason=form.cleaned_data["reason"], videos=form.cleaned_data["videos"])
+            req = repair.repair_request(actor=admin_actor(request.user), source=source,
+                                        reason=form.cleaned_data["reason"], videos=videos or None)
         except DomainError as exc:
             form.add_error(None, exc.message)
         else:
-            messages.success(request, f"Requested repair {req.pk} of {len(req.video_ids)} video(s) from the facts; it "
-                                      "waits for another operator's approval.")
+            what = (f"of {len(req.video_ids)} video(s) from the facts" if source == FACTS else
+                    f"of the whole projection from {source}")
+            messages.success(request, f"Requested repair {req.pk} {what}; it waits for another operator's "
+                                      "approval.")
             return HttpResponseRedirect(_repair_url(req.pk))
     return render_page(request, admin_site, "admin_kit/form_page.html", title="Request a repair", form=form,
                        submit="Request the repair",
-                       intro="Rebuilds these videos' counts from the relation facts: per video the broken layer is "
-                             "found first (projection, buckets or display) and only it is rebuilt, then an exact "
-                             "check verifies the result. It runs only once a different operator approved exactly "
-                             "these parameters. Prefer requesting it from a check's diffs, which records why.")
+                       intro="From the facts: rebuilds these videos' counts from the relation facts; per video the "
+                             "broken layer is found first (projection, buckets or display) and only it is rebuilt. "
+                             "From a sealed snapshot: the whole projection is loaded from it into a new generation, "
+                             "the event log replayed from its offsets, checked, and switched in. Either way an exact "
+                             "check verifies the result, and it runs only once a different operator approved exactly "
+                             "these parameters. Prefer requesting a repair from a check's diffs, which records why.")
+
+
+def _restored_snapshot(req: RepairRequest) -> int | None:
+    """The snapshot a restore request names (`snapshot:<id>`), None for a repair from the facts."""
+    raw = req.params.get("source", "")
+    if not raw.startswith(repair.SNAPSHOT_SOURCE) or not raw[len(repair.SNAPSHOT_SOURCE):].isdigit():
+        return None
+    return int(raw[len(repair.SNAPSHOT_SOURCE):])
+
+
+def _totals_before_after(req: RepairRequest) -> str:
+    """A restore's before / after: whole generations' totals (`restore.generation_totals`), not videos."""
+    rows = [(label, req.before.get(key, "-"), req.after.get(key, "-")) for key, label in
+            (("generation", "generation"), ("likedRelations", "LIKED relations"), ("bucketSum", "sum of buckets"))]
+    body = format_html_join("", '<tr class="repair-total"><td>{}</td><td>{}</td><td>{}</td></tr>', rows)
+    return format_html('<table class="repair-before-after"><thead><tr><th>whole projection</th><th>before</th>'
+                       "<th>after</th></tr></thead><tbody>{}</tbody></table>", body)
 
 
 def _approve(request, repair_id) -> bool:
@@ -368,11 +422,17 @@ class RepairRequestAdmin(StatusAdmin):
 
     @admin.display(description="videos")
     def videos_text(self, req: RepairRequest) -> str:
+        if _restored_snapshot(req) is not None and not req.video_ids:
+            return "all (a restore replaces the whole projection)"
         return f"{len(req.video_ids)}: {_videos_text(req.video_ids)}"
 
     @admin.display(description="source")
     def source(self, req: RepairRequest) -> str:
-        return req.params.get("source", "")
+        snapshot_id = _restored_snapshot(req)
+        if snapshot_id is None:
+            return req.params.get("source", "")
+        return format_html('<a href="{}" class="repair-snapshot">{}</a>',
+                           _url("reconciliation_recoverysnapshot_change", snapshot_id), req.params["source"])
 
     @admin.display(description="parameters (approved by hash)")
     def params_json(self, req: RepairRequest) -> str:
@@ -382,6 +442,8 @@ class RepairRequestAdmin(StatusAdmin):
     def before_after(self, req: RepairRequest) -> str:
         if not req.before and not req.after:
             return "not run yet"
+        if _restored_snapshot(req) is not None:
+            return _totals_before_after(req)
         layers = ("facts", "projection", "buckets", "display")
         rows = []
         for video in sorted(set(req.before) | set(req.after)):

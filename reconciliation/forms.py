@@ -1,5 +1,6 @@
-"""The console's forms for reconciliation (issue 11): start a check, request a repair. They only
-validate what the operator typed; the scope rules are `checks.scope_normalize`'s, shown as form errors."""
+"""The console's forms for reconciliation (issues 11, 12): start a check, request a repair (from the facts
+or from a sealed recovery snapshot), take a snapshot. They only validate what the operator typed; the
+scope rules are `checks.scope_normalize`'s, the workflow rules the services', shown as form errors."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from django import forms
 
 from likes_project.admin_kit import ReasonForm
 from likes_project.errors import DomainError
-from reconciliation.models import RunMode
+from reconciliation.models import RecoverySnapshot, RunMode, SnapshotStatus
 from reconciliation.services import checks
+from reconciliation.services.repair import SNAPSHOT_SOURCE
 from relations import validation
 
 
@@ -63,15 +65,68 @@ class CheckStartForm(forms.Form):
         return cleaned
 
 
+FACTS = "facts"
+SNAPSHOTS_OFFERED = 50  # the newest SEALED snapshots (retention keeps SNAPSHOT_KEEP of them anyway)
+
+
+def snapshot_source(snapshot_id: int) -> str:
+    """The repair source that restores snapshot `snapshot_id` (`repair.repair_request`'s spelling)."""
+    return f"{SNAPSHOT_SOURCE}{snapshot_id}"
+
+
+def _source_choices() -> list[tuple[str, str]]:
+    sealed = RecoverySnapshot.objects.filter(status=SnapshotStatus.SEALED).order_by("-id")[:SNAPSHOTS_OFFERED]
+    return [(FACTS, "The relation facts, for the videos below")] + [
+        (snapshot_source(s.pk), f"Sealed snapshot {s.pk} of generation {s.generation}, taken "
+                                f"{s.created_at:%Y-%m-%d %H:%M} UTC: restore the whole projection") for s in sealed]
+
+
 class RepairRequestForm(ReasonForm):
-    """A repair of some videos from the facts; it waits for another operator's approval."""
+    """A repair of some videos from the facts, or of the whole projection from a SEALED snapshot; it
+    waits for another operator's approval. `cleaned_data["source"]` is `facts` or `snapshot:<id>`;
+    `cleaned_data["videos"]` is empty for a snapshot. No source sent means the facts (as before
+    snapshots existed)."""
 
-    videos = VideoLinesField(label="Videos", help_text="One video id a line.")
+    source = forms.ChoiceField(required=False, widget=forms.RadioSelect, label="Repair from", help_text=(
+        "The facts rebuild the videos named; a snapshot replaces every count with the snapshot's, then replays "
+        "the event log from its offsets."))
+    videos = VideoLinesField(required=False, label="Videos", help_text="One video id a line; the facts only.")
 
-    field_order = ("videos", "reason")
+    field_order = ("source", "videos", "reason")
 
-    def clean_videos(self):
-        videos = self.cleaned_data["videos"]
-        if not videos:
-            raise forms.ValidationError("Name at least one video.", code="invalid_scope")
-        return _scope_or_error(videos=videos)["videos"]
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["source"].choices = _source_choices()
+        if not self.initial.get("source"):
+            self.initial["source"] = FACTS
+
+    def offers(self, source: str) -> bool:
+        return source in {value for value, _label in self.fields["source"].choices}
+
+    def clean_source(self):
+        return self.cleaned_data["source"] or FACTS
+
+    def clean(self):
+        cleaned = super().clean()
+        if "source" not in cleaned or "videos" not in cleaned:  # already the field's error
+            return cleaned
+        videos = cleaned["videos"]
+        if cleaned["source"] == FACTS:
+            if not videos:
+                self.add_error("videos", forms.ValidationError(self.fields["videos"].error_messages["required"],
+                                                               code="required"))
+            else:
+                try:
+                    cleaned["videos"] = _scope_or_error(videos=videos)["videos"]
+                except forms.ValidationError as exc:
+                    self.add_error("videos", exc)
+        elif videos:
+            # A restore replaces the whole projection: a video list would only narrow the check afterwards.
+            self.add_error("videos", forms.ValidationError(
+                "A restore from a snapshot replaces every video's count; leave Videos empty.",
+                code="invalid_scope"))
+        return cleaned
+
+
+class SnapshotTakeForm(ReasonForm):
+    """Why a recovery snapshot is taken now (its audit record and its row keep it)."""

@@ -223,9 +223,11 @@ def manage(*argv) -> Ran:
 
 
 def roles_ensure() -> None:
-    """The groups of reconciliation/migrations/0002_roles.py as that migration makes them (a
-    transactional test's flush empties auth_group; the migration's own function puts them back)."""
+    """The groups of reconciliation/migrations/0002_roles.py and 0003 (the snapshot permission) as those
+    migrations make them (a transactional test's flush empties auth_group; the migrations' own functions
+    put them back)."""
     importlib.import_module("reconciliation.migrations.0002_roles").roles(django_apps, None)
+    importlib.import_module("reconciliation.migrations.0003_recovery_snapshots").roles(django_apps, None)
 
 
 def member_of(group: str, username: str | None = None):

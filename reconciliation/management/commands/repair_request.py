@@ -32,7 +32,7 @@ class Command(DomainCommand):
 
     def run(self, *args, **options):
         try:
-            whole = options["source"].startswith("snapshot:")
+            whole = options["source"].strip() != "facts"  # a snapshot (or a bad source the service names)
             if not options["video"] and not options["diff"] and not whole:
                 from likes_project.errors import InvalidInput
 
