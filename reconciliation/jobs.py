@@ -115,7 +115,7 @@ def _snapshot_slice(ctx: SliceContext) -> bool:
 
     snap = snapshot.snapshot_build(int(ctx.params["snapshotId"]), say=ctx.say)
     if snap.status == "SEALED":
-        expired = snapshot.snapshots_expire(actor=ctx.actor)
+        expired = snapshot.snapshots_expire()
         if expired:
             ctx.say(f"retention: snapshots {expired} expired")
     ctx.result = snapshot.snapshot_report(snap)

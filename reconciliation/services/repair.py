@@ -106,8 +106,11 @@ def repair_request(*, actor: Actor, source: str, reason: str, videos: list[str] 
         if len(open_diffs) != len(found):
             raise InvalidInput("Only NEW or FIXING diffs can motivate a repair.", code="diff_closed")
         wanted = sorted(set(videos or []) | {d.video_id for d in found})
-        if snapshot_id is not None and not wanted:
-            scope = {"videos": []}  # a restore replaces the whole projection
+        if snapshot_id is not None:
+            if videos:
+                raise InvalidInput("A restore from a snapshot replaces the whole projection; name no videos (diffs "
+                                   "may still motivate it).", code="invalid_scope")
+            scope = {"videos": []}  # the exact check afterwards covers every video
         else:
             scope = checks.scope_normalize(videos=wanted)
         params = {"videos": scope["videos"], "source": source, "reason": reason, "diffs": diff_ids}
@@ -127,7 +130,7 @@ def _snapshot_source(source: str) -> int | None:
     from reconciliation.models import RecoverySnapshot, SnapshotStatus
 
     raw = source[len(SNAPSHOT_SOURCE):]
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise InvalidInput("--source snapshot:<id> names a snapshot by its number.", code="invalid_source")
     snap = RecoverySnapshot.objects.filter(pk=int(raw)).first()
     if snap is None:
@@ -336,8 +339,9 @@ def _restore_execute(repair: RepairRequest, *, actor: Actor, say) -> RepairReque
             finished_at=timezone.now(), verify_run_id=verify.pk if verify else None)
         if status == RepairStatus.SUCCEEDED:
             reason = f"repair {repair.pk} restored snapshot {snapshot_id} (exact run {verify.pk} passed)"
-            for d in CheckDiff.objects.filter(Q(repair_id=repair.pk) | Q(status__in=[DiffStatus.NEW,
-                                                                                     DiffStatus.FIXING]),
+            # Its own diffs and every unclaimed one (the exact run over every video passed); a diff another
+            # pending repair claimed stays with that repair.
+            for d in CheckDiff.objects.filter(Q(repair_id=repair.pk) | Q(status=DiffStatus.NEW),
                                               status__in=[DiffStatus.NEW, DiffStatus.FIXING]).order_by("pk"):
                 diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=reason)
         audit_record(actor=actor, action="repair.execute", target_type="repair", target_id=str(repair.pk),

@@ -103,7 +103,8 @@ def test_repair_request_takes_a_sealed_snapshot_as_its_source(api, make_user, ma
                  "--actor", operator.username, "--json")
     assert ran.code == 0, ran.err
     req = RepairRequest.objects.get(pk=ran.json["repairId"])
-    assert (ran.json["source"], req.params["videos"], req.status) == (f"snapshot:{snap_id}", [], "AWAITING_APPROVAL")
+    assert set(ran.json) == {"repairId", "status"}  # the contract of issue 11, unchanged
+    assert (req.params["source"], req.params["videos"], req.status) == (f"snapshot:{snap_id}", [], "AWAITING_APPROVAL")
     before = RepairRequest.objects.count()
     for source, code in (("snapshot:999999", "snapshot_not_found"), ("snapshot:x", "invalid_source"),
                          ("backup", "invalid_source")):
@@ -195,3 +196,37 @@ def test_a_replaced_generation_is_dropped_after_its_observation_period_only(api,
     assert rows(new) == 2
     with pytest.raises(restore.RestoreFailed):
         restore.generation_rows_drop(new)  # the active generation's rows are never dropped
+
+
+def test_a_second_snapshot_is_refused_while_one_is_being_built(api, make_user, make_video):
+    from likes_project.opsjobs.services import job_start
+
+    api_liked_video(api, make_user, make_video, "sc-two", 1)
+    first = job_start(kind="recovery.snapshot", actor=OPERATOR, params={"reason": "first"})
+    with pytest.raises(snapshot.SnapshotBuildRunning):
+        job_start(kind="recovery.snapshot", actor=OPERATOR, params={"reason": "second"})
+    assert RecoverySnapshot.objects.count() == 1
+    job_run_inline(first.pk)
+    # Counter-example: once the first one is sealed, the next is taken.
+    assert job_run_inline(job_start(kind="recovery.snapshot", actor=OPERATOR, params={"reason": "next"}).pk
+                          ).status == "SUCCEEDED"
+
+
+def test_retention_spares_a_snapshot_an_open_repair_names_and_a_restore_names_no_videos(
+        api, make_user, make_video, settings):
+    from reconciliation.services import repair
+    from tests.reconciliation.helpers import REQUESTER
+
+    api_liked_video(api, make_user, make_video, "sc-spare", 1)
+    settings.SNAPSHOT_KEEP = 1
+    named = job_run_inline(recovery_schedule.snapshot_scheduled()["jobId"]).params["snapshotId"]
+    with pytest.raises(Exception) as refused:
+        repair.repair_request(actor=REQUESTER, source=f"snapshot:{named}", reason="r", videos=["sc-spare"])
+    assert getattr(refused.value, "code", None) == "invalid_scope"
+    repair.repair_request(actor=REQUESTER, source=f"snapshot:{named}", reason="restore it")
+    job_run_inline(recovery_schedule.snapshot_scheduled()["jobId"])
+    third = job_run_inline(recovery_schedule.snapshot_scheduled()["jobId"]).params["snapshotId"]
+    statuses = dict(RecoverySnapshot.objects.values_list("pk", "status"))
+    assert statuses[named] == "SEALED" and statuses[third] == "SEALED"  # the named one is kept beyond KEEP
+    assert sorted(statuses.values()).count("EXPIRED") == 1
+    assert AuditRecord.objects.filter(action="snapshot.expire", actor="snapshot-retention").count() == 1

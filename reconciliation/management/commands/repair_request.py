@@ -43,6 +43,6 @@ class Command(DomainCommand):
         except DomainError as exc:
             raise refuse(self, options, exc) from exc
         what = f"{len(req.video_ids)} videos" if req.video_ids else "the whole projection"
-        emit(self, options, {"repairId": req.pk, "status": req.status, "source": req.params["source"]},
+        emit(self, options, {"repairId": req.pk, "status": req.status},
              f"repair {req.pk} from {req.params['source']} requested for {what}: {req.status} (another operator "
              f"approves it with: manage.py repair_approve {req.pk} --actor USER)")

@@ -103,7 +103,15 @@ def next_offset(through: str) -> str:
 
 def snapshot_create(*, actor: Actor, reason: str = "", job_id: int | None = None) -> RecoverySnapshot:
     """A BUILDING snapshot row, audited. Transaction: the row and its audit record on `default` (inside
-    the caller's, when the ops job that builds it is created in the same one)."""
+    the caller's, when the ops job that builds it is created in the same one). Refused while another
+    snapshot is being built (its build holds the lease, or its job has yet to run)."""
+    from likes_project.opsjobs.models import JobStatus, OpsJob
+
+    pending = RecoverySnapshot.objects.filter(status=SnapshotStatus.BUILDING).values_list("pk", "job_id")
+    for pk, job in pending:
+        if leases.lease_is_held(BUILD_LEASE) or OpsJob.objects.filter(
+                pk=job, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).exists():
+            raise SnapshotBuildRunning(f"Snapshot {pk} is being built; wait for it to finish.")
     with transaction.atomic(using="default"):
         snap = RecoverySnapshot.objects.create(reason=(reason or "").strip()[:512], started_by=actor.name,
                                                channel=actor.channel, job_id=job_id)
@@ -402,14 +410,28 @@ def snapshot_verify(snapshot_id, *, actor: Actor) -> dict:
     return {"snapshotId": snap.pk, "status": snap.status, "usable": not problems, "problems": problems}
 
 
-def snapshots_expire(*, actor: Actor, keep: int | None = None) -> list[int]:
+def _named_by_open_repairs() -> set[int]:
+    from reconciliation.models import RepairRequest, RepairStatus
+
+    sources = RepairRequest.objects.filter(status__in=[RepairStatus.AWAITING_APPROVAL, RepairStatus.APPROVED,
+                                                       RepairStatus.RUNNING], params__source__startswith="snapshot:")
+    return {int(src.split(":", 1)[1]) for src in sources.values_list("params__source", flat=True)
+            if src.split(":", 1)[1].isdigit()}
+
+
+def snapshots_expire(*, keep: int | None = None) -> list[int]:
     """Retention: keep the newest `keep` (SNAPSHOT_KEEP) SEALED snapshots that the stream can still replay
-    from; expire the others and every FAILED one older than a day, deleting their artifacts."""
+    from, and any a repair request that is still open names; expire the others and every FAILED one older
+    than a day, deleting their artifacts. Audited as the system's retention."""
+    from likes_project.audit.services import system_actor
+
+    actor = system_actor("snapshot-retention")
     keep = settings.SNAPSHOT_KEEP if keep is None else keep
     expired = []
+    named = _named_by_open_repairs()
     sealed = list(RecoverySnapshot.objects.filter(status=SnapshotStatus.SEALED).order_by("-id"))
     for i, snap in enumerate(sealed):
-        if i >= keep or _trimmed_past(snap.offsets):
+        if snap.pk not in named and (i >= keep or _trimmed_past(snap.offsets)):
             expired.append(snap)
     old_failed = timezone.now() - dt.timedelta(days=1)
     expired += list(RecoverySnapshot.objects.filter(status=SnapshotStatus.FAILED, created_at__lt=old_failed)
