@@ -111,14 +111,30 @@ def _snapshot_create(job, actor: Actor) -> None:
 
 
 def _snapshot_slice(ctx: SliceContext) -> bool:
+    """Build the job's snapshot. A cut that aborted (a partition changed hands, a receipt beyond the
+    boundary: SNAP-6 step 4) is never enlarged or reused: a new snapshot is taken once the consumer's
+    partitions are whole again, up to SNAPSHOT_ABORT_RETRIES times; the job names the last one."""
+    from django.conf import settings
+
+    from likes_project.opsjobs.models import OpsJob
     from reconciliation.services.recovery import snapshot
 
     snap = snapshot.snapshot_build(int(ctx.params["snapshotId"]), say=ctx.say)
+    aborted = list(ctx.params.get("aborted", []))
+    while snap.status == "FAILED" and snap.failure.startswith("aborted:") and \
+            len(aborted) < settings.SNAPSHOT_ABORT_RETRIES:
+        aborted.append(snap.pk)
+        reason = f"{ctx.params.get('reason', '')} (again after snapshot {snap.pk} aborted)".strip()
+        snap = snapshot.snapshot_create(actor=ctx.actor, reason=reason, job_id=ctx.job.pk)
+        ctx.job.params = {**ctx.job.params, "snapshotId": snap.pk, "aborted": aborted}
+        OpsJob.objects.filter(pk=ctx.job.pk).update(params=ctx.job.params)  # the commands read the last one
+        ctx.say(f"snapshot {aborted[-1]} aborted; taking snapshot {snap.pk} instead")
+        snap = snapshot.snapshot_build(snap.pk, say=ctx.say)
     if snap.status == "SEALED":
         expired = snapshot.snapshots_expire()
         if expired:
             ctx.say(f"retention: snapshots {expired} expired")
-    ctx.result = snapshot.snapshot_report(snap)
+    ctx.result = snapshot.snapshot_report(snap) | {"aborted": aborted}
     ctx.job.message = f"snapshot {snap.pk}: {snap.status}" + (f" ({snap.failure[:200]})" if snap.failure else "")
     return True
 

@@ -155,3 +155,9 @@ def test_a_shard_that_is_the_same_database_as_another_alias_is_refused(drills_on
     assert DatabaseRefusal("rel_00").check() is None  # distinct databases: allowed
     with pytest.raises(DrillRefused, match="no database alias"):
         DatabaseRefusal("rel_99").check()
+
+
+def test_snapshot_rebalance(drills_on):
+    """T12 on real workers: the snapshot cut across a rebalance fails, a new one seals and test-restores."""
+    verdict = run("snapshot-rebalance")
+    assert any("aborted [" in line and "then snapshot" in line for line in verdict.injected), verdict.injected

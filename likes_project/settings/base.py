@@ -368,6 +368,8 @@ SNAPSHOT_STORAGE_BACKEND = os.environ.get("SNAPSHOT_STORAGE_BACKEND", "filesyste
 SNAPSHOT_INTERVAL_S = env_float("SNAPSHOT_INTERVAL_S", 6 * 3600.0)  # the beat's snapshot
 SNAPSHOT_TEST_RESTORE_INTERVAL_S = env_float("SNAPSHOT_TEST_RESTORE_INTERVAL_S", 24 * 3600.0)
 SNAPSHOT_KEEP = env_int("SNAPSHOT_KEEP", 3)  # sealed snapshots kept (older ones expire)
+# A cut that aborted (a lease changed hands, a receipt beyond it) is retried as a new snapshot this often.
+SNAPSHOT_ABORT_RETRIES = env_int("SNAPSHOT_ABORT_RETRIES", 3)
 # Rows per COPY chunk read or written while streaming an artifact (memory stays bounded).
 SNAPSHOT_STREAM_CHUNK = env_int("SNAPSHOT_STREAM_CHUNK", 1 << 16)
 # The replay of a restore catches up online until it is this many entries behind, then fences.

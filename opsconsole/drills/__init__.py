@@ -2,7 +2,7 @@
 the invariants checked during the fault and after recovery. One implementation, run by the test suite
 (tests/test_drills.py) and by operators (`manage.py drill <name>`):
 
-- `scenarios`: the five drills (what each injects and how answers are judged while it holds);
+- `scenarios`: the drills (what each injects and how answers are judged while it holds);
 - `runner`: one run (population, traffic, fault, sampling, heal, verdict), the same for every drill;
 - `faults`: the injectors; `stage`: what differs between a deployment and the test suite (killing and
   restarting workers, taking the cache Redis down);

@@ -1,12 +1,14 @@
-"""The five drills (issue 9 §5): what each injects, how answers are judged while it holds, and what
-the fault must not have caused. The run itself (population, traffic, sampling, healing, verdict) is
+"""The drills (issue 9 §5; issue 12's snapshot-rebalance, T12): what each injects, how answers are judged
+while it holds, and what the fault must not have caused. The run itself (population, traffic, sampling, healing, verdict) is
 `opsconsole.drills.runner`, the same for every drill."""
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.utils import timezone
 
 from opsconsole.drills.api import Answer
 from opsconsole.drills.checks import leases_held
@@ -224,6 +226,74 @@ class CacheRedisDown(Drill):
         return failures
 
 
+class SnapshotRebalance(Drill):
+    """T12: a recovery snapshot is taken while commands flow, and between the stop of dispatch and the cut
+    the builder stalls past its lease of one partition, which a real worker then takes (a consumer-group
+    rebalance). That snapshot must abort, never seal; the job takes a new one once the partitions are
+    whole again, which must seal, pass its own test-restore, and the projections converge exactly."""
+
+    name = "snapshot-rebalance"
+    summary = "a partition changes hands during a recovery snapshot's cut; it aborts and a new one seals"
+    commands_succeed_while = "a recovery snapshot was being built across a rebalance"
+    default_fault_s = 5.0
+
+    def prepare(self, ctx):
+        ctx.stage.workers_check()
+        self.taken: dict = {}
+
+    def inject(self, ctx):
+        from likes_project.audit.services import system_actor
+        from likes_project.eventlog import leases
+        from likes_project.eventlog.models import Lease
+        from likes_project.opsjobs.services import job_run_inline, job_start
+        from opsconsole.drills.runner import wait_until
+        from reconciliation.jobs import SNAPSHOT_JOB
+        from reconciliation.services.recovery import snapshot
+
+        def rebalance(grants: list[leases.LeaseGrant]) -> None:
+            snapshot.after_dispatch_stopped = None  # once: the next attempt runs undisturbed
+            grant = grants[0]
+            Lease.objects.filter(resource=grant.resource, holder=grant.holder).update(
+                expires_at=timezone.now() - dt.timedelta(seconds=1))  # the builder stalled past its TTL
+            moved = wait_until(lambda: Lease.objects.filter(resource=grant.resource).exclude(
+                holder=grant.holder).values_list("holder", flat=True).first(), timeout_s=20)
+            self.taken = {"resource": grant.resource, "newHolder": moved}
+
+        snapshot.after_dispatch_stopped = rebalance
+        try:
+            job = job_start(kind=SNAPSHOT_JOB, actor=system_actor("drill"),
+                            params={"reason": "drill snapshot-rebalance"})
+            job = job_run_inline(job.pk)
+        finally:
+            snapshot.after_dispatch_stopped = None
+        self.aborted = list((job.params or {}).get("aborted", []))
+        self.final = (job.params or {}).get("snapshotId")
+        return (f"snapshot job {job.pk}: {self.taken.get('resource')} taken by {self.taken.get('newHolder')} during "
+                f"the cut; aborted {self.aborted}, then snapshot {self.final}")
+
+    def recover(self, ctx):
+        from likes_project.audit.services import system_actor
+        from reconciliation.services.recovery import restore
+
+        self.tested = restore.test_restore(int(self.final), actor=system_actor("drill")) if self.final else {}
+        return f"test-restore of snapshot {self.final}: {'ok' if self.tested.get('ok') else self.tested}"
+
+    def judge(self, ctx, fault):
+        from reconciliation.models import RecoverySnapshot
+
+        failures = super().judge(ctx, fault)
+        if not self.taken.get("newHolder"):
+            failures.append("no worker took the partition's lease during the cut: the rebalance was not injected")
+        rows = dict(RecoverySnapshot.objects.filter(pk__in=[*self.aborted, self.final]).values_list("pk", "status"))
+        if not self.aborted or any(rows.get(pk) != "FAILED" for pk in self.aborted):
+            failures.append(f"a snapshot taken across the rebalance did not fail: {rows}")
+        if rows.get(self.final) != "SEALED":
+            failures.append(f"no snapshot sealed after the partitions were whole again: {rows}")
+        if not self.tested.get("ok"):
+            failures.append(f"the test-restore of the sealed snapshot failed: {self.tested}")
+        return failures
+
+
 # name -> the drill's class; a run makes its own instance (it keeps the run's injector).
 DRILLS: dict[str, type[Drill]] = {d.name: d for d in (CountPartitionDown, RelationShardDown, EventlogFlush,
-                                                        WorkerKill, CacheRedisDown)}
+                                                        WorkerKill, CacheRedisDown, SnapshotRebalance)}

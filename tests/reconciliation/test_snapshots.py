@@ -90,8 +90,10 @@ def test_a_snapshot_seals_with_every_partition_in_its_vector_and_both_artifacts_
             .order_by("id")] == ["applied", "sealed", "usable"]
 
 
-def test_a_receipt_beyond_the_cut_fails_the_snapshot_and_the_cut_is_not_enlarged(api, make_user, make_video):
+def test_a_receipt_beyond_the_cut_fails_the_snapshot_and_the_cut_is_not_enlarged(api, make_user, make_video,
+                                                                                  settings):
     """T11 / T12: a dispatcher that skipped ahead committed an entry after B[p] while dispatch was stopped."""
+    settings.SNAPSHOT_ABORT_RETRIES = 0  # this snapshot alone (a retry would find the receipt in its drain)
     _video, users = api_liked_video(api, make_user, make_video, "sn-skip", 2)
     gen = count_routing.load_generation()
     recorded = {}
@@ -122,21 +124,44 @@ def test_a_receipt_beyond_the_cut_fails_the_snapshot_and_the_cut_is_not_enlarged
     assert {o["partition"]: o["through"] for o in again.offsets}[next(iter(recorded))] == next(iter(recorded.values()))
 
 
-def test_a_lease_that_changes_hands_during_the_build_aborts_it(api, make_user, make_video):
-    """T18 (and T12's rebalance): ownership of a partition moved between the stop of dispatch and the cut."""
+def _rebalance(grants, moved: list) -> None:
+    """Another worker takes the first partition's lease (ours ran out) and hands it back at once."""
+    lease_expire(grants[0])
+    other = leases.lease_acquire(resource=grants[0].resource, holder="another-worker", ttl_s=30)
+    assert other is not None
+    leases.lease_release(other)
+    moved.append(grants[0].resource)
+
+
+def test_a_lease_that_changes_hands_during_the_build_aborts_it_and_a_new_snapshot_is_taken(
+        api, make_user, make_video, settings):
+    """T18 (and T12's rebalance): ownership of a partition moved between the stop of dispatch and the cut.
+    That snapshot fails and is never reused; the job takes a new one, which seals once nothing moves."""
     api_liked_video(api, make_user, make_video, "sn-lease", 1)
+    moved: list = []
 
-    def rebalance(grants):
-        lease_expire(grants[0])
-        assert leases.lease_acquire(resource=grants[0].resource, holder="another-worker", ttl_s=30) is not None
+    def once(grants):
+        snapshot.after_dispatch_stopped = None  # a single rebalance: the next attempt is undisturbed
+        _rebalance(grants, moved)
 
-    snapshot.after_dispatch_stopped = rebalance
+    snapshot.after_dispatch_stopped = once
     try:
         snap = _take()
     finally:
         snapshot.after_dispatch_stopped = None
-    assert snap.status == "FAILED" and "lease changed hands" in snap.failure, snap.failure
-    assert snap.artifacts == []
+    first = RecoverySnapshot.objects.order_by("id").first()
+    assert first.status == "FAILED" and "lease changed hands" in first.failure, first.failure
+    assert first.artifacts == [] and first.pk != snap.pk and len(moved) == 1
+    assert snap.status == "SEALED" and "again after snapshot" in snap.reason
+    # Counter-example: a partition that keeps changing hands never yields a sealed snapshot.
+    settings.SNAPSHOT_ABORT_RETRIES = 2
+    moved.clear()
+    snapshot.after_dispatch_stopped = lambda grants: _rebalance(grants, moved)
+    try:
+        last = _take()
+    finally:
+        snapshot.after_dispatch_stopped = None
+    assert last.status == "FAILED" and len(moved) == 3  # the first attempt and two retries, all aborted
 
 
 # --- verification (T19) ------------------------------------------------------------------------------
