@@ -1,6 +1,6 @@
 """The drills (issue 9 §5; issue 12's snapshot-rebalance, T12): what each injects, how answers are judged
-while it holds, and what the fault must not have caused. The run itself (population, traffic, sampling, healing, verdict) is
-`opsconsole.drills.runner`, the same for every drill."""
+while it holds, and what the fault must not have caused. The run itself (population, traffic, sampling,
+healing, verdict) is `opsconsole.drills.runner`, the same for every drill."""
 
 from __future__ import annotations
 
