@@ -121,3 +121,22 @@ def test_behind_a_tls_proxy_an_admin_post_needs_the_proxy_header_setting():
     assert _admin_login_post(Client(enforce_csrf_checks=True)) == 403
     with override_settings(SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")):
         assert _admin_login_post(Client(enforce_csrf_checks=True)) == 200  # the form again: wrong password
+
+
+def test_recovery_snapshots_go_to_s3_through_django_storages_when_configured():
+    """SNAPSHOT_STORAGE_BACKEND=s3 selects django-storages' S3 backend with the bucket, endpoint and prefix
+    from the environment (built here without contacting anything: no S3 is reachable from the tests)."""
+    probe = ("import django; django.setup(); from django.core.files.storage import storages; "
+             "s = storages['recovery_snapshots']; print(type(s).__module__, getattr(s, 'bucket_name', '-'), "
+             "getattr(s, 'endpoint_url', '-'), s.location)")
+    env = bare_env(**SECRETS, DJANGO_SETTINGS_MODULE="likes_project.settings.production",
+                   SNAPSHOT_STORAGE_BACKEND="s3", SNAPSHOT_S3_BUCKET="likes-snapshots",
+                   SNAPSHOT_S3_ENDPOINT_URL="http://127.0.0.1:9", SNAPSHOT_S3_PREFIX="prod/snapshots")
+    out = run([sys.executable, "-c", probe], env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["storages.backends.s3", "likes-snapshots", "http://127.0.0.1:9", "prod/snapshots"]
+    # Counter-example: by default they go to a local directory.
+    del env["SNAPSHOT_STORAGE_BACKEND"]
+    out = run([sys.executable, "-c", probe], env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "django.core.files.storage.filesystem"

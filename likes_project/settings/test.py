@@ -33,7 +33,8 @@ LIKES_NUDGE_ENABLED = os.environ.get("LIKES_TEST_NUDGES") == "1"
 OPS_JOB_FILES_DIR = tempfile.mkdtemp(prefix="likes-test-job-files-")
 # Recovery snapshot artifacts too (a drill's worker inherits the directory through the environment).
 SNAPSHOT_STORAGE_DIR = os.environ.setdefault("SNAPSHOT_STORAGE_DIR", tempfile.mkdtemp(prefix="likes-test-snapshots-"))
-STORAGES["recovery_snapshots"]["OPTIONS"]["location"] = SNAPSHOT_STORAGE_DIR  # noqa: F405
+if SNAPSHOT_STORAGE_BACKEND == "filesystem":  # noqa: F405
+    STORAGES["recovery_snapshots"]["OPTIONS"]["location"] = SNAPSHOT_STORAGE_DIR  # noqa: F405
 
 from likes_project.settings.guards import refuse_dev_secrets  # noqa: E402
 

@@ -231,3 +231,4 @@ def test_retention_spares_a_snapshot_an_open_repair_names_and_a_restore_names_no
     assert statuses[named] == "SEALED" and statuses[third] == "SEALED"  # the named one is kept beyond KEEP
     assert sorted(statuses.values()).count("EXPIRED") == 1
     assert AuditRecord.objects.filter(action="snapshot.expire", actor="snapshot-retention").count() == 1
+
