@@ -332,6 +332,17 @@ class Stores:
         return str(repair_request(actor=Actor(requester.username, "cli"), source="facts", reason="docs test",
                                   videos=[self.video_id]).pk)
 
+    def snapshot_id(self) -> str:
+        """A SEALED recovery snapshot of the fixture's counts (taken once per doc line)."""
+        if not getattr(self, "_snapshot", None):
+            from likes_project.audit.services import Actor
+            from reconciliation.services.recovery import snapshot
+
+            taken = snapshot.snapshot_build(snapshot.snapshot_create(actor=Actor("tests", "cli"), reason="docs").pk)
+            assert taken.status == "SEALED", taken.failure
+            self._snapshot = str(taken.pk)
+        return self._snapshot
+
     def value(self, line: DocLine, option: str | None, word: str) -> str:
         """The real value for one placeholder word of the synopsis."""
         by_command_positional = {
@@ -340,6 +351,10 @@ class Stores:
         }
         if option is None and word == "REPAIR_ID":
             return self.repair_id()
+        if option is None and word == "SNAPSHOT_ID":
+            return self.snapshot_id()
+        if option == "--source" and word == "snapshot:ID":
+            return f"snapshot:{self.snapshot_id()}"
         if option == "--diff":
             return self.diff_id()
         if option == "--video":
