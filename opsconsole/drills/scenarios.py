@@ -4,11 +4,9 @@ healing, verdict) is `opsconsole.drills.runner`, the same for every drill."""
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.utils import timezone
 
 from opsconsole.drills.api import Answer
 from opsconsole.drills.checks import leases_held
@@ -253,8 +251,7 @@ class SnapshotRebalance(Drill):
         def rebalance(grants: list[leases.LeaseGrant]) -> None:
             snapshot.after_dispatch_stopped = None  # once: the next attempt runs undisturbed
             grant = grants[0]
-            Lease.objects.filter(resource=grant.resource, holder=grant.holder).update(
-                expires_at=timezone.now() - dt.timedelta(seconds=1))  # the builder stalled past its TTL
+            leases.lease_release(grant)  # as if the builder stalled past its TTL: the lease is free to take
             moved = wait_until(lambda: Lease.objects.filter(resource=grant.resource).exclude(
                 holder=grant.holder).values_list("holder", flat=True).first(), timeout_s=20)
             self.taken = {"resource": grant.resource, "newHolder": moved}
