@@ -373,7 +373,7 @@ SNAPSHOT_ABORT_RETRIES = env_int("SNAPSHOT_ABORT_RETRIES", 3)
 # Rows per COPY chunk read or written while streaming an artifact (memory stays bounded).
 SNAPSHOT_STREAM_CHUNK = env_int("SNAPSHOT_STREAM_CHUNK", 1 << 16)
 # The replay of a restore catches up online until it is this many entries behind, then fences.
-SNAPSHOT_REPLAY_FENCE_LAG = env_int("SNAPSHOT_REPLAY_FENCE_LAG", 2000)
+SNAPSHOT_REPLAY_FENCE_LAG = env_int("SNAPSHOT_REPLAY_FENCE_LAG", 500)
 # A replaced count projection generation stays readable this long, then its rows are dropped.
 COUNT_GENERATION_OBSERVATION_S = env_float("COUNT_GENERATION_OBSERVATION_S", 24 * 3600.0)
 _SNAPSHOT_STORAGE = (

@@ -108,7 +108,8 @@ def _consumer_reached(offsets: dict[int, str]) -> Callable[[], bool]:
     return check
 
 
-def count_leases_take(deadline: float, *, holder_prefix: str = "reconcile") -> list[leases.LeaseGrant]:
+def count_leases_take(deadline: float, *, holder_prefix: str = "reconcile",
+                      ttl_s: float | None = None) -> list[leases.LeaseGrant]:
     """Take the count consumer's lease of every stream partition (waiting, until `deadline`, for the pass
     holding one to end): while they are held no pass dispatches. Raises CutRefused past the deadline."""
     holder = f"{holder_prefix}:{holder_id()}"
@@ -117,7 +118,7 @@ def count_leases_take(deadline: float, *, holder_prefix: str = "reconcile") -> l
     while pending:
         for p in list(pending):
             grant = leases.lease_acquire(resource=consumer_resource(COUNT_CONSUMER, p), holder=holder,
-                                         ttl_s=max(5.0, settings.RECONCILE_DRAIN_MAX_S))
+                                         ttl_s=ttl_s or max(5.0, settings.RECONCILE_DRAIN_MAX_S))
             if grant is not None:
                 grants.append(grant)
                 pending.remove(p)

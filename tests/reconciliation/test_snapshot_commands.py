@@ -182,6 +182,8 @@ def test_a_replaced_generation_is_dropped_after_its_observation_period_only(api,
     snap = snapshot.snapshot_build(snapshot.snapshot_create(actor=OPERATOR, reason="drop").pk)
     old = CountProjectionGeneration.objects.get(status="ACTIVE").generation
     restore.restore_execute(snap.pk, actor=OPERATOR)
+    # The daily drill still works after a real restore (its replay's fence token is above the restore's).
+    assert restore.test_restore(snap.pk, actor=OPERATOR)["ok"] is True
 
     def rows(generation: int) -> int:
         return sum(LikeCountProjection.objects.using(a).filter(generation=generation).count()

@@ -177,6 +177,10 @@ def _cut_snapshots(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -
                 snapshots.enter_context(transaction.atomic(using=alias))
                 with connections[alias].cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    # The dump of a large table outlasts the request-sized timeouts, and each partition's
+                    # snapshot waits idle while the others are dumped: both lifted for this transaction only.
+                    cursor.execute("SET LOCAL statement_timeout = 0")
+                    cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
                     beyond += [(alias, p, off) for p, off in _receipts_beyond(cursor, gen.generation, through)]
             lost = [g.resource for g in grants if not leases.lease_is_current(g)]
             if lost:
