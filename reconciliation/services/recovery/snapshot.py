@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from counting import routing
 from counting.models import (
+    CountBucketSpace,
     CountEventReceipt,
     CountProjectionGeneration,
     CountRouteManifest,
@@ -256,8 +257,6 @@ def seal_problems(snap: RecoverySnapshot) -> list[str]:
     if manifest is None or manifest.status != ManifestStatus.SEALED:
         problems.append(f"manifest_not_sealed: route manifest {snap.manifest_id} is not SEALED")
     else:
-        from counting.models import CountBucketSpace
-
         space = CountBucketSpace.objects.filter(version=snap.bucket_space_version).first()
         try:
             manifest_verify(manifest, space.virtual_buckets if space else -1)
