@@ -8,21 +8,35 @@ through its service, which audits every change.
 Count-partition rows need an explicit alias and are never listed by a ModelAdmin: the read-only page
 "Vbuckets per video" (/admin/counting/videodisplaycount/vbuckets/, URL name `admin:counting_vbuckets`,
 permission `counting.view_videolikecountvbucket`) reads one video's buckets from every partition and
-compares them with the active manifest and the snapshot.
+compares them with the active manifest and the snapshot, with each bucket's route (partition, epoch) and
+the unfinished bucket migrations moving any of its buckets.
+
+Virtual-bucket migrations (issue 13): the ledger is read-only; every step goes through
+`counting.services.migration.ledger`, which checks the workflow and audits it. "Plan a migration"
+(`counting.plan_bucketmigration`) is a page; Approve, Resume (POST-only buttons) and Abort (a reason first)
+on a migration's page need `counting.approve_bucketmigration`. Approve and resume only start the system's
+ops job; nothing of the protocol runs in the request. A refusal is an error message or a form error.
 """
 
 from __future__ import annotations
 
+import json
+
 from django import forms
-from django.contrib import admin
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
+from django.http import HttpResponseRedirect
 from django.urls import reverse
-from django.utils.html import format_html
-from django.views.decorators.http import require_http_methods, require_safe
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from counting import routing, selectors
 from counting.models import (
+    BucketMigration,
     CountBucketRoute,
     CountBucketSpace,
     CountCacheGeneration,
@@ -30,13 +44,16 @@ from counting.models import (
     CountRefreshSwitch,
     CountRouteManifest,
     CountRouteManifestItem,
+    MigrationState,
     ReverseIndexGeneration,
     VideoDisplayCount,
     VideoRetirement,
     VideoRetirementScan,
 )
+from counting.models.migration import TERMINAL
 from counting.services.count_cache.layers import REBUILD_JOB as COUNT_CACHE_REBUILD_JOB
 from counting.services.count_cache.rebuild import REBUILD_PERMISSION as REBUILD_COUNT_CACHE_PERMISSION
+from counting.services.migration import ledger
 from counting.services.reverse.rebuild import REBUILD_JOB as REVERSE_REBUILD_JOB
 from counting.services.reverse.rebuild import REBUILD_PERMISSION as REBUILD_REVERSE_PERMISSION
 from counting.services.snapshots import count_refresh_switch_set
@@ -45,12 +62,15 @@ from likes_project.admin_kit import (
     PauseReasonForm,
     PauseSwitchAdmin,
     ReadOnlyAdmin,
+    ReasonForm,
     job_form_page,
     render_page,
     require_permission,
     start_job_or_message,
 )
+from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
+from likes_project.opsjobs.models import OpsJob
 from relations import validation
 
 VBUCKETS_PERMISSION = "counting.view_videolikecountvbucket"
@@ -192,14 +212,36 @@ def vbuckets_view(request, *, admin_site):
     """Wrapped by `admin_site.admin_view` (active staff only); the vbucket permission is checked here."""
     require_permission(request, VBUCKETS_PERMISSION)
     form = VbucketLookupForm(request.GET if "video_id" in request.GET else None)
-    result = None
+    result, bucket_rows, migrations = None, [], []
     if form.is_valid():
         try:
             result = selectors.video_vbuckets_get(video_id=form.cleaned_data["video_id"])
+            bucket_rows, migrations = _vbuckets_routes(result)
         except routing.NoActiveGeneration as exc:
             form.add_error(None, str(exc))
+            result = None
     return render_page(request, admin_site, "counting/admin/vbuckets.html", title="Vbuckets per video", form=form,
-                       result=result)
+                       result=result, bucket_rows=bucket_rows, migrations=migrations)
+
+
+def _vbuckets_routes(result: selectors.VideoVbuckets) -> tuple[list[dict], list[dict]]:
+    """Each of the video's bucket rows with its bucket's route in the active routes (partition, epoch) and
+    the unfinished migration moving it, if any; and the unfinished migrations moving any of its buckets."""
+    gen = routing.active()
+    buckets = {r.virtual_bucket for r in result.rows}
+    moving_bucket: dict[int, BucketMigration] = {}
+    migrations = []
+    for m in BucketMigration.objects.exclude(state__in=TERMINAL).order_by("pk"):
+        common = sorted(buckets & set(m.buckets))
+        if not common:
+            continue
+        migrations.append({"migration": m, "url": _migration_url(m.pk), "buckets": ledger.buckets_label(common),
+                           "sources": _sources_text(m)})
+        for vb in common:
+            moving_bucket.setdefault(vb, m)
+    rows = [{"row": r, "route": gen.routes[r.virtual_bucket] if r.virtual_bucket < len(gen.routes) else None,
+             "migration": moving_bucket.get(r.virtual_bucket)} for r in result.rows]
+    return rows, migrations
 
 
 @admin.register(VideoDisplayCount)
@@ -246,3 +288,295 @@ class CountRefreshSwitchAdmin(PauseSwitchAdmin):
 
     def set_switch(self, *, key, paused, reason, actor):
         return count_refresh_switch_set(video_id=key, paused=paused, reason=reason, actor=actor)
+
+
+# --- virtual-bucket migrations (issue 13): the ledger, read-only; its steps through the ledger service ----
+
+
+def _url(name: str, *args, query: dict | None = None) -> str:
+    return reverse(f"admin:{name}", args=args) + (f"?{urlencode(query)}" if query else "")
+
+
+def _migration_url(migration_id) -> str:
+    return _url("counting_bucketmigration_change", migration_id)
+
+
+def _json(value, css: str) -> str:
+    return format_html('<pre class="{}">{}</pre>', css, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
+                                                                    default=str))
+
+
+def _json_or_none(value, css: str) -> str:
+    return _json(value, css) if value else "-"
+
+
+class MigrationPlanForm(forms.Form):
+    target = forms.ChoiceField(label="Target partition", help_text="The count partition the buckets move onto.")
+    buckets = forms.CharField(label="Virtual buckets", max_length=4000,
+                              help_text="Ranges of the active bucket space: 0-255, or 0-9,100-109.")
+    reason = forms.CharField(max_length=4000, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Required; recorded in the ledger and the audit log.")
+
+    def __init__(self, *args, buckets_on: dict[str, int] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["target"].choices = [
+            (alias, alias if buckets_on is None else f"{alias} ({buckets_on.get(alias, 0)} buckets now)")
+            for alias in settings.COUNT_PARTITION_ALIASES]
+
+    def clean_reason(self):
+        reason = self.cleaned_data["reason"].strip()
+        if not reason:
+            raise forms.ValidationError("Give a reason.", code="reason_required")
+        return reason
+
+
+# The service's refusals of a plan, shown on the field they are about (the rest above the form).
+_PLAN_ERROR_FIELDS = {"invalid_buckets": "buckets", "already_on_target": "buckets", "migration_overlap": "buckets",
+                      "unknown_partition": "target", "reason_required": "reason"}
+
+
+@require_http_methods(["GET", "POST"])
+def migration_plan_view(request, *, admin_site):
+    """Plan a migration (AWAITING_APPROVAL) through `ledger.migration_plan`; the ledger row's page follows.
+    A refusal is a form error and writes nothing. Nothing runs until another operator approves it."""
+    require_permission(request, ledger.PLAN_PERMISSION)
+    try:
+        gen = routing.active()
+    except routing.NoActiveGeneration:
+        gen = None
+    buckets_on = None if gen is None else {a: len(gen.buckets_on(a)) for a in settings.COUNT_PARTITION_ALIASES}
+    form = MigrationPlanForm(request.POST if request.method == "POST" else None, buckets_on=buckets_on)
+    if form.is_valid():
+        try:
+            m = ledger.migration_plan(target=form.cleaned_data["target"], buckets=form.cleaned_data["buckets"],
+                                      reason=form.cleaned_data["reason"], actor=admin_actor(request.user))
+        except DomainError as exc:
+            form.add_error(_PLAN_ERROR_FIELDS.get(exc.code), f"{exc.message} ({exc.code})")
+        else:
+            messages.success(request, f"Planned migration {m.pk}: buckets {ledger.buckets_label(m.buckets)} "
+                                      f"({len(m.buckets)}) -> {m.target_partition}, {m.rows_to_copy} rows to copy. "
+                                      "It waits for another operator's approval.")
+            return HttpResponseRedirect(_migration_url(m.pk))
+    space = ("" if gen is None else
+             f" The active bucket space (v{gen.space.version}) has buckets 0-{gen.space.virtual_buckets - 1}.")
+    return render_page(
+        request, admin_site, "admin_kit/form_page.html", title="Plan a migration", form=form,
+        submit="Plan the migration", body_class="bucket-migration-plan",
+        intro="Moves virtual buckets of the active generation onto a count partition (scale out onto a new partition, "
+              "or in off an old one). Planning writes only the ledger row: the migration waits for another "
+              "operator's approval, then the system copies the buckets, replays the changes, pauses their writes "
+              "for the cutover and verifies the copy, as an ops job." + space)
+
+
+def _refused(request, migration_id, what: str, exc: DomainError) -> HttpResponseRedirect:
+    messages.error(request, f"Migration {migration_id} was not {what} ({exc.code}): {exc.message}")
+    known = BucketMigration.objects.filter(pk=migration_id).exists()
+    return HttpResponseRedirect(_migration_url(migration_id) if known else
+                                _url("counting_bucketmigration_changelist"))
+
+
+def _started(request, m: BucketMigration, what: str) -> HttpResponseRedirect:
+    messages.success(request, format_html('{} migration {}: it is {}; the system runs it as <a href="{}">job {}</a>.',
+                                          what, m.pk, m.state, _url("opsjobs_opsjob_change", m.job_id), m.job_id))
+    return HttpResponseRedirect(_migration_url(m.pk))
+
+
+@require_POST
+def migration_approve_view(request, migration_id: int, *, admin_site):
+    """The Approve button (POST only): PREPARE, and the system's job is started (nothing runs here). The
+    service refuses the requester (superusers included)."""
+    require_permission(request, ledger.APPROVE_PERMISSION)
+    try:
+        m = ledger.migration_approve(migration_id=migration_id, actor=admin_actor(request.user))
+    except DomainError as exc:
+        return _refused(request, migration_id, "approved", exc)
+    return _started(request, m, "Approved")
+
+
+@require_POST
+def migration_resume_view(request, migration_id: int, *, admin_site):
+    """The Resume button (POST only): a new job goes on from the ledger's cursor (nothing runs here)."""
+    require_permission(request, ledger.APPROVE_PERMISSION)
+    try:
+        m = ledger.migration_resume(migration_id=migration_id, actor=admin_actor(request.user))
+    except DomainError as exc:
+        return _refused(request, migration_id, "resumed", exc)
+    return _started(request, m, "Resumed")
+
+
+@require_http_methods(["GET", "POST"])
+def migration_abort_view(request, migration_id: int, *, admin_site):
+    """Abort a migration before its cutover: a reason first (GET shows the form), then `ledger.migration_abort`
+    (the source fences lifted, the target's copy removed). Refused after the cutover: a message."""
+    require_permission(request, ledger.APPROVE_PERMISSION)
+    try:
+        m = ledger.migration_get(migration_id)
+    except DomainError as exc:
+        return _refused(request, migration_id, "aborted", exc)
+    form = ReasonForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            aborted = ledger.migration_abort(migration_id=m.pk, actor=admin_actor(request.user),
+                                             reason=form.cleaned_data["reason"])
+        except DomainError as exc:
+            return _refused(request, m.pk, "aborted", exc)
+        messages.success(request, f"Aborted migration {aborted.pk} (it was {m.state}): buckets "
+                                  f"{ledger.buckets_label(aborted.buckets)} stay where they were.")
+        return HttpResponseRedirect(_migration_url(aborted.pk))
+    return render_page(
+        request, admin_site, "counting/admin/bucketmigration_abort.html", title=f"Abort migration {m.pk}", form=form,
+        migration=m, bucket_range=ledger.buckets_label(m.buckets), before_cas=m.state in ledger.BEFORE_CAS,
+        opts=BucketMigration._meta)
+
+
+def _sources_text(m: BucketMigration) -> str:
+    return ", ".join(sorted(set(m.source_partitions.values()))) or "-"
+
+
+def _epochs_text(m: BucketMigration) -> str:
+    source = sorted(set(m.source_epochs.values()))
+    if not source:
+        return "-"
+    target = sorted({e + 1 for e in source})
+    return f"{', '.join(map(str, source))} \u2192 {', '.join(map(str, target))}"
+
+
+def migration_offers(user, m: BucketMigration) -> dict[str, bool]:
+    """Which buttons a migration's page offers `user` (the service decides again on the POST)."""
+    approver = user.has_perm(ledger.APPROVE_PERMISSION)
+    resumable = ((m.state not in TERMINAL and m.state != MigrationState.AWAITING_APPROVAL)
+                 or (m.state == MigrationState.RETIRED and m.source_cleaned_at is None))
+    return {"approve": approver and m.state == MigrationState.AWAITING_APPROVAL,
+            "resume": approver and resumable,
+            "abort": approver and m.state in ledger.BEFORE_CAS,
+            "own": m.requested_by == user.get_username()}
+
+
+@admin.register(BucketMigration)
+class BucketMigrationAdmin(ReadOnlyAdmin):
+    """The migration ledger (issue 13; MIG-2, MIG-4), read-only: what moves where, at which epochs and
+    manifests, how far the copy and the catch-up are, the measured write pause, who asked and who approved.
+    A migration's page has the Approve, Resume and Abort buttons; "Plan a migration" is a page."""
+
+    list_display = ("id", "state_code", "bucket_range", "sources_to_target", "source_manifest_id",
+                    "target_manifest_id", "epochs", "copy_progress", "replayed_events", "write_pause", "requested_by",
+                    "approved_by", "created_at", "cutover_at", "error_text")
+    list_filter = ("state", "target_partition")
+    search_fields = ("=id", "=requested_by", "=approved_by", "=target_partition", "reason")
+    ordering = ("-id",)
+    fields = ("state_code", "bucket_range", "bucket_count", "sources_to_target", "bucket_space_version", "generation",
+              "source_manifest_id", "target_manifest_id", "epochs", "copy_progress", "replayed_events",
+              "catchup_passes", "write_pause", "copy_cursor_json", "baseline_json", "replay_next_json",
+              "final_watermark_json", "cutover_checkpoint_json", "cutover_stream_offsets_json", "target_watermark",
+              "verify_json", "reason", "requested_by", "requested_channel", "approved_by", "approved_at",
+              "abort_reason", "error", "jobs_table", "audit_link", "created_at", "state_changed_at", "cutover_at",
+              "verified_at", "finished_at", "source_cleanup_after", "source_cleaned_at", "report_json")
+    readonly_fields = ("state_code", "bucket_range", "bucket_count", "sources_to_target", "epochs", "copy_progress",
+                       "write_pause", "copy_cursor_json", "baseline_json", "replay_next_json", "final_watermark_json",
+                       "cutover_checkpoint_json", "cutover_stream_offsets_json", "verify_json", "jobs_table",
+                       "audit_link", "report_json")
+    change_list_template = "counting/admin/bucketmigration_change_list.html"
+    change_form_template = "counting/admin/bucketmigration_change_form.html"
+    pages = [
+        AdminPage("plan/", migration_plan_view, name="counting_migration_plan", title="Plan a migration",
+                  permission=ledger.PLAN_PERMISSION),
+        AdminPage("<int:migration_id>/approve/", migration_approve_view, name="counting_migration_approve",
+                  title="Approve a migration", permission=ledger.APPROVE_PERMISSION, listed=False),
+        AdminPage("<int:migration_id>/resume/", migration_resume_view, name="counting_migration_resume",
+                  title="Resume a migration", permission=ledger.APPROVE_PERMISSION, listed=False),
+        AdminPage("<int:migration_id>/abort/", migration_abort_view, name="counting_migration_abort",
+                  title="Abort a migration", permission=ledger.APPROVE_PERMISSION, listed=False),
+    ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        m = self.get_object(request, unquote(object_id))
+        extra = {}
+        if m is not None:
+            job = OpsJob.objects.filter(pk=m.job_id).only("status", "finished_at").first() if m.job_id else None
+            extra = {"offers": migration_offers(request.user, m),
+                     "running": job is not None and not job.finished}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+    @admin.display(description="state", ordering="state")
+    def state_code(self, m: BucketMigration) -> str:
+        # As the commands and the ledger spell it (CATCHING_UP), not its label.
+        return format_html('<span class="state-code">{}</span>', m.state)
+
+    @admin.display(description="buckets")
+    def bucket_range(self, m: BucketMigration) -> str:
+        return ledger.buckets_label(m.buckets) or "-"
+
+    @admin.display(description="bucket count")
+    def bucket_count(self, m: BucketMigration) -> int:
+        return len(m.buckets)
+
+    @admin.display(description="sources \u2192 target", ordering="target_partition")
+    def sources_to_target(self, m: BucketMigration) -> str:
+        return f"{_sources_text(m)} \u2192 {m.target_partition}"
+
+    @admin.display(description="route epochs (source \u2192 target)")
+    def epochs(self, m: BucketMigration) -> str:
+        return _epochs_text(m)
+
+    @admin.display(description="copied / rows to copy", ordering="copied_rows")
+    def copy_progress(self, m: BucketMigration) -> str:
+        return f"{m.copied_rows} / {m.rows_to_copy}"
+
+    @admin.display(description="write pause", ordering="write_pause_ms")
+    def write_pause(self, m: BucketMigration) -> str:
+        return "-" if m.write_pause_ms is None else f"{m.write_pause_ms:.1f} ms"
+
+    @admin.display(description="error")
+    def error_text(self, m: BucketMigration) -> str:
+        return format_html('<span class="migration-error">{}</span>', m.error[:200]) if m.error else "-"
+
+    @admin.display(description="copy cursor (per source and table)")
+    def copy_cursor_json(self, m: BucketMigration) -> str:
+        return _json_or_none(m.copy_cursor, "migration-copy-cursor")
+
+    @admin.display(description="baseline C (change seq per source)")
+    def baseline_json(self, m: BucketMigration) -> str:
+        return _json_or_none(m.baseline, "migration-baseline")
+
+    @admin.display(description="replay next position")
+    def replay_next_json(self, m: BucketMigration) -> str:
+        return _json_or_none(m.replay_next_position, "migration-replay-next")
+
+    @admin.display(description="final watermark H")
+    def final_watermark_json(self, m: BucketMigration) -> str:
+        return _json_or_none(m.final_watermark, "migration-final-watermark")
+
+    @admin.display(description="cutover checkpoint (change-log watermark)")
+    def cutover_checkpoint_json(self, m: BucketMigration) -> str:
+        return _json_or_none(m.cutover_checkpoint_ref, "migration-cutover-checkpoint")
+
+    @admin.display(description="stream offsets at the cutover")
+    def cutover_stream_offsets_json(self, m: BucketMigration) -> str:
+        return _json_or_none(m.cutover_stream_offsets, "migration-cutover-offsets")
+
+    @admin.display(description="verify result")
+    def verify_json(self, m: BucketMigration) -> str:
+        return _json(m.verify_result, "migration-verify") if m.verify_result else "not verified yet"
+
+    @admin.display(description="ops jobs")
+    def jobs_table(self, m: BucketMigration) -> str:
+        jobs = OpsJob.objects.filter(pk=m.job_id) | OpsJob.objects.filter(kind=ledger.MIGRATION_JOB,
+                                                                           params__migrationId=m.pk)
+        shown = list(jobs.order_by("id")[:20])
+        if not shown:
+            return "-"
+        rows = format_html_join("", '<tr class="migration-job"><td><a href="{}">{}</a></td><td>{}</td><td>{}</td>'
+                                    "<td>{}</td></tr>",
+                                ((_url("opsjobs_opsjob_change", j.pk), j.pk, j.status, j.actor, j.message)
+                                 for j in shown))
+        return format_html('<table class="migration-jobs"><thead><tr><th>job</th><th>status</th><th>by</th>'
+                           "<th>message</th></tr></thead><tbody>{}</tbody></table>", rows)
+
+    @admin.display(description="audit")
+    def audit_link(self, m: BucketMigration) -> str:
+        url = _url("audit_auditrecord_changelist", query={"target_type": "bucket_migration", "target_id": m.pk})
+        return format_html('<a href="{}">the audit records of bucket migration {}</a>', url, m.pk)
+
+    @admin.display(description="report (bucket_migration_show --json)")
+    def report_json(self, m: BucketMigration) -> str:
+        return _json(ledger.migration_report(m), "migration-report")

@@ -9,11 +9,11 @@ class CountingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from counting import observability
+        from counting import jobs, observability
         from counting.services.count_cache.rebuild import JOB_KIND as COUNT_CACHE_REBUILD
         from counting.services.reverse.rebuild import JOB_KIND as REVERSE_REBUILD
         from likes_project.opsjobs.services import job_kind_register
 
-        for kind in (COUNT_CACHE_REBUILD, REVERSE_REBUILD):
+        for kind in (COUNT_CACHE_REBUILD, REVERSE_REBUILD, *jobs.JOB_KINDS):
             job_kind_register(kind)
         observability.register()

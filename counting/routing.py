@@ -136,7 +136,9 @@ def reverse_shard(gen: ReverseGeneration, user_id: int) -> int:
 
 
 def round_robin_placement(shards: int, aliases: list[str] | None = None) -> list[str]:
-    aliases = list(aliases or settings.COUNT_PARTITION_ALIASES)
+    """Reverse shards over `aliases`, by default the bootstrap partitions (a partition added later for
+    bucket migrations receives no reverse shards unless a rebuild names it)."""
+    aliases = list(aliases or [a for a in settings.COUNT_PARTITION_ALIASES if a in settings.COUNT_BOOTSTRAP_PARTITIONS])
     return [aliases[s % len(aliases)] for s in range(shards)]
 
 

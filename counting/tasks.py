@@ -62,3 +62,11 @@ def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20, batch: int |
     report = deleted_videos_retire(limit=int(limit), rounds=int(rounds),
                                    batch=int(batch) if batch is not None else None)
     return asdict(report)
+
+
+@shared_task(name="counting.bucket_migrations_cleanup", acks_late=True, ignore_result=True)
+def bucket_migrations_cleanup_task() -> list[int]:
+    """MIG-5: delete the source copies of retired migrations whose retention passed."""
+    from counting.services.migration.protocol import migrations_cleanup_due
+
+    return migrations_cleanup_due()

@@ -6,12 +6,29 @@ follows them."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from likes_project.errors import DomainError, UserNotFound
+
+
+def add_json_argument(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="Print one JSON object on the last line of stdout.")
+
+
+def emit(command, options: dict, payload: dict, text: str) -> None:
+    """`--json`: one JSON object as the last line of stdout; otherwise the text."""
+    command.stdout.write(json.dumps(payload, sort_keys=True, default=str) if options.get("json") else text)
+
+
+def refuse(command, options: dict, exc: DomainError, *, returncode: int = 1) -> CommandError:
+    """The CommandError for a domain refusal; with --json its envelope ({"code", "message"}) is printed first."""
+    if options.get("json"):
+        command.stdout.write(json.dumps(exc.as_dict(), sort_keys=True, default=str))
+    return CommandError(f"{exc.code}: {exc.message}", returncode=returncode)
 
 
 class DomainCommand(BaseCommand):

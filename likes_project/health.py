@@ -139,6 +139,19 @@ def readiness_checks() -> dict[str, str]:
     return checks
 
 
+def count_partition_roles() -> dict[str, str]:
+    """Per configured count partition: "N buckets" routed there by the active manifest, or "empty, no
+    routes" (configured, not yet given buckets by a migration: not an error, issue 13 §1)."""
+    from counting import routing
+
+    try:
+        gen = routing.active()
+    except Exception:  # noqa: BLE001 - no generation yet (before migrate_all) or default down: the db check says it
+        return {}
+    return {alias: (f"{len(gen.buckets_on(alias))} buckets" if gen.buckets_on(alias) else "empty, no routes")
+            for alias in settings.COUNT_PARTITION_ALIASES}
+
+
 def readyz(request):
     """200 `ok` when every database alias and Redis answer; 200 `degraded` when only Redis is down
     (reads fall back to the databases, commands still commit; DEG-1); 503 `failed` when a database
@@ -155,5 +168,5 @@ def readyz(request):
         status, http_status = "ok", 200
     body: dict = {"status": status}
     if metrics_token_ok(request):
-        body.update(checks=checks, failing=failing)
+        body.update(checks=checks, failing=failing, countPartitions=count_partition_roles())
     return JsonResponse(body, status=http_status)

@@ -167,6 +167,27 @@ def _test_restore_slice(ctx: SliceContext) -> bool:
     return True
 
 
+# --- a bucket-space change (issue 13 §5) ----------------------------------------------------------------
+
+BUCKET_SPACE_JOB = "recovery.bucket_space"
+
+
+def _bucket_space_create(job, actor: Actor) -> None:
+    from reconciliation.services.recovery import bucket_space
+
+    bucket_space.change_check(virtual_buckets=job.params.get("virtualBuckets"), seed=job.params.get("seed"))
+
+
+def _bucket_space_slice(ctx: SliceContext) -> bool:
+    from reconciliation.services.recovery import bucket_space
+
+    ctx.result = bucket_space.bucket_space_change(virtual_buckets=int(ctx.params["virtualBuckets"]),
+                                                  seed=ctx.params.get("seed"), actor=ctx.actor, say=ctx.say)
+    ctx.job.message = (f"bucket space v{ctx.result['bucketSpaceVersion']} active (generation "
+                       f"{ctx.result['generation']}); exact run {ctx.result['exactRun']['status']}")
+    return True
+
+
 def job_for_mode(mode: str) -> str:
     return EXACT_JOB if mode == RunMode.EXACT else CHECK_JOB
 
@@ -181,4 +202,6 @@ JOB_KINDS = [
             unit="rows", single_slice=True),
     JobKind(SNAPSHOT_VERIFY_JOB, SNAPSHOT_PERMISSION, _verify_slice, unit="artifacts", single_slice=True),
     JobKind(SNAPSHOT_TEST_JOB, SNAPSHOT_PERMISSION, _test_restore_slice, unit="rows", single_slice=True),
+    JobKind(BUCKET_SPACE_JOB, "counting.approve_bucketmigration", _bucket_space_slice, create=_bucket_space_create,
+            unit="relations", single_slice=True),
 ]

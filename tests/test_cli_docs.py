@@ -343,6 +343,21 @@ class Stores:
             self._snapshot = str(taken.pk)
         return self._snapshot
 
+    def migration_id(self, command: str) -> str:
+        """A bucket migration another operator planned (awaiting approval; for `resume`, approved and its
+        job stopped)."""
+        from counting.services.migration import ledger
+        from likes_project.audit.services import Actor
+        from likes_project.opsjobs.models import OpsJob
+
+        requester = get_user_model().objects.create_superuser(f"doc-planner-{uuid.uuid4().hex[:6]}", password="x")
+        m = ledger.migration_plan(target="cnt_02", buckets="0-3", reason="docs test",
+                                  actor=Actor(requester.username, "cli"))
+        if command == "bucket_migration_resume":
+            m = ledger.migration_approve(migration_id=m.pk, actor=Actor(self.operator.username, "cli"))
+            OpsJob.objects.filter(pk=m.job_id).update(status="FAILED")
+        return str(m.pk)
+
     def value(self, line: DocLine, option: str | None, word: str) -> str:
         """The real value for one placeholder word of the synopsis."""
         by_command_positional = {
@@ -353,6 +368,12 @@ class Stores:
             return self.repair_id()
         if option is None and word == "SNAPSHOT_ID":
             return self.snapshot_id()
+        if option is None and word == "MIGRATION_ID":
+            return self.migration_id(line.command)
+        if option == "--to" and word == "PARTITION":
+            return "cnt_02"
+        if option == "--buckets" and word == "RANGES":
+            return "0-3"
         if option == "--source" and word == "snapshot:ID":
             return f"snapshot:{self.snapshot_id()}"
         if option == "--diff":

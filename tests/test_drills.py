@@ -61,8 +61,8 @@ def private_eventlog(settings):
     reset_clients()
 
 
-def run(name: str, *, cache: drills.PrivateRedis | None = None, **options):
-    pipeline = drills.Pipeline().start()
+def run(name: str, *, cache: drills.PrivateRedis | None = None, env: dict[str, str] | None = None, **options):
+    pipeline = drills.Pipeline(**(env or {})).start()
     try:
         verdict = drill_run(name, stage=drills.SuiteStage(pipeline, cache), say=print, **options)
     finally:
@@ -161,3 +161,11 @@ def test_snapshot_rebalance(drills_on):
     """T12 on real workers: the snapshot cut across a rebalance fails, a new one seals and test-restores."""
     verdict = run("snapshot-rebalance")
     assert any("aborted [" in line and "then snapshot" in line for line in verdict.injected), verdict.injected
+
+
+def test_migration_worker_kill(drills_on):
+    """MIG-2 on real workers: killed mid-migration, the job is resumed from the ledger and ends RETIRED with one
+    writer per bucket; exact convergence. (Small copy chunks so the kill lands inside the copy; a short job
+    lease so the sweeper finds the dead worker in seconds.)"""
+    verdict = run("migration-worker-kill", env={"BUCKET_MIGRATION_COPY_CHUNK": "2", "OPS_JOB_LEASE_S": "5"})
+    assert any("killed at" in line for line in verdict.injected), verdict.injected

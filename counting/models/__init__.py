@@ -2,6 +2,7 @@
 (who liked) index. One module per concern; every model is importable from `counting.models`."""
 
 from counting.models.display import CountCacheGeneration, CountRefreshSwitch, VideoDisplayCount
+from counting.models.migration import BucketMigration, MigrationState
 from counting.models.projection import (
     CountBucketRoute,
     CountBucketSpace,
@@ -29,6 +30,7 @@ from counting.models.reverse import (
 )
 
 __all__ = [
+    "BucketMigration",
     "CountBucketRoute",
     "CountBucketSpace",
     "CountCacheGeneration",
@@ -47,6 +49,7 @@ __all__ = [
     "LikeReverseRecent",
     "LikeReverseSort",
     "ManifestStatus",
+    "MigrationState",
     "ProjectionGenerationStatus",
     "RetirementStatus",
     "ReverseEventReceipt",

@@ -4,6 +4,7 @@ one local transaction covers them all (PROJ-3)."""
 
 from __future__ import annotations
 
+import pgtrigger
 from django.db import models
 from django.db.models import Q
 
@@ -20,6 +21,11 @@ class CountBucketSpace(HashContract):
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(virtual_buckets__gt=0), name="bucket_space_v_positive")]
+        triggers = [
+            # BKT-6: a bucket space is a frozen contract; a change is a new version (issue 13 §5). The
+            # database refuses an edit or a delete whoever sends it (row-level: a test flush's TRUNCATE passes).
+            pgtrigger.Protect(name="bucket_space_immutable", operation=pgtrigger.Update | pgtrigger.Delete),
+        ]
 
     def __str__(self) -> str:
         return f"bucket space v{self.version} ({self.hash_algorithm}, V={self.virtual_buckets})"
@@ -114,6 +120,17 @@ class CountBucketRoute(models.Model):
 
 # --- count partitions --------------------------------------------------------------------------
 
+# The partition-local change log of a bucket migration (issue 13 §3, D69): every INSERT or UPDATE of a
+# projection or bucket row takes the next value of the partition's `count_change_seq`, in the writer's own
+# transaction. A migration copies a bucket's rows by it and catches up on the rows changed since.
+CHANGE_SEQ = "count_change_seq"
+
+
+def change_seq_trigger(name: str) -> pgtrigger.Trigger:
+    return pgtrigger.Trigger(name=name, when=pgtrigger.Before, operation=pgtrigger.Insert | pgtrigger.Update,
+                             func=f"NEW.change_seq := nextval('{CHANGE_SEQ}'); RETURN NEW;")
+
+
 
 class LikeCountProjection(models.Model):
     """LIKE_COUNT_PROJECTION (E-4): the version and state this projection has seen per relation."""
@@ -128,13 +145,17 @@ class LikeCountProjection(models.Model):
     bucket_space_version = models.PositiveIntegerField()
     virtual_bucket = models.PositiveIntegerField()
     updated_at = models.DateTimeField()
+    change_seq = models.BigIntegerField(default=0)  # set by the trigger on every write
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["generation", "user_id", "video_id"], name="uniq_count_projection"),
         ]
-        # Per-video reads: reconciliation's identity and coverage, a scoped repair (issue 11).
-        indexes = [models.Index(fields=["generation", "video_id", "virtual_bucket"], name="projection_video_idx")]
+        # Per-video reads: reconciliation's identity and coverage, a scoped repair (issue 11); per bucket
+        # by change: a migration's copy and catch-up (issue 13).
+        indexes = [models.Index(fields=["generation", "video_id", "virtual_bucket"], name="projection_video_idx"),
+                   models.Index(fields=["generation", "virtual_bucket", "change_seq"], name="projection_change_idx")]
+        triggers = [change_seq_trigger("projection_change_seq")]
 
     def __str__(self) -> str:
         return f"g{self.generation} {self.user_id}:{self.video_id} {self.projected_state} v{self.projected_version}"
@@ -153,12 +174,15 @@ class VideoLikeCountVbucket(models.Model):
     bucket_version = models.BigIntegerField(default=0)
     frozen = models.BooleanField(default=False)  # a negative attempt stops this bucket (PROJ-12)
     updated_at = models.DateTimeField()
+    change_seq = models.BigIntegerField(default=0)  # set by the trigger on every write
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["generation", "video_id", "virtual_bucket"], name="uniq_vbucket"),
             models.CheckConstraint(condition=Q(active_count__gte=0), name="vbucket_active_count_non_negative"),
         ]
+        indexes = [models.Index(fields=["generation", "virtual_bucket", "change_seq"], name="vbucket_change_idx")]
+        triggers = [change_seq_trigger("vbucket_change_seq")]
 
     def __str__(self) -> str:
         return f"g{self.generation} {self.video_id} vb{self.virtual_bucket} = {self.active_count}"

@@ -2,58 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
-from django.utils import timezone
 
 from counting import routing
-from counting.models import (
-    CountBucketRoute,
-    CountBucketSpace,
-    CountProjectionGeneration,
-    CountRouteFence,
-    CountRouteManifest,
-    CountRouteManifestItem,
-    ManifestStatus,
-    ProjectionGenerationStatus,
-)
+from counting.models import CountBucketSpace, CountProjectionGeneration, CountRouteFence, ProjectionGenerationStatus
+from counting.services.manifests import manifest_seal, routes_materialize
 
 BUCKET_SPACE_V1_SEED = "likes-count-bucket-v1"
-
-
-class ManifestInvalid(Exception):
-    """A manifest that does not cover every bucket exactly once, or whose count/checksum differ."""
-
-
-def manifest_checksum(items: list[tuple[int, str, int]]) -> str:
-    """sha256 over "vb:partition:epoch\\n" lines in bucket order."""
-    h = hashlib.sha256()
-    for vb, partition, epoch in sorted(items):
-        h.update(f"{vb}:{partition}:{epoch}\n".encode())
-    return h.hexdigest()
-
-
-def manifest_verify(manifest: CountRouteManifest, virtual_buckets: int) -> list[tuple[int, str, int]]:
-    """Check a manifest's items cover 0..V-1 exactly once on configured partitions, and match its
-    recorded row count and checksum. Returns the items."""
-    items = list(
-        CountRouteManifestItem.objects.filter(manifest_id=manifest.pk)
-        .order_by("virtual_bucket")
-        .values_list("virtual_bucket", "physical_partition", "route_epoch")
-    )
-    if [vb for vb, _, _ in items] != list(range(virtual_buckets)):
-        raise ManifestInvalid(f"manifest {manifest.pk} does not cover every bucket exactly once")
-    unknown = {p for _, p, _ in items} - set(settings.COUNT_PARTITION_ALIASES)
-    if unknown:
-        raise ManifestInvalid(f"manifest {manifest.pk} names unknown partitions {sorted(unknown)}")
-    if manifest.status == ManifestStatus.SEALED and (
-        manifest.row_count != len(items) or manifest.checksum != manifest_checksum(items)
-    ):
-        raise ManifestInvalid(f"manifest {manifest.pk} row count or checksum does not match its items")
-    return items
 
 
 @dataclass(frozen=True)
@@ -64,9 +23,19 @@ class BootstrapResult:
     created: bool
 
 
+def bootstrap_partitions() -> list[str]:
+    """COUNT_BOOTSTRAP_PARTITIONS, checked: configured partitions, in configuration order."""
+    wanted = list(dict.fromkeys(settings.COUNT_BOOTSTRAP_PARTITIONS))
+    unknown = sorted(set(wanted) - set(settings.COUNT_PARTITION_ALIASES))
+    if unknown or not wanted:
+        raise ImproperlyConfigured(f"COUNT_BOOTSTRAP_PARTITIONS names {unknown or 'no'} count partitions; "
+                                   f"configured: {', '.join(settings.COUNT_PARTITION_ALIASES)}")
+    return [a for a in settings.COUNT_PARTITION_ALIASES if a in wanted]
+
+
 def count_projection_bootstrap(*, virtual_buckets: int | None = None) -> BootstrapResult:
     """Create bucket space v1, generation 1 and its sealed epoch-1 manifest (buckets spread
-    round-robin over the count partitions), materialise the routes and the partition fences.
+    round-robin over COUNT_BOOTSTRAP_PARTITIONS), materialise the routes and the partition fences.
 
     Transaction: one durable transaction on `default` for the control plane, then one per count
     partition for its fences. Idempotency: an existing active generation is kept as it is; its
@@ -76,7 +45,7 @@ def count_projection_bootstrap(*, virtual_buckets: int | None = None) -> Bootstr
     created = False
     if active is None:
         v = virtual_buckets or settings.COUNT_VIRTUAL_BUCKETS
-        aliases = list(settings.COUNT_PARTITION_ALIASES)
+        aliases = bootstrap_partitions()
         try:
             with transaction.atomic(using="default", durable=True):
                 CountBucketSpace.objects.create(
@@ -84,23 +53,12 @@ def count_projection_bootstrap(*, virtual_buckets: int | None = None) -> Bootstr
                     key_encoding=routing.ENCODING_LP_UTF8_V1, virtual_buckets=v,
                 )
                 items = [(vb, aliases[vb % len(aliases)], 1) for vb in range(v)]
-                manifest = CountRouteManifest.objects.create(bucket_space_version=1)
-                CountRouteManifestItem.objects.bulk_create(
-                    CountRouteManifestItem(manifest_id=manifest.pk, virtual_bucket=vb, physical_partition=p,
-                                           route_epoch=e) for vb, p, e in items
-                )
-                manifest.status, manifest.row_count = ManifestStatus.SEALED, len(items)
-                manifest.checksum, manifest.sealed_at = manifest_checksum(items), timezone.now()
-                manifest.save()
-                manifest_verify(manifest, v)
+                manifest = manifest_seal(bucket_space_version=1, virtual_buckets=v, items=items)
                 CountProjectionGeneration.objects.create(
                     generation=1, bucket_space_version=1, active_manifest_id=manifest.pk,
                     status=ProjectionGenerationStatus.ACTIVE,
                 )
-                CountBucketRoute.objects.bulk_create(
-                    CountBucketRoute(bucket_space_version=1, virtual_bucket=vb, physical_partition=p, route_epoch=e)
-                    for vb, p, e in items
-                )
+                routes_materialize(bucket_space_version=1, items=items)
             created = True
         except IntegrityError:
             pass  # a concurrent bootstrap won; use what it created

@@ -79,7 +79,8 @@ def _check_route_fence(cursor, gen: routing.GenerationRoutes, events: list[Event
     wanted = {e.vb: e.route.epoch for e in events}
     cursor.execute(
         f"SELECT virtual_bucket, route_epoch, state FROM {kit.table(CountRouteFence)} "
-        "WHERE bucket_space_version = %s AND virtual_bucket = ANY(%s) FOR SHARE",
+        # In bucket order: a migration's horizon locks the same rows in the same order (no deadlock).
+        "WHERE bucket_space_version = %s AND virtual_bucket = ANY(%s) ORDER BY virtual_bucket FOR SHARE",
         [gen.space.version, sorted(wanted)],
     )
     found = {vb: (epoch, state) for vb, epoch, state in cursor.fetchall()}

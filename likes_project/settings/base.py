@@ -317,6 +317,10 @@ OPS_JOB_FILES_DIR = os.environ.get("OPS_JOB_FILES_DIR", str(BASE_DIR / ".data" /
 
 # --- count projection -----------------------------------------------------------------------------
 COUNT_VIRTUAL_BUCKETS = env_int("COUNT_VIRTUAL_BUCKETS", 1024)  # V of bucket space v1, used once at bootstrap
+# The count partitions the first manifest (and the first reverse-index generation) is sealed over, once,
+# at bootstrap (issue 13 §1); default every configured one. A partition configured later holds no routes
+# until a bucket migration moves buckets onto it.
+COUNT_BOOTSTRAP_PARTITIONS = env_list("COUNT_BOOTSTRAP_PARTITIONS") or list(COUNT_PARTITION_ALIASES)
 COUNT_PROJECTOR_BATCH = env_int("COUNT_PROJECTOR_BATCH", 500)
 COUNT_SNAPSHOT_BATCH = env_int("COUNT_SNAPSHOT_BATCH", 2000)
 # One display snapshot run at a time (a lease); a holder silent this long is taken over.
@@ -376,6 +380,15 @@ SNAPSHOT_STREAM_CHUNK = env_int("SNAPSHOT_STREAM_CHUNK", 1 << 16)
 SNAPSHOT_REPLAY_FENCE_LAG = env_int("SNAPSHOT_REPLAY_FENCE_LAG", 500)
 # A replaced count projection generation stays readable this long, then its rows are dropped.
 COUNT_GENERATION_OBSERVATION_S = env_float("COUNT_GENERATION_OBSERVATION_S", 24 * 3600.0)
+
+# --- virtual-bucket migration (issue 13, counting.services.migration) --------------------------------
+BUCKET_MIGRATION_COPY_CHUNK = env_int("BUCKET_MIGRATION_COPY_CHUNK", 5000)  # rows per copy / replay statement
+# The catch-up replays the change log until a pass finds at most this many changed rows, then cuts over.
+BUCKET_MIGRATION_CUTOVER_LAG = env_int("BUCKET_MIGRATION_CUTOVER_LAG", 2000)
+BUCKET_MIGRATION_CATCHUP_PASSES = env_int("BUCKET_MIGRATION_CATCHUP_PASSES", 20)  # then cut over anyway
+# MIG-5: the source's read-only copy is kept this long after VERIFY passed, then deleted.
+BUCKET_MIGRATION_RETENTION_S = env_float("BUCKET_MIGRATION_RETENTION_S", 24 * 3600.0)
+
 _SNAPSHOT_STORAGE = (
     {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
         "bucket_name": os.environ.get("SNAPSHOT_S3_BUCKET", ""),
@@ -398,6 +411,7 @@ CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name,
     ("recovery-snapshot",              "reconciliation.snapshot_scheduled",     SNAPSHOT_INTERVAL_S),
     ("recovery-snapshot-test-restore", "reconciliation.snapshot_test_restore",  SNAPSHOT_TEST_RESTORE_INTERVAL_S),
     ("drop-retired-generations",       "reconciliation.drop_retired_generations", 3600.0),
+    ("bucket-migration-cleanup",       "counting.bucket_migrations_cleanup",    600.0),
 )})
 
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a

@@ -1,6 +1,10 @@
-"""Test settings: the same real PostgreSQL and Redis, two relation shards and two count partitions."""
+"""Test settings: the same real PostgreSQL and Redis, two relation shards and three count partitions, the
+first manifest sealed over two of them (the third is where a bucket migration scales out to, issue 13)."""
 
 import os
+
+os.environ.setdefault("COUNT_PARTITIONS", "3")
+os.environ.setdefault("COUNT_BOOTSTRAP_PARTITIONS", "cnt_00,cnt_01")
 
 os.environ.setdefault("LIKES_REDIS_PREFIX", "likes-test")
 # Metric files of this test process (and the processes it starts) in a directory of its own, never the

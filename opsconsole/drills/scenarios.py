@@ -1,6 +1,6 @@
-"""The drills (issue 9 §5; issue 12's snapshot-rebalance, T12): what each injects, how answers are judged
-while it holds, and what the fault must not have caused. The run itself (population, traffic, sampling,
-healing, verdict) is `opsconsole.drills.runner`, the same for every drill."""
+"""The drills (issue 9 §5; issue 12's snapshot-rebalance, T12; issue 13's migration-worker-kill): what each
+injects, how answers are judged while it holds, and what the fault must not have caused. The run itself
+(population, traffic, sampling, healing, verdict) is `opsconsole.drills.runner`, the same for every drill."""
 
 from __future__ import annotations
 
@@ -291,6 +291,89 @@ class SnapshotRebalance(Drill):
         return failures
 
 
+class MigrationWorkerKill(Drill):
+    """MIG-2 after a crash, on real workers: a bucket migration (every bucket of the first count partition onto
+    the last) runs on the workers while commands flow; the workers are SIGKILLed in the middle of it and
+    restarted. The sweeper finds the job's worker gone, its `abandon` starts the next job, which goes on
+    from the ledger's cursor. The migration must end RETIRED with exactly one partition accepting writes
+    for each moved bucket, and the projections converge exactly."""
+
+    name = "migration-worker-kill"
+    summary = "the workers are SIGKILLed during a bucket migration; it resumes from its ledger and ends RETIRED"
+    commands_succeed_while = "the workers running a bucket migration were killed"
+    default_fault_s = 5.0
+
+    def prepare(self, ctx):
+        from counting import routing
+
+        ctx.stage.workers_check()
+        aliases = list(settings.COUNT_PARTITION_ALIASES)
+        if len(aliases) < 2:
+            raise DrillRefused("a bucket migration needs two count partitions at least")
+        routing.reset_cache()
+        gen = routing.active()
+        self.source = next((a for a in aliases if gen.buckets_on(a)), None)
+        self.target = aliases[-1] if aliases[-1] != self.source else aliases[0]
+        self.buckets = gen.buckets_on(self.source) if self.source else []
+        if not self.buckets:
+            raise DrillRefused("no count partition holds buckets")
+        self.migration_id = None
+
+    def inject(self, ctx):
+        from counting.models import BucketMigration
+        from counting.services.migration import ledger
+        from likes_project.audit.services import system_actor
+        from opsconsole.drills.runner import wait_until
+
+        m = ledger.migration_plan(target=self.target, buckets=self.buckets, reason="drill migration-worker-kill",
+                                  actor=system_actor("drill-planner"))
+        m = ledger.migration_approve(migration_id=m.pk, actor=system_actor("drill-approver"))
+        self.migration_id = m.pk
+
+        def started():
+            row = BucketMigration.objects.get(pk=m.pk)
+            return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
+
+        row = wait_until(started, timeout_s=60, poll_s=0.05)
+        at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
+        return f"migration {m.pk} ({len(self.buckets)} buckets {self.source} -> {self.target}) killed at {at}: " \
+               f"{ctx.stage.workers_kill()}"
+
+    def recover(self, ctx):
+        from counting.models import BucketMigration
+        from opsconsole.drills.runner import wait_until
+
+        restarted = ctx.stage.workers_restart(timeout_s=60)
+        done = wait_until(lambda: BucketMigration.objects.filter(pk=self.migration_id, state__in=[
+            "RETIRED", "ABORTED", "FAILED"]).first(), timeout_s=240)
+        row = BucketMigration.objects.get(pk=self.migration_id)
+        return f"{restarted}; migration {row.pk}: {row.state}" + ("" if done else " (not finished within 240 s)")
+
+    def judge(self, ctx, fault):
+        from counting import routing
+        from counting.models import BucketMigration, CountRouteFence
+        from likes_project.opsjobs.models import OpsJob
+
+        failures = super().judge(ctx, fault)
+        row = BucketMigration.objects.get(pk=self.migration_id)
+        if row.state != "RETIRED":
+            failures.append(f"migration {row.pk} ended {row.state}, not RETIRED: {row.error}")
+        jobs = OpsJob.objects.filter(kind="counting.bucket_migration", params__migrationId=row.pk).count()
+        if jobs < 2:
+            failures.append(f"migration {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
+        routing.reset_cache()
+        gen = routing.active()
+        for vb in self.buckets:
+            owners = [a for a in settings.COUNT_PARTITION_ALIASES if CountRouteFence.objects.using(a).filter(
+                bucket_space_version=gen.space.version, virtual_bucket=vb, route_epoch=gen.routes[vb].epoch,
+                state="ACTIVE").exists()]
+            if owners != [gen.routes[vb].partition]:
+                failures.append(f"bucket {vb}: partitions accepting writes {owners}, routed to {gen.routes[vb]}")
+                break
+        return failures
+
+
 # name -> the drill's class; a run makes its own instance (it keeps the run's injector).
 DRILLS: dict[str, type[Drill]] = {d.name: d for d in (CountPartitionDown, RelationShardDown, EventlogFlush,
-                                                        WorkerKill, CacheRedisDown, SnapshotRebalance)}
+                                                        WorkerKill, CacheRedisDown, SnapshotRebalance,
+                                                        MigrationWorkerKill)}

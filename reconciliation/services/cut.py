@@ -108,6 +108,19 @@ def _consumer_reached(offsets: dict[int, str]) -> Callable[[], bool]:
     return check
 
 
+def published_and_consumed(deadline: float) -> dict[int, str]:
+    """Without a barrier: every outbox row committed by now published, and the count consumer past the
+    stream heads read after that (a generation built from facts read before this call is then not ahead of
+    the live one once both are at the same stream positions). Returns the heads; raises CutRefused."""
+    limits = _outbox_limits()
+    if not wait_driving(_outbox_drained(limits), deadline, _publish_pending):
+        raise CutRefused("the outbox was not drained within the deadline")
+    offsets = {p: streams.last_generated_id(p) for p in streams.all_partitions()}
+    if not wait_driving(_consumer_reached(offsets), deadline, consume_to(offsets)):
+        raise CutRefused("the count consumer did not reach the stream heads within the deadline")
+    return offsets
+
+
 def count_leases_take(deadline: float, *, holder_prefix: str = "reconcile",
                       ttl_s: float | None = None) -> list[leases.LeaseGrant]:
     """Take the count consumer's lease of every stream partition (waiting, until `deadline`, for the pass

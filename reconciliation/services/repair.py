@@ -25,7 +25,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from counting import routing
-from counting.services import rebuild_scoped, snapshots
+from counting.services import rebuild_scoped, route_switch, snapshots
+from counting.services.migration import ledger as migration_ledger
 from likes_project.audit.services import Actor, audit_record, system_actor
 from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
 from likes_project.eventlog import streams
@@ -243,7 +244,30 @@ def _rebuild_from_facts(gen: routing.GenerationRoutes, videos: list[str], say) -
 
 def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
     """Run an approved repair (the job's one slice): refuse it (VOID) if its parameters no longer hash
-    to the approval; per video rebuild the broken layer only; verify with an exact run."""
+    to the approval; per video rebuild the broken layer only; verify with an exact run.
+
+    ROUTE-7: a repair holds route switching paused while it runs (a bucket migration's cutover waits for
+    it), and a repair never runs while a bucket migration copies: its writes bypass the route fences the
+    migration's change-log horizon relies on. It fails then, to be requested again after the migration."""
+    with route_switch.switching_paused(f"repair {repair_id}", timeout_s=10.0):
+        moving = migration_ledger.migrations_in_flight()
+        if moving:
+            return _repair_refuse(repair_id, f"bucket migration {moving[0].pk} is {moving[0].state}; request the "
+                                             "repair again once it has cut over")
+        return _repair_execute(repair_id, say=say)
+
+
+def _repair_refuse(repair_id: int, why: str) -> RepairRequest:
+    with transaction.atomic(using="default", durable=True):
+        updated = RepairRequest.objects.filter(pk=repair_id, status=RepairStatus.APPROVED).update(
+            status=RepairStatus.FAILED, error=why, finished_at=timezone.now())
+        if updated:
+            audit_record(actor=system_actor(EXECUTOR), action="repair.refuse", target_type="repair",
+                         target_id=str(repair_id), outcome="refused", params={"reason": why})
+    return repair_get(repair_id)
+
+
+def _repair_execute(repair_id: int, *, say) -> RepairRequest:
     actor = system_actor(EXECUTOR)
     with transaction.atomic(using="default", durable=True):
         repair = RepairRequest.objects.select_for_update().get(pk=repair_id)

@@ -53,7 +53,7 @@ def count_route(user, video_id: str) -> tuple[str, int]:
 def _likers_on_both_partitions(make_user, video_id: str):
     """Users on both relation shards whose buckets land on both count partitions."""
     users = [make_user(shard="rel_00"), make_user(shard="rel_01")]
-    while {count_route(u, video_id)[0] for u in users} != set(settings.COUNT_PARTITION_ALIASES):
+    while {count_route(u, video_id)[0] for u in users} != set(settings.COUNT_BOOTSTRAP_PARTITIONS):
         users.append(make_user(shard=SHARDS[len(users) % 2]))
         assert len(users) < 40, "bucket routes never reached every count partition"
     return users
@@ -84,7 +84,7 @@ def test_vbuckets_page_lists_every_bucket_of_the_video_and_the_sum(admin_client,
     shown = {(r.alias, r.virtual_bucket): r.active_count for r in result.rows}
     assert {k: v for k, v in shown.items() if v} == expected
     assert set(shown) <= set(expected) | {count_route(withdrawn, "vid-v")}
-    assert {r.alias for r in result.rows} == set(settings.COUNT_PARTITION_ALIASES)
+    assert {r.alias for r in result.rows} == set(settings.COUNT_BOOTSTRAP_PARTITIONS)
     assert all(r.routed for r in result.rows)
     assert result.routed_sum == len(likers)
     assert result.generation == count_routing.active().generation

@@ -115,19 +115,19 @@ def test_a_relation_keeps_its_bucket_through_like_unlike_relike(make_user, video
 
 def test_manifest_is_sealed_and_covers_every_bucket_on_both_partitions():
     from counting.models import CountRouteManifest
-    from counting.services.bootstrap import manifest_verify
+    from counting.services.manifests import manifest_verify
 
     gen = count_routing.active()
     manifest = CountRouteManifest.objects.get(pk=gen.manifest_id)
     assert manifest.status == "SEALED" and manifest.row_count == 1024
     items = manifest_verify(manifest, 1024)
-    assert {p for _, p, _ in items} == set(settings.COUNT_PARTITION_ALIASES)
+    assert {p for _, p, _ in items} == set(settings.COUNT_BOOTSTRAP_PARTITIONS)
     assert {e for _, _, e in items} == {1}
 
 
 def test_a_tampered_manifest_fails_verification():
     from counting.models import CountRouteManifest, CountRouteManifestItem
-    from counting.services.bootstrap import ManifestInvalid, manifest_verify
+    from counting.services.manifests import ManifestInvalid, manifest_verify
 
     gen = count_routing.active()
     CountRouteManifestItem.objects.filter(manifest_id=gen.manifest_id, virtual_bucket=5).update(

@@ -223,11 +223,12 @@ def manage(*argv) -> Ran:
 
 
 def roles_ensure() -> None:
-    """The groups of reconciliation/migrations/0002_roles.py and 0003 (the snapshot permission) as those
-    migrations make them (a transactional test's flush empties auth_group; the migrations' own functions
-    put them back)."""
+    """The groups of reconciliation/migrations/0002_roles.py and 0003 (the snapshot permission), and the
+    bucket-migration permissions of counting/migrations/0007, as those migrations make them (a
+    transactional test's flush empties auth_group; the migrations' own functions put them back)."""
     importlib.import_module("reconciliation.migrations.0002_roles").roles(django_apps, None)
     importlib.import_module("reconciliation.migrations.0003_recovery_snapshots").roles(django_apps, None)
+    importlib.import_module("counting.migrations.0007_bucket_migration").roles(django_apps, None)
 
 
 def member_of(group: str, username: str | None = None):

@@ -37,13 +37,13 @@ from counting.models import (
     VideoLikeCountVbucket,
 )
 from counting.selectors import reset_generation_cache
-from counting.services.bootstrap import ManifestInvalid, manifest_verify
 from counting.services.count_cache.layers import (
     REBUILD_JOB,
     CountCacheRebuildRefused,
     count_cache_generations_mirror,
     write_buckets,
 )
+from counting.services.manifests import ManifestInvalid, manifest_verify
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
 from likes_project.audit.services import Actor

@@ -203,12 +203,13 @@ def identity_problems(gen: routing.GenerationRoutes, *, limit: int = 50) -> list
             cursor.execute("SET LOCAL statement_timeout = 0")  # one aggregate over the whole generation
             cursor.execute(
                 f"WITH p AS (SELECT video_id, virtual_bucket, count(*) AS n FROM {p_t} WHERE generation = %s AND "
-                f"projected_state = 'LIKED' GROUP BY video_id, virtual_bucket), b AS (SELECT video_id, virtual_bucket, "
-                f"active_count, frozen FROM {b_t} WHERE generation = %s) SELECT COALESCE(p.video_id, b.video_id), "
+                f"virtual_bucket = ANY(%s) AND projected_state = 'LIKED' GROUP BY video_id, virtual_bucket), b AS "
+                f"(SELECT video_id, virtual_bucket, active_count, frozen FROM {b_t} WHERE generation = %s AND "
+                "virtual_bucket = ANY(%s)) SELECT COALESCE(p.video_id, b.video_id), "
                 "COALESCE(p.virtual_bucket, b.virtual_bucket), COALESCE(p.n, 0), COALESCE(b.active_count, 0), "
                 "COALESCE(b.frozen, false) FROM p FULL JOIN b ON p.video_id = b.video_id AND p.virtual_bucket = "
                 "b.virtual_bucket WHERE COALESCE(p.n, 0) <> COALESCE(b.active_count, 0) OR COALESCE(b.frozen, false) "
-                "LIMIT %s", [gen.generation, gen.generation, limit])
+                "LIMIT %s", [gen.generation, gen.buckets_on(alias), gen.generation, gen.buckets_on(alias), limit])
             out += [{"partition": alias, "videoId": v, "virtualBucket": vb, "projected": n, "bucket": c, "frozen": f}
                     for v, vb, n, c, f in cursor.fetchall()]
     return out[:limit]
@@ -232,16 +233,19 @@ def coverage_problems(gen: routing.GenerationRoutes, positions: dict[int, str], 
 
 
 def generation_totals(generation: int) -> dict:
-    """LIKED projection rows and Σ buckets of a generation (before / after of a restore)."""
+    """LIKED projection rows and Σ buckets of a generation (before / after of a restore), each bucket read
+    on the partition the generation's manifest routes it to (a migration's other copy is not counted)."""
     liked = buckets = 0
+    routes = routing.load_generation(generation)
     for alias in settings.COUNT_PARTITION_ALIASES:
+        mine = routes.buckets_on(alias)
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             cursor.execute("SET LOCAL statement_timeout = 0")  # counts over a whole generation
             cursor.execute(f"SELECT count(*) FROM {LikeCountProjection._meta.db_table} WHERE generation = %s AND "
-                           "projected_state = 'LIKED'", [generation])
+                           "virtual_bucket = ANY(%s) AND projected_state = 'LIKED'", [generation, mine])
             liked += cursor.fetchone()[0]
             cursor.execute(f"SELECT COALESCE(sum(active_count), 0) FROM {VideoLikeCountVbucket._meta.db_table} "
-                           "WHERE generation = %s", [generation])
+                           "WHERE generation = %s AND virtual_bucket = ANY(%s)", [generation, mine])
             buckets += int(cursor.fetchone()[0])
     return {"generation": generation, "likedRelations": liked, "bucketSum": buckets}
 
@@ -261,6 +265,18 @@ def _fences_write(generation: int) -> None:
 
 def _switch(snap: RecoverySnapshot, old: routing.GenerationRoutes, new: routing.GenerationRoutes,
             positions: dict[int, str], token: int, actor: Actor, say) -> dict:
+    return generation_switch(old, new, positions, token=token, actor=actor, say=say,
+                             what=f"restore of snapshot {snap.pk}", audit_action="generation.restore_activate",
+                             audit_params={"snapshot": snap.pk})
+
+
+def generation_switch(old: routing.GenerationRoutes, new: routing.GenerationRoutes, positions: dict[int, str], *,
+                      token: int, actor: Actor, say, what: str, audit_action: str, audit_params: dict,
+                      at_barrier=None) -> dict:
+    """Switch the active count generation from `old` to `new` (a restore, a bucket-space change): the live
+    consumer's leases taken, `new` replayed to exactly the live checkpoints T[p], `at_barrier(positions)`
+    (a check that may refuse, with both generations at T), then ONE transaction: `old` RETIRED, `new`
+    ACTIVE (refused if the active generation or its manifest moved), the partitions' generation fences moved."""
     started = time.monotonic()
     # Held while the last entries are replayed (up to SNAPSHOT_REPLAY_FENCE_LAG of them): a TTL that covers it.
     grants = count_leases_take(time.monotonic() + settings.RECONCILE_DRAIN_MAX_S, holder_prefix="restore",
@@ -273,19 +289,19 @@ def _switch(snap: RecoverySnapshot, old: routing.GenerationRoutes, new: routing.
         lost = [g.resource for g in grants if not leases.lease_is_current(g)]
         if lost:
             raise RestoreFailed(f"a lease changed hands during the switch: {', '.join(lost)}")
-        with route_switch.switch_exclusive(f"restore of snapshot {snap.pk}"), \
-                transaction.atomic(using="default", durable=True):
+        barrier = at_barrier(positions) if at_barrier is not None else {}
+        with route_switch.switch_exclusive(what), transaction.atomic(using="default", durable=True):
             active = CountProjectionGeneration.objects.select_for_update().filter(
                 status=ProjectionGenerationStatus.ACTIVE).first()
-            if active is None or active.generation != old.generation or active.active_manifest_id != snap.manifest_id:
-                raise RestoreFailed(f"the active generation moved from {old.generation} during the restore")
+            if active is None or active.generation != old.generation or active.active_manifest_id != old.manifest_id:
+                raise RestoreFailed(f"the active generation moved from {old.generation} during the {what}")
             now = timezone.now()
             CountProjectionGeneration.objects.filter(pk=old.generation).update(
                 status=ProjectionGenerationStatus.RETIRED, retired_at=now)
             CountProjectionGeneration.objects.filter(pk=new.generation).update(
                 status=ProjectionGenerationStatus.ACTIVE, activated_at=now)
-            audit_record(actor=actor, action="generation.restore_activate", target_type="count_generation",
-                         target_id=str(new.generation), params={"snapshot": snap.pk, "previous": old.generation,
+            audit_record(actor=actor, action=audit_action, target_type="count_generation",
+                         target_id=str(new.generation), params={**audit_params, "previous": old.generation,
                                                                 "consumptionBarrier": target})
         _fences_write(new.generation)
     finally:
@@ -294,7 +310,7 @@ def _switch(snap: RecoverySnapshot, old: routing.GenerationRoutes, new: routing.
         fence_ms = round((time.monotonic() - started) * 1000.0, 3)
     routing.reset_cache()
     say(f"switched generation {old.generation} -> {new.generation} at T = {target}; dispatch fenced {fence_ms} ms")
-    return {"consumptionBarrier": target, "finalReplayed": final, "fenceMs": fence_ms}
+    return {"consumptionBarrier": target, "finalReplayed": final, "fenceMs": fence_ms, **barrier}
 
 
 # --- the whole restore, and the test-restore -----------------------------------------------------------

@@ -43,7 +43,7 @@ from counting.models import (
     VideoLikeCountVbucket,
 )
 from counting.services import route_switch
-from counting.services.bootstrap import ManifestInvalid, manifest_verify
+from counting.services.manifests import ManifestInvalid, manifest_verify
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
 from likes_project.audit.services import Actor, audit_record
@@ -205,10 +205,13 @@ def _cut_snapshots(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -
 # --- the dump -----------------------------------------------------------------------------------------
 
 
-def _copy_chunks(alias: str, kind: str, generation: int) -> Iterator[bytes]:
+def _copy_chunks(alias: str, kind: str, generation: int, buckets: list[int]) -> Iterator[bytes]:
+    """The rows of the buckets the pinned manifest routes to `alias` (ROUTE-4, ROUTE-6): a bucket
+    migration's target copy before its cutover, or a source's read-only copy after it, is not dumped."""
     model, columns, order = KINDS[kind]
+    routed = "{" + ",".join(str(int(vb)) for vb in buckets) + "}"
     sql = (f"COPY (SELECT {', '.join(columns)} FROM {model._meta.db_table} WHERE generation = {int(generation)} "
-           f"ORDER BY {order}) TO STDOUT")
+           f"AND virtual_bucket = ANY('{routed}'::int[]) ORDER BY {order}) TO STDOUT")
     buffer, limit = bytearray(), 1 << 20
     with connections[alias].cursor() as cursor, cursor.cursor.copy(sql) as copy:
         for data in copy:
@@ -230,7 +233,7 @@ def _dump(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -> list[di
                 header={"kind": kind, "partition": alias, "snapshotId": snap.pk, "generation": gen.generation,
                         "bucketSpaceVersion": gen.space.version, "manifestId": gen.manifest_id,
                         "columns": list(columns)},
-                chunks=_copy_chunks(alias, kind, gen.generation))
+                chunks=_copy_chunks(alias, kind, gen.generation, gen.buckets_on(alias)))
             out.append(art.as_dict())
             say(f"dumped {kind} of {alias}: {art.rows} rows, {art.bytes} bytes in "
                 f"{time.monotonic() - started:.2f} s")

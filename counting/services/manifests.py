@@ -1,0 +1,96 @@
+"""Route manifests (ROUTE-1 … ROUTE-4): sealing one, checking one, and the materialised routes rebuilt
+from one. A manifest covers every virtual bucket of its bucket space exactly once, each on one partition at
+one epoch; once SEALED (row count and checksum) it never changes. `COUNT_BUCKET_ROUTE` is only ever written
+from a manifest, so it can always be rebuilt from the active one (ROUTE-3)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from counting.models import CountBucketRoute, CountRouteManifest, CountRouteManifestItem, ManifestStatus
+
+
+class ManifestInvalid(Exception):
+    """A manifest that does not cover every bucket exactly once, or whose count/checksum differ."""
+
+
+def manifest_checksum(items: list[tuple[int, str, int]]) -> str:
+    """sha256 over "vb:partition:epoch\\n" lines in bucket order."""
+    h = hashlib.sha256()
+    for vb, partition, epoch in sorted(items):
+        h.update(f"{vb}:{partition}:{epoch}\n".encode())
+    return h.hexdigest()
+
+
+def manifest_items(manifest_id: int) -> list[tuple[int, str, int]]:
+    return list(CountRouteManifestItem.objects.filter(manifest_id=manifest_id).order_by("virtual_bucket")
+                .values_list("virtual_bucket", "physical_partition", "route_epoch"))
+
+
+def manifest_verify(manifest: CountRouteManifest, virtual_buckets: int) -> list[tuple[int, str, int]]:
+    """Check a manifest's items cover 0..V-1 exactly once on configured partitions, and match its
+    recorded row count and checksum. Returns the items."""
+    items = manifest_items(manifest.pk)
+    if [vb for vb, _, _ in items] != list(range(virtual_buckets)):
+        raise ManifestInvalid(f"manifest {manifest.pk} does not cover every bucket exactly once")
+    unknown = {p for _, p, _ in items} - set(settings.COUNT_PARTITION_ALIASES)
+    if unknown:
+        raise ManifestInvalid(f"manifest {manifest.pk} names unknown partitions {sorted(unknown)}")
+    if manifest.status == ManifestStatus.SEALED and (
+        manifest.row_count != len(items) or manifest.checksum != manifest_checksum(items)
+    ):
+        raise ManifestInvalid(f"manifest {manifest.pk} row count or checksum does not match its items")
+    return items
+
+
+def manifest_seal(*, bucket_space_version: int, virtual_buckets: int,
+                  items: list[tuple[int, str, int]]) -> CountRouteManifest:
+    """A CANDIDATE manifest of `items`, verified and SEALED (ROUTE-2). Inside the caller's transaction on
+    `default` when there is one (the bootstrap), its own otherwise."""
+    with transaction.atomic(using="default"):
+        manifest = CountRouteManifest.objects.create(bucket_space_version=bucket_space_version)
+        CountRouteManifestItem.objects.bulk_create(
+            CountRouteManifestItem(manifest_id=manifest.pk, virtual_bucket=vb, physical_partition=p, route_epoch=e)
+            for vb, p, e in sorted(items))
+        manifest_verify(manifest, virtual_buckets)  # a candidate must cover every bucket before it is sealed
+        manifest.status, manifest.row_count = ManifestStatus.SEALED, len(items)
+        manifest.checksum, manifest.sealed_at = manifest_checksum(items), timezone.now()
+        manifest.save()
+        manifest_verify(manifest, virtual_buckets)
+    return manifest
+
+
+def routes_materialize(*, bucket_space_version: int, items: list[tuple[int, str, int]]) -> int:
+    """Make `COUNT_BUCKET_ROUTE` of the bucket space say what `items` (a sealed manifest's) say; in the
+    caller's transaction on `default`. Returns how many bucket rows changed."""
+    current = {vb: (p, e) for vb, p, e in CountBucketRoute.objects.filter(
+        bucket_space_version=bucket_space_version).values_list("virtual_bucket", "physical_partition", "route_epoch")}
+    changed = 0
+    for vb, p, e in items:
+        if current.get(vb) == (p, e):
+            continue
+        CountBucketRoute.objects.update_or_create(bucket_space_version=bucket_space_version, virtual_bucket=vb,
+                                                  defaults={"physical_partition": p, "route_epoch": e})
+        changed += 1
+    stale = set(current) - {vb for vb, _, _ in items}
+    if stale:
+        CountBucketRoute.objects.filter(bucket_space_version=bucket_space_version, virtual_bucket__in=stale).delete()
+    return changed
+
+
+def routes_rebuild(generation: int | None = None) -> int:
+    """ROUTE-3 after a crash: the materialised routes rebuilt from the generation's active manifest (the
+    arbiter). Returns how many bucket rows were wrong."""
+    from counting.models import CountBucketSpace, CountProjectionGeneration
+
+    qs = CountProjectionGeneration.objects
+    gen = qs.get(generation=generation) if generation else qs.get(status="ACTIVE")
+    manifest = CountRouteManifest.objects.get(pk=gen.active_manifest_id)
+    space = CountBucketSpace.objects.get(version=gen.bucket_space_version)
+    items = manifest_verify(manifest, space.virtual_buckets)
+    with transaction.atomic(using="default", durable=True):
+        return routes_materialize(bucket_space_version=space.version, items=items)

@@ -1,0 +1,95 @@
+"""A virtual-bucket migration planned and approved in a real browser (D56; the fixtures of tests/browser.py):
+operator A plans moving buckets 0-3 onto cnt_02 (the test databases' third count partition, which the
+bootstrap routes left empty) from the console's "Plan a migration" page and lands on the new ledger row,
+AWAITING_APPROVAL; approver B opens that row and approves it; B sees it PREPARE, with the system's job
+started. The job is not run (the protocol is tested on its own): what each one sees is checked against
+the ledger and the audit log."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from playwright.sync_api import expect
+
+from counting import routing
+from counting.models import BucketMigration
+from counting.services.migration import ledger
+from likes_project.audit.models import AuditRecord
+from likes_project.opsjobs.models import OpsJob
+from tests import browser
+from tests.browser import log_in, path_is
+from tests.reconciliation.helpers import roles_ensure
+
+pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+              pytest.mark.usefixtures("close_db_connections")]
+debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
+
+PASSWORD = "browser-pw-3"
+LEDGER_URL = "/admin/counting/bucketmigration/"
+PLAN_URL = "/admin/counting/bucketmigration/plan/"
+TARGET = "cnt_02"
+
+
+def operator(username: str, *groups: str):
+    """A staff user with a password (they log in through the form) in the console's role groups (made
+    again after a transactional test's flush removed them)."""
+    roles_ensure()
+    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
+    user.groups.add(*Group.objects.filter(name__in=groups))
+    return user
+
+
+def field(page, name: str):
+    return page.locator(f".field-{name} .readonly")
+
+
+def test_an_operator_plans_a_migration_and_another_operator_approves_it(open_page):
+    gen = routing.active()
+    assert gen.buckets_on(TARGET) == [] and {gen.routes[vb].partition for vb in range(4)} <= {"cnt_00", "cnt_01"}
+    a = operator("br-mig-a", "likes-operator")
+    b = operator("br-mig-b", "likes-approver")
+
+    # --- A plans it from the console: the ledger row's page follows, waiting for approval -------------
+    page_a = open_page()
+    log_in(page_a, a.username, PASSWORD, next_path=LEDGER_URL)
+    page_a.locator(".object-tools a", has_text="Plan a migration").click()
+    page_a.wait_for_url(path_is(PLAN_URL))
+    page_a.locator("#id_target").select_option(TARGET)
+    page_a.locator("#id_buckets").fill("0-3")
+    page_a.locator("#id_reason").fill("scale out onto cnt_02")
+    page_a.locator("input[type=submit][value='Plan the migration']").click()
+    m = BucketMigration.objects.get()
+    row_path = f"{LEDGER_URL}{m.pk}/change/"
+    page_a.wait_for_url(path_is(row_path))
+    expect(page_a.locator(".messagelist .success")).to_contain_text(f"Planned migration {m.pk}: buckets 0-3 (4)")
+    expect(field(page_a, "state_code")).to_have_text("AWAITING_APPROVAL")
+    expect(field(page_a, "bucket_range")).to_have_text("0-3")
+    expect(page_a.locator("#migration-approve-form")).to_have_count(0)  # an operator does not approve
+    assert (m.state, m.buckets, m.target_partition, m.requested_by) == ("AWAITING_APPROVAL", [0, 1, 2, 3], TARGET,
+                                                                        a.username)
+    assert not OpsJob.objects.exists()
+
+    # --- B approves it: PREPARE, and the system's job is started (not run here) ------------------------
+    page_b = open_page()
+    log_in(page_b, b.username, PASSWORD, next_path=row_path)
+    expect(field(page_b, "state_code")).to_have_text("AWAITING_APPROVAL")
+    page_b.locator("#migration-approve-form input[type=submit]").click()
+    page_b.wait_for_url(path_is(row_path))
+    expect(page_b.locator(".messagelist .success")).to_contain_text(f"Approved migration {m.pk}: it is PREPARE")
+    expect(field(page_b, "state_code")).to_have_text("PREPARE")
+    expect(field(page_b, "approved_by")).to_have_text(b.username)
+    m.refresh_from_db()
+    job = OpsJob.objects.get()
+    assert (m.state, m.approved_by, m.job_id) == ("PREPARE", b.username, job.pk)
+    assert (job.kind, job.params, job.status) == (ledger.MIGRATION_JOB, {"migrationId": m.pk}, "QUEUED")
+
+    # and the ledger lists it so
+    page_b.goto(LEDGER_URL)
+    expect(page_b.locator("#result_list tbody tr")).to_have_count(1)
+    expect(page_b.locator("#result_list .state-code")).to_have_text("PREPARE")
+
+    actions = list(AuditRecord.objects.filter(target_type="bucket_migration", target_id=str(m.pk)).order_by("id")
+                   .values_list("action", "actor", "channel"))
+    assert actions == [("bucket_migration.plan", a.username, "admin"),
+                       ("bucket_migration.prepare", b.username, "admin")]

@@ -1,0 +1,100 @@
+"""A change of the bucket contract (issue 13 §5; BKT-6, T20): a new bucket space, a generation built on it from
+the facts and caught up while commands go on, the same count of every video in both generations at the switch
+barrier, the exact reconciliation after the switch; refusals that write nothing; the command's contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from counting import routing as count_routing
+from counting.models import BucketMigration, CountBucketSpace, CountProjectionGeneration
+from counting.services.migration import ledger
+from likes_project.errors import DomainError
+from likes_project.opsjobs.models import OpsJob
+from likes_project.opsjobs.services import job_run_inline, job_start
+from reconciliation.jobs import BUCKET_SPACE_JOB
+from reconciliation.services.recovery import bucket_space
+from tests.counting.helpers import drain
+from tests.reconciliation.helpers import (
+    OPERATOR,
+    REQUESTER,
+    Background,
+    api_like,
+    api_liked_video,
+    displayed,
+    facts_liked,
+    manage,
+    member_of,
+    run_check,
+)
+
+pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+              pytest.mark.usefixtures("close_db_connections")]
+
+
+def test_a_bucket_space_switch_under_live_load_gives_the_same_counts_in_both_generations(
+        api, make_user, make_video):
+    videos = [f"bs-{i}" for i in range(4)]
+    for v in videos:
+        api_liked_video(api, make_user, make_video, v, 5)
+    users = [make_user() for _ in range(16)]
+    unliker = users[0]
+
+    def traffic():
+        for i, u in enumerate(users):
+            assert api_like(api, u, videos[i % len(videos)]).status_code == 200
+            drain()
+        assert api_like(api, unliker, videos[0], "UNLIKED").status_code == 200
+        drain()
+
+    old = count_routing.load_generation()
+    during = Background(traffic)
+    job = job_run_inline(job_start(kind=BUCKET_SPACE_JOB, actor=OPERATOR, params={"virtualBuckets": 4096}).pk)
+    during.join()
+    assert job.status == "SUCCEEDED", job.last_error
+    report = job.result
+    assert report["virtualBuckets"] == 4096 and report["videosCompared"] >= len(videos)
+    assert report["exactRun"]["status"] == "PASSED", report["exactRun"]
+    new = count_routing.load_generation()
+    assert (new.generation, new.space.version, new.space.virtual_buckets) == (report["generation"], 2, 4096)
+    assert CountProjectionGeneration.objects.get(pk=old.generation).status == "RETIRED"  # still readable
+    assert CountBucketSpace.objects.get(version=1).virtual_buckets == old.space.virtual_buckets  # never edited
+    drain()
+    for v in videos:
+        assert displayed(v) == len(facts_liked(v)), v
+    assert sum(len(facts_liked(v)) for v in videos) == 4 * 5 + len(users) - 1  # every acknowledged like
+    assert run_check("exact", all_videos=True).status == "PASSED"
+
+
+@pytest.mark.parametrize("params,code", [({"virtualBuckets": 0}, "invalid_vbuckets"),
+                                         ({"virtualBuckets": 1 << 20}, "invalid_vbuckets"),
+                                         ({"virtualBuckets": "many"}, "invalid_vbuckets"),
+                                         ({"virtualBuckets": 64, "seed": "x" * 65}, "invalid_seed")])
+def test_a_bad_request_is_refused_before_a_job_or_a_bucket_space_exists(params, code):
+    with pytest.raises(DomainError) as info:
+        job_start(kind=BUCKET_SPACE_JOB, actor=OPERATOR, params=params)
+    assert info.value.code == code
+    assert not OpsJob.objects.filter(kind=BUCKET_SPACE_JOB).exists()
+    assert list(CountBucketSpace.objects.values_list("version", flat=True)) == [1]
+
+
+def test_a_bucket_space_change_waits_for_an_unfinished_migration():
+    ledger.migration_plan(target="cnt_02", buckets="0-3", reason="x", actor=REQUESTER)
+    with pytest.raises(bucket_space.BucketSpaceRefused):
+        job_start(kind=BUCKET_SPACE_JOB, actor=OPERATOR, params={"virtualBuckets": 64})
+    assert BucketMigration.objects.count() == 1 and CountBucketSpace.objects.count() == 1
+
+
+def test_the_command_prints_the_new_space_and_refuses_bad_input_with_a_code(api, make_user, make_video):
+    api_liked_video(api, make_user, make_video, "bs-cli", 3)
+    approver = member_of("likes-approver")
+    bad = manage("bucket_space_create", "--vbuckets", "0", "--actor", approver.username, "--json")
+    assert bad.code == 1 and bad.json["code"] == "invalid_vbuckets"
+    ran = manage("bucket_space_create", "--vbuckets", "256", "--seed", "s2", "--actor", approver.username, "--json")
+    assert ran.code == 0, ran.err
+    out = ran.json
+    assert (out["status"], out["bucketSpaceVersion"], out["virtualBuckets"], out["seed"]) == ("ACTIVE", 2, 256, "s2")
+    assert out["exactRun"]["status"] == "PASSED"
+    viewer = member_of("likes-viewer")
+    denied = manage("bucket_space_create", "--vbuckets", "64", "--actor", viewer.username, "--json")
+    assert denied.code == 1 and denied.json["code"] == "permission_denied"
