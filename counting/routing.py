@@ -95,6 +95,20 @@ def active() -> GenerationRoutes:
     return _ACTIVE.get()
 
 
+def active_checked() -> GenerationRoutes:
+    """The active generation's routes, re-read when the pointer moved since they were cached (one primary-key
+    query): for a reader that clears state by what it read, like the display snapshot, which must never
+    read a bucket's old copy after a migration's cutover and then drop the target's dirty marks."""
+    from counting.models import CountProjectionGeneration
+
+    gen = _ACTIVE.get()
+    pointer = CountProjectionGeneration.objects.filter(status="ACTIVE").values_list(
+        "generation", "active_manifest_id").first()
+    if pointer != (gen.generation, gen.manifest_id):
+        gen = _ACTIVE.get(fresh=True)
+    return gen
+
+
 def reset_cache() -> None:
     _ACTIVE.reset()
 

@@ -66,20 +66,26 @@ def manifest_seal(*, bucket_space_version: int, virtual_buckets: int,
 
 def routes_materialize(*, bucket_space_version: int, items: list[tuple[int, str, int]]) -> int:
     """Make `COUNT_BUCKET_ROUTE` of the bucket space say what `items` (a sealed manifest's) say; in the
-    caller's transaction on `default`. Returns how many bucket rows changed."""
+    caller's transaction on `default`. One statement for the changed buckets (a migration's cutover runs
+    it inside its write pause). Returns how many bucket rows changed."""
+    from django.db import connections
+
     current = {vb: (p, e) for vb, p, e in CountBucketRoute.objects.filter(
         bucket_space_version=bucket_space_version).values_list("virtual_bucket", "physical_partition", "route_epoch")}
-    changed = 0
-    for vb, p, e in items:
-        if current.get(vb) == (p, e):
-            continue
-        CountBucketRoute.objects.update_or_create(bucket_space_version=bucket_space_version, virtual_bucket=vb,
-                                                  defaults={"physical_partition": p, "route_epoch": e})
-        changed += 1
+    changed = [(vb, p, e) for vb, p, e in items if current.get(vb) != (p, e)]
+    if changed:
+        t = CountBucketRoute._meta.db_table
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {t} (bucket_space_version, virtual_bucket, physical_partition, route_epoch) "
+                "SELECT %s, vb, p, e FROM unnest(%s::int[], %s::text[], %s::int[]) AS x(vb, p, e) "
+                "ON CONFLICT (bucket_space_version, virtual_bucket) DO UPDATE SET physical_partition = "
+                "EXCLUDED.physical_partition, route_epoch = EXCLUDED.route_epoch",
+                [bucket_space_version, [c[0] for c in changed], [c[1] for c in changed], [c[2] for c in changed]])
     stale = set(current) - {vb for vb, _, _ in items}
     if stale:
         CountBucketRoute.objects.filter(bucket_space_version=bucket_space_version, virtual_bucket__in=stale).delete()
-    return changed
+    return len(changed)
 
 
 def routes_rebuild(generation: int | None = None) -> int:

@@ -81,7 +81,7 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     Idempotency: a rerun recomputes the same sums.
     """
     limit = limit or settings.COUNT_SNAPSHOT_BATCH
-    gen = routing.active()
+    gen = routing.active_checked()  # a cutover moved buckets: never read their old copy
     report = SnapshotReport(snapshot_id=_next_snapshot_id())
     marks: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     seq_total: dict[str, int] = defaultdict(int)

@@ -210,12 +210,111 @@ def test_the_projector_is_refused_at_the_drained_source_and_its_checkpoint_stays
     assert checkpoints_get("count") != seen["checkpoints"]  # it advanced only once the group committed
 
 
+def test_a_late_old_epoch_write_after_the_switch_is_refused_and_applied_at_the_target_by_version(
+        api, make_user, make_video):
+    """T23 after the CAS: a pass still holding the old routes writes to the retired source, is refused
+    (ROUTE_EPOCH_MISMATCH, nothing written there), and once its routes are refreshed the target applies
+    it by relation version; an old event replayed late is stale there (MIG-3)."""
+    from counting.services.projection import RouteEpochMismatch, apply_entries
+    from likes_project.eventlog import streams
+
+    video = make_video("mig-late", make_user())
+    user = make_user()
+    assert api_like(api, user, video.video_id).status_code == 200
+    drain()
+    stale = _gen()
+    vb = count_routing.virtual_bucket(stale.space, video.video_id, user.pk)
+    source = stale.routes[vb].partition
+    m = _run(stale.buckets_on(source), "cnt_02")
+    assert m.state == S.RETIRED, m.error
+    assert api_like(api, user, video.video_id, "UNLIKED").status_code == 200
+    from tests.counting.helpers import publish_all
+
+    publish_all()
+    entries = [e for p in streams.all_partitions() for e in streams.read_after(p, "0-0", 1000)
+               if e.event["userId"] == user.pk]
+    first, late = entries[0], entries[-1]
+    refused = apply_entries(stale, [late], consumer="count", partition=late.partition, token=1 << 40)
+    assert isinstance(refused.failed[late.entry_id], RouteEpochMismatch)
+    assert sql(source, "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s AND projected_state = "
+                       "'UNLIKED'", [user.pk]) == 0
+    drain()  # the live consumer: routes refreshed, applied at the target
+    assert displayed(video.video_id) == 0 == len(facts_liked(video.video_id))
+    replay = apply_entries(_gen(), [first], consumer="count", partition=first.partition, token=1 << 41)
+    assert replay.stale == 1 and not replay.failed  # the old like, replayed late, changes nothing
+
+
+def test_the_display_snapshot_never_reads_the_old_copy_with_routes_cached_before_the_cutover(
+        api, make_user, make_video):
+    """A process whose routes were cached before the CAS (up to ROUTE_REFRESH_S) refreshes a display count:
+    it re-reads the routes when the pointer moved, so it sums the target, not the source's frozen copy
+    (which would show the count at H and clear the target's dirty marks)."""
+    import time
+
+    from counting.services import snapshots
+
+    video = make_video("mig-display", make_user())
+    for _ in range(3):
+        assert api_like(api, make_user(), video.video_id).status_code == 200
+    drain()
+    snapshots.display_snapshot_refresh()
+    stale = _gen()
+    m = _run(list(range(stale.space.virtual_buckets)), "cnt_02")  # every bucket: the late like lands on one
+    assert m.state == S.RETIRED, m.error
+    late = make_user()
+    assert api_like(api, late, video.video_id).status_code == 200
+    drain()  # applied at the target
+    count_routing._ACTIVE._value = (time.monotonic(), stale)  # this process still holds the old routes
+    snapshots.display_snapshot_refresh()
+    assert displayed(video.video_id) == 4 == len(facts_liked(video.video_id))
+
+
+def test_like_unlike_relike_across_a_scale_out_keep_one_virtual_bucket(api, make_user, make_video):
+    """T21, INV-11: the relation's bucket never changes, only where the bucket lives."""
+    video = make_video("mig-t21", make_user())
+    user = make_user()
+    gen = _gen()
+    vb = count_routing.virtual_bucket(gen.space, video.video_id, user.pk)
+    assert api_like(api, user, video.video_id).status_code == 200
+    drain()
+
+    def unlike_mid_copy(m, at):
+        if at == "catch_up" and m.catchup_passes == 1:
+            assert api_like(api, user, video.video_id, "UNLIKED").status_code == 200
+            drain()
+
+    protocol.step_hook = unlike_mid_copy
+    try:
+        m = _run([vb], "cnt_02")
+    finally:
+        protocol.step_hook = None
+    assert m.state == S.RETIRED, m.error
+    assert api_like(api, user, video.video_id).status_code == 200  # re-like after the move
+    drain()
+    rows = [r for a in settings.COUNT_PARTITION_ALIASES for r in sql_rows(
+        a, "SELECT virtual_bucket, projected_state, projected_version FROM counting_likecountprojection WHERE "
+           "user_id = %s AND video_id = %s", [user.pk, video.video_id])]
+    assert {r[0] for r in rows} == {vb}  # on the source's kept copy and the target: the same bucket
+    assert sql_rows("cnt_02", "SELECT projected_state, projected_version FROM counting_likecountprojection WHERE "
+                              "user_id = %s", [user.pk]) == [("LIKED", 3)]
+    assert displayed(video.video_id) == 1
+
+
+def sql_rows(alias: str, statement: str, params: list) -> list[tuple]:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
 # --- crashes -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("point", ["prepare", "copy", "catch_up", "cutover_draining", "cutover_sealed", "verify"])
 def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, make_user, make_video, point,
                                                                         settings):
+    """T22, MIG-2: a runner stopped at every step; the ledger's cursor and the route CAS decide where the
+    resumed job goes on from; INV-12 holds throughout (the real-worker SIGKILL is the migration-worker-kill
+    drill)."""
     settings.BUCKET_MIGRATION_COPY_CHUNK = 3  # several copy chunks, so "copy" crashes mid-step
     videos = [f"mig-crash-{point}-{i}" for i in range(2)]
     for v in videos:

@@ -153,7 +153,7 @@ def test_t16_a_flushed_count_cache_is_rebuilt_from_the_durable_buckets_without_t
         generation=gen.generation, video_id="hot", virtual_bucket=vb, bucket_space_version=gen.space.version,
         active_count=100, bucket_version=99, updated_at=timezone.now())
     before = durable_state()
-    assert all(before[(a, "VideoLikeCountVbucket")] for a in settings.COUNT_PARTITION_ALIASES)
+    assert all(before[(a, "VideoLikeCountVbucket")] for a in settings.COUNT_BOOTSTRAP_PARTITIONS)
     assert flush_count_cache() > 0 and count_keys() == []
 
     progress: list[str] = []

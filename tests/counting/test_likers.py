@@ -73,7 +73,7 @@ def likers(make_user, make_video, author, video_id, n):
 def test_newest_first_across_partitions_and_shards(make_user, make_video, author, api):
     users = likers(make_user, make_video, author, "lk-order", 12)
     gen = reverse_routing.reverse_active()
-    assert {gen.alias_of(u.pk) for u in users} == set(settings.COUNT_PARTITION_ALIASES)
+    assert {gen.alias_of(u.pk) for u in users} == set(settings.COUNT_BOOTSTRAP_PARTITIONS)
     assert len({gen.shard_of(u.pk) for u in users}) >= 3
     r = page(api.as_user(author), "lk-order", limit=100)
     assert r.status_code == 200

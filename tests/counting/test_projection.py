@@ -238,7 +238,7 @@ def test_t9_counter_example_crash_before_commit_replays_normally(make_user, vide
 
 def _users_spanning_both_count_partitions(make_user, video_id, stream_partition=None, n=6):
     """Users whose like of `video_id` lands in one stream partition but on both count partitions."""
-    found: dict[str, list] = {a: [] for a in settings.COUNT_PARTITION_ALIASES}
+    found: dict[str, list] = {a: [] for a in settings.COUNT_BOOTSTRAP_PARTITIONS}  # the partitions with buckets
     target = stream_partition
     for _ in range(400):
         u = make_user()

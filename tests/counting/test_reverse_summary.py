@@ -83,7 +83,7 @@ def test_summary_keeps_only_the_newest_k_per_partition_and_refills(make_user, ma
     author = make_user()
     make_video("rs-many", author)
     g = gen()
-    per_alias: dict[str, list] = {a: [] for a in settings.COUNT_PARTITION_ALIASES}
+    per_alias: dict[str, list] = {a: [] for a in settings.COUNT_BOOTSTRAP_PARTITIONS}  # where reverse shards live
     while min(len(v) for v in per_alias.values()) < RECENT_KEEP + 2:
         u = make_user()
         cmd(u, "rs-many", "LIKED")

@@ -82,12 +82,15 @@ def _position(cursor) -> int:
     return int(last) if called else 0
 
 
-def rows_after(alias: str, table: Table, *, generation: int, bucket: int, after: int, limit: int) -> list[tuple]:
-    """One bucket's rows changed after `after`, in change order: (*key, *columns, change_seq)."""
+def rows_after(alias: str, table: Table, *, generation: int, buckets: list[int], after: tuple[int, int],
+               limit: int) -> list[tuple]:
+    """The rows of `buckets` after the keyset `after` = (bucket, change seq), in (bucket, change) order:
+    (*key, *columns, virtual_bucket, change_seq). One index range scan across the buckets."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(table.all_columns)}, change_seq FROM {table.table} WHERE generation = %s "
-                       "AND virtual_bucket = %s AND change_seq > %s ORDER BY change_seq LIMIT %s",
-                       [generation, bucket, after, limit])
+        cursor.execute(f"SELECT {', '.join(table.all_columns)}, virtual_bucket, change_seq FROM {table.table} WHERE "
+                       "generation = %s AND (virtual_bucket, change_seq) > (%s, %s) AND virtual_bucket = ANY(%s) "
+                       "ORDER BY virtual_bucket, change_seq LIMIT %s",
+                       [generation, after[0], after[1], buckets, limit])
         return cursor.fetchall()
 
 
@@ -152,11 +155,11 @@ def rows_count(alias: str, *, generation: int, buckets: list[int]) -> int:
     return n
 
 
-def bucket_rows(alias: str, table: Table, *, generation: int, bucket: int) -> dict[tuple, tuple]:
-    """key -> columns of one bucket's rows (VERIFY)."""
+def bucket_rows(alias: str, table: Table, *, generation: int, buckets: list[int]) -> dict[tuple, tuple]:
+    """key -> columns of the rows of `buckets` (VERIFY)."""
     with connections[alias].cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(table.all_columns)} FROM {table.table} WHERE generation = %s AND "
-                       "virtual_bucket = %s", [generation, bucket])
+                       "virtual_bucket = ANY(%s)", [generation, buckets])
         n = len(table.key)
         return {tuple(r[:n]): tuple(r[n:]) for r in cursor.fetchall()}
 

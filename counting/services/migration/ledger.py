@@ -102,14 +102,14 @@ def parse_buckets(raw: str, virtual_buckets: int) -> list[int]:
             continue
         lo, sep, hi = part.partition("-")
         if not (lo.strip().isdigit() and (not sep or hi.strip().isdigit())):
-            raise InvalidInput(f"--buckets takes ranges like 0-255 or 0-9,100-109; {part!r} is not one.",
+            raise InvalidInput(f"Buckets are given as ranges like 0-255 or 0-9,100-109; {part!r} is not one.",
                                code="invalid_buckets")
         a, b = int(lo), int(hi) if sep else int(lo)
         if a > b or b >= virtual_buckets:
             raise InvalidInput(f"bucket range {part!r} is not inside 0-{virtual_buckets - 1}.", code="invalid_buckets")
         out.update(range(a, b + 1))
     if not out:
-        raise InvalidInput("--buckets names no bucket.", code="invalid_buckets")
+        raise InvalidInput("No bucket is named.", code="invalid_buckets")
     return sorted(out)
 
 
@@ -139,8 +139,8 @@ def migration_plan(*, target: str, buckets: str | list[int], reason: str, actor:
     if actor.channel == "cli" and actor.name.startswith("os:"):
         raise InvalidInput("A migration plan names its operator: --actor USER.", code="actor_required")
     if target not in settings.COUNT_PARTITION_ALIASES:
-        raise InvalidInput(f"--to names no configured count partition ({', '.join(settings.COUNT_PARTITION_ALIASES)}).",
-                           code="unknown_partition")
+        raise InvalidInput(f"The target {target!r} is not a configured count partition "
+                           f"({', '.join(settings.COUNT_PARTITION_ALIASES)}).", code="unknown_partition")
     routing.reset_cache()
     gen = routing.active()
     wanted = buckets if isinstance(buckets, list) else parse_buckets(buckets, gen.space.virtual_buckets)

@@ -184,28 +184,24 @@ def _fences_set(alias: str, m: BucketMigration, *, state: str, epoch_offset: int
 
 
 def _copy(m: BucketMigration, say: Say) -> None:
+    """Every row of the buckets, per (source, table), in (bucket, change) keyset order from the ledger's
+    cursor; a chunk applied is a chunk recorded, so a crash resumes after the last one."""
     chunk = settings.BUCKET_MIGRATION_COPY_CHUNK
     cursor = dict(m.copy_cursor)
     copied = m.copied_rows
     for alias, vbs in sorted(_by_source(m).items()):
         for table in changelog.TABLES:
             key = f"{alias}:{table.kind}"
-            pos = cursor.get(key, {"bucket": 0, "seq": 0})
-            for i in range(pos["bucket"], len(vbs)):
-                seq = pos["seq"] if i == pos["bucket"] else 0
-                while True:
-                    rows = changelog.rows_after(alias, table, generation=m.generation, bucket=vbs[i], after=seq,
-                                                limit=chunk)
-                    changelog.rows_apply(m.target_partition, table, generation=m.generation, rows=rows)
-                    copied += len(rows)
-                    if rows:
-                        seq = rows[-1][-1]
-                    full = len(rows) == chunk
-                    cursor[key] = {"bucket": i if full else i + 1, "seq": seq if full else 0}
-                    _save(m, copy_cursor=cursor, copied_rows=copied)
-                    _hook(m, "copy")
-                    if not full:
-                        break
+            while not cursor.get(key, {}).get("done"):
+                pos = cursor.get(key, {"bucket": -1, "seq": 0})
+                rows = changelog.rows_after(alias, table, generation=m.generation, buckets=vbs,
+                                            after=(pos["bucket"], pos["seq"]), limit=chunk)
+                changelog.rows_apply(m.target_partition, table, generation=m.generation, rows=rows)
+                copied += len(rows)
+                cursor[key] = ({"bucket": rows[-1][-2], "seq": rows[-1][-1]} if len(rows) == chunk else
+                               {"done": True})
+                _save(m, copy_cursor=cursor, copied_rows=copied)
+                _hook(m, "copy")
             say(f"copy: {table.kind} of {alias} done ({copied} rows so far)")
     transition(m, S.CATCHING_UP, actor=_actor(), params={"copiedRows": copied})
 
@@ -256,21 +252,20 @@ def _pinned_by() -> str | None:
     return None
 
 
-def _candidate(m: BucketMigration, gen: routing.GenerationRoutes) -> CountRouteManifest:
-    """The sealed manifest of the active routes with the buckets on the target at E+1 (reused on resume)."""
-    if m.target_manifest_id:
-        found = CountRouteManifest.objects.filter(pk=m.target_manifest_id, status=ManifestStatus.SEALED).first()
-        if found is not None:
-            items = {vb: (p, e) for vb, p, e in manifests.manifest_items(found.pk)}
-            if all(items.get(vb) == (gen.routes[vb].partition, gen.routes[vb].epoch) for vb in range(len(gen.routes))
-                   if str(vb) not in m.source_epochs):
-                return found
+def _candidate(m: BucketMigration, gen: routing.GenerationRoutes) -> tuple[CountRouteManifest,
+                                                                         list[tuple[int, str, int]]]:
+    """The sealed manifest of the active routes with the buckets on the target at E+1, and its items (a
+    resumed cutover reuses the one it sealed, if the other buckets' routes have not moved since)."""
     moving = {vb: (m.target_partition, m.source_epochs[str(vb)] + 1) for vb in m.buckets}
     items = [(vb, *moving.get(vb, (r.partition, r.epoch))) for vb, r in enumerate(gen.routes)]
+    if m.target_manifest_id:
+        found = CountRouteManifest.objects.filter(pk=m.target_manifest_id, status=ManifestStatus.SEALED).first()
+        if found is not None and manifests.manifest_items(found.pk) == items:
+            return found, items
     manifest = manifests.manifest_seal(bucket_space_version=gen.space.version,
                                        virtual_buckets=gen.space.virtual_buckets, items=items)
     _save(m, target_manifest_id=manifest.pk)
-    return manifest
+    return manifest, items
 
 
 def _cutover(m: BucketMigration, say: Say) -> None:
@@ -287,11 +282,17 @@ def _cutover(m: BucketMigration, say: Say) -> None:
     # The route table is held for the whole cutover (a snapshot or a repair that holds it first makes this
     # wait, then refuses: nothing has been drained yet, the job is resumed later).
     with route_switch.switch_exclusive(f"bucket migration {m.pk}", timeout_s=5.0):
+        # Before the pause, with the route table held (so the routes cannot move under it): the candidate
+        # manifest, and the target's fences at E+1 ACTIVE (no route names the target at E+1 before the CAS).
+        routing.reset_cache()
+        gen = routing.active()
+        manifest, items = _candidate(m, gen)
+        _fences_set(m.target_partition, m, state=FenceState.ACTIVE, epoch_offset=1, only_missing=False)
         started = time.monotonic()
         try:
             h = {alias: changelog.horizon(alias, space_version=m.bucket_space_version, buckets=vbs,
                                           state=FenceState.DRAINING) for alias, vbs in sorted(sources.items())}
-            replaced, manifest, pause_ms = _drained_cutover(m, sources, h, started)
+            replaced, pause_ms = _drained_cutover(m, sources, h, started, gen, manifest, items)
         except Exception:
             _source_fences_reopen(m)  # before the CAS the source is still the authority: writes go on there
             raise
@@ -301,17 +302,14 @@ def _cutover(m: BucketMigration, say: Say) -> None:
     say(f"cutover: manifest {replaced} -> {manifest.pk}; write pause {pause_ms} ms; H = {h}")
 
 
-def _drained_cutover(m: BucketMigration, sources: dict[str, list[int]], h: dict[str, int],
-                     started: float) -> tuple[int, CountRouteManifest, float]:
-    """From DRAINING to the CAS: replay to H, the target's fences, the candidate, then one transaction."""
+def _drained_cutover(m: BucketMigration, sources: dict[str, list[int]], h: dict[str, int], started: float,
+                     gen: routing.GenerationRoutes, manifest: CountRouteManifest,
+                     items: list[tuple[int, str, int]]) -> tuple[int, float]:
+    """The write pause: from DRAINING, replay to H, then one transaction (CAS, routes, the ledger)."""
     _save(m, final_watermark=h)
     _hook(m, "cutover_draining")
     for alias, vbs in sorted(sources.items()):
         _replay(m, alias, vbs, h[alias])
-    _fences_set(m.target_partition, m, state=FenceState.ACTIVE, epoch_offset=1, only_missing=False)
-    routing.reset_cache()
-    gen = routing.active()
-    manifest = _candidate(m, gen)
     target_watermark = changelog.position(m.target_partition)
     _hook(m, "cutover_sealed")
     offsets = {str(p): off for p, off in checkpoints_get(COUNT_CONSUMER).items()}
@@ -321,7 +319,6 @@ def _drained_cutover(m: BucketMigration, sources: dict[str, list[int]], h: dict[
             active_manifest_id=manifest.pk)
         if not moved:
             raise MigrationWaiting(f"migration {m.pk}: the active manifest changed under the cutover; resume")
-        items = manifests.manifest_items(manifest.pk)
         changed = manifests.routes_materialize(bucket_space_version=m.bucket_space_version, items=items)
         pause_ms = round((time.monotonic() - started) * 1000.0, 3)
         transition(m, S.VERIFY, actor=_actor(),
@@ -330,26 +327,29 @@ def _drained_cutover(m: BucketMigration, sources: dict[str, list[int]], h: dict[
                    source_manifest_id=replaced, target_manifest_id=manifest.pk, cutover_checkpoint_ref=h,
                    cutover_stream_offsets=offsets, target_watermark=target_watermark, write_pause_ms=pause_ms,
                    cutover_at=timezone.now(), error="")
-    return replaced, manifest, pause_ms
+    return replaced, pause_ms
+
+
+def _source_fences_set(m: BucketMigration, state: str, *, only_from: str | None = None) -> None:
+    """The source fences of the buckets (at their epoch E) to `state`, per source partition."""
+    t = CountRouteFence._meta.db_table
+    extra = " AND state = %s" if only_from else ""
+    for alias, vbs in _by_source(m).items():
+        with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+            cursor.executemany(f"UPDATE {t} SET state = %s WHERE bucket_space_version = %s AND virtual_bucket = %s "
+                               f"AND route_epoch = %s{extra}",
+                               [(state, m.bucket_space_version, vb, m.source_epochs[str(vb)],
+                                 *([only_from] if only_from else [])) for vb in vbs])
 
 
 def _source_fences_reopen(m: BucketMigration) -> None:
-    """DRAINING source fences of the buckets back to ACTIVE (before the CAS only)."""
-    t = CountRouteFence._meta.db_table
-    for alias, vbs in _by_source(m).items():
-        with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-            cursor.executemany(f"UPDATE {t} SET state = 'ACTIVE' WHERE bucket_space_version = %s AND "
-                               "virtual_bucket = %s AND route_epoch = %s AND state = 'DRAINING'",
-                               [(m.bucket_space_version, vb, m.source_epochs[str(vb)]) for vb in vbs])
+    """DRAINING source fences back to ACTIVE (before the CAS only: the source is still the authority)."""
+    _source_fences_set(m, FenceState.ACTIVE, only_from=FenceState.DRAINING)
 
 
 def _source_fences_retire(m: BucketMigration) -> None:
-    t = CountRouteFence._meta.db_table
-    for alias, vbs in _by_source(m).items():
-        with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-            cursor.executemany(f"UPDATE {t} SET state = 'RETIRED' WHERE bucket_space_version = %s AND "
-                               "virtual_bucket = %s AND route_epoch = %s",
-                               [(m.bucket_space_version, vb, m.source_epochs[str(vb)]) for vb in vbs])
+    """After the CAS: the source never accepts these buckets at E again."""
+    _source_fences_set(m, FenceState.RETIRED)
 
 
 def undo_before_cas(m: BucketMigration) -> None:
@@ -386,15 +386,19 @@ def _compare(table: changelog.Table, source: dict, target: dict) -> list[dict]:
     return out
 
 
+_VERIFY_GROUP = 32  # buckets compared per statement pair
+
+
 def _verify(m: BucketMigration, say: Say) -> None:
     _hook(m, "verify")
     mismatches: list[dict] = []
     rows = 0
     for alias, vbs in sorted(_by_source(m).items()):
-        for vb in vbs:
+        for i in range(0, len(vbs), _VERIFY_GROUP):
+            group = vbs[i:i + _VERIFY_GROUP]
             for table in changelog.TABLES:
-                src = changelog.bucket_rows(alias, table, generation=m.generation, bucket=vb)
-                tgt = changelog.bucket_rows(m.target_partition, table, generation=m.generation, bucket=vb)
+                src = changelog.bucket_rows(alias, table, generation=m.generation, buckets=group)
+                tgt = changelog.bucket_rows(m.target_partition, table, generation=m.generation, buckets=group)
                 rows += len(src)
                 found = _compare(table, src, tgt)
                 mismatches += found[: max(0, 20 - len(mismatches))]
