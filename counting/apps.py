@@ -17,3 +17,6 @@ class CountingConfig(AppConfig):
         for kind in (COUNT_CACHE_REBUILD, REVERSE_REBUILD, *jobs.JOB_KINDS):
             job_kind_register(kind)
         observability.register()
+        from likes_project.health import readiness_detail_register
+
+        readiness_detail_register("countPartitions", observability.count_partition_roles)

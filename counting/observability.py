@@ -28,3 +28,15 @@ def _snapshot_staleness(scrape: Scrape) -> None:
 
 def register() -> None:
     register_part("snapshot_staleness", _snapshot_staleness)
+
+
+def count_partition_roles() -> dict[str, str]:
+    """/readyz detail (with the token): per configured count partition, "N buckets" routed there by the
+    active manifest, or "empty, no routes" (configured, not yet given buckets by a migration: not an
+    error, issue 13 §1). Empty before the first generation exists."""
+    try:
+        gen = routing.active()
+    except routing.NoActiveGeneration:
+        return {}
+    return {alias: (f"{len(gen.buckets_on(alias))} buckets" if gen.buckets_on(alias) else "empty, no routes")
+            for alias in settings.COUNT_PARTITION_ALIASES}

@@ -15,6 +15,7 @@ import hmac
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import psycopg
@@ -139,17 +140,23 @@ def readiness_checks() -> dict[str, str]:
     return checks
 
 
-def count_partition_roles() -> dict[str, str]:
-    """Per configured count partition: "N buckets" routed there by the active manifest, or "empty, no
-    routes" (configured, not yet given buckets by a migration: not an error, issue 13 §1)."""
-    from counting import routing
+# Details an app adds to /readyz for the token holder (registered in its AppConfig.ready, so this module
+# imports no app): name -> a function returning a JSON value, never raising.
+_DETAILS: dict[str, Callable[[], object]] = {}
 
-    try:
-        gen = routing.active()
-    except Exception:  # noqa: BLE001 - no generation yet (before migrate_all) or default down: the db check says it
-        return {}
-    return {alias: (f"{len(gen.buckets_on(alias))} buckets" if gen.buckets_on(alias) else "empty, no routes")
-            for alias in settings.COUNT_PARTITION_ALIASES}
+
+def readiness_detail_register(name: str, fn: Callable[[], object]) -> None:
+    _DETAILS[name] = fn
+
+
+def _details() -> dict[str, object]:
+    out = {}
+    for name, fn in _DETAILS.items():
+        try:
+            out[name] = fn()
+        except Exception:  # a detail never fails the probe; the checks above say what is down
+            logger.warning("readyz detail %s could not be computed", name, exc_info=True)
+    return out
 
 
 def readyz(request):
@@ -168,5 +175,5 @@ def readyz(request):
         status, http_status = "ok", 200
     body: dict = {"status": status}
     if metrics_token_ok(request):
-        body.update(checks=checks, failing=failing, countPartitions=count_partition_roles())
+        body.update(checks=checks, failing=failing, **_details())
     return JsonResponse(body, status=http_status)

@@ -170,6 +170,7 @@ CELERY_TASK_ROUTES = {
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
     "counting.count_cache_check_loss": {"queue": "maintenance"},
+    "counting.bucket_migrations_cleanup": {"queue": "maintenance"},
     "opsjobs.run*": {"queue": "ops"},
     "opsjobs.sweep": {"queue": "maintenance"},
     "eventlog.redrive": {"queue": "maintenance"},
