@@ -88,9 +88,10 @@ def rows_after(alias: str, table: Table, *, generation: int, buckets: list[int],
     (*key, *columns, virtual_bucket, change_seq). One index range scan across the buckets."""
     with connections[alias].cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(table.all_columns)}, virtual_bucket, change_seq FROM {table.table} WHERE "
-                       "generation = %s AND (virtual_bucket, change_seq) > (%s, %s) AND virtual_bucket = ANY(%s) "
-                       "ORDER BY virtual_bucket, change_seq LIMIT %s",
-                       [generation, after[0], after[1], buckets, limit])
+                       "generation = %s AND (virtual_bucket, change_seq) > (%s, %s) AND virtual_bucket <= %s "
+                       "AND virtual_bucket = ANY(%s) ORDER BY virtual_bucket, change_seq LIMIT %s",
+                       # the upper bound ends the index range at the last bucket: the set is only a filter
+                       [generation, after[0], after[1], max(buckets), buckets, limit])
         return cursor.fetchall()
 
 
@@ -128,7 +129,8 @@ def rows_apply(alias: str, table: Table, *, generation: int, rows: list[tuple]) 
         return cursor.rowcount
 
 
-def rows_delete(alias: str, *, generation: int, buckets: list[int], batch: int = 20000) -> int:
+def rows_delete(alias: str, *, generation: int, buckets: list[int], batch: int = 20000,
+                on_batch=None) -> int:
     """Delete the projection and bucket rows of `buckets` on `alias` (a target cleared before a copy, an
     aborted target, a retired source), in batches. Returns rows deleted."""
     total = 0
@@ -140,6 +142,8 @@ def rows_delete(alias: str, *, generation: int, buckets: list[int], batch: int =
                                [generation, buckets, batch])
                 n = cursor.rowcount
             total += n
+            if on_batch is not None:
+                on_batch()
             if n < batch:
                 break
     return total

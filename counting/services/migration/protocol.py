@@ -89,6 +89,13 @@ _tick: contextvars.ContextVar[Callable[[BucketMigration], None] | None] = contex
 RUNNER_LOCK = 0x4C4B4D52  # "LKMR", with the migration id: one runner per migration, whatever the job leases say
 
 
+def _beat(m: BucketMigration) -> None:
+    """Long work that saves nothing to the ledger (verify, deletes) still tells the job it is alive."""
+    tick = _tick.get()
+    if tick is not None:
+        tick(m)
+
+
 def _save(m: BucketMigration, **fields) -> None:
     BucketMigration.objects.filter(pk=m.pk).update(**fields)
     for k, v in fields.items():
@@ -158,7 +165,8 @@ def _prepare(m: BucketMigration, say: Say) -> None:
     if problems:
         transition(m, S.FAILED, actor=_actor(), params={"problems": problems}, error="; ".join(problems)[:4000])
         return
-    cleared = changelog.rows_delete(m.target_partition, generation=m.generation, buckets=m.buckets)
+    cleared = changelog.rows_delete(m.target_partition, generation=m.generation, buckets=m.buckets,
+                                    on_batch=lambda: _beat(m))
     _fences_set(m.target_partition, m, state=FenceState.RETIRED, epoch_offset=1, only_missing=False)
     say(f"prepare: {len(m.buckets)} buckets -> {m.target_partition}; {cleared} stale target rows cleared")
     _hook(m, "prepare")
@@ -402,6 +410,7 @@ def _verify(m: BucketMigration, say: Say) -> None:
                 rows += len(src)
                 found = _compare(table, src, tgt)
                 mismatches += found[: max(0, 20 - len(mismatches))]
+                _beat(m)
     identity = changelog.identity_problems(m.target_partition, generation=m.generation, buckets=m.buckets)
     ok = not mismatches and not identity
     result = {"ok": ok, "buckets": len(m.buckets), "rowsCompared": rows, "mismatches": mismatches,
@@ -434,7 +443,7 @@ def _cleanup(m: BucketMigration, say: Say) -> None:
         # A bucket a later migration routed back here is live again: never delete it.
         gone = [vb for vb in vbs if gen.generation != m.generation or gen.routes[vb].partition != alias]
         if gone:
-            deleted += changelog.rows_delete(alias, generation=m.generation, buckets=gone)
+            deleted += changelog.rows_delete(alias, generation=m.generation, buckets=gone, on_batch=lambda: _beat(m))
     with transaction.atomic(using="default", durable=True):
         _save(m, source_cleaned_at=timezone.now())
         audit_record(actor=_actor(), action="bucket_migration.cleanup", target_type="bucket_migration",
