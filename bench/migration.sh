@@ -17,7 +17,8 @@
 # likes_bench_mig (+ _rel_NN, _cnt_NN) on the same server: the run moves routes, and the other benchmarks'
 # likes_bench* databases must keep their two-partition bootstrap. Those likes_bench_mig* databases are dropped
 # and created again (migrate_all bootstraps them) at the start of every run. Only 127.0.0.1 is contacted.
-# Results: the tables on stdout and bench/migration/results-<scale>.json (gitignored).
+# Results: the tables on stdout and bench/migration/results-<scale>.json (gitignored); `python -m
+# bench.migration.report FILE` prints a results file again.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # setup_all, the bench databases and Redis namespace, PY, bench_drive
 # The driver's loops replace the Celery nudges: do not queue tasks into the bench broker that nobody runs.

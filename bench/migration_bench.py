@@ -22,6 +22,9 @@ straight into the count partitions (bench/migration/seed.py: no relation facts f
               projector stopped, the rows copied by executemany, the routes switched; rolled back) and the raw SQL
               ceiling (COPY TO STDOUT -> COPY FROM STDIN between the two databases; rolled back) of the big set's
               rows;
+  again       the backlogs once more with the buckets on cnt_02; then, with nothing else running, the raw COPY
+              ceiling of the same rows and the reverse migration of the buckets back to cnt_00 (the same move
+              without the load), and the backlogs once more on the bootstrap's layout (2, 3, 3, 2 partitions);
   final       the load stopped and the pipeline drained: the seeded videos' routed sums are what the seed wrote;
               every load and backlog video's facts = Σ routed vbuckets = display snapshot; no acknowledged
               relation lost; one writer per bucket (INV-11); no rows left on a retired source.

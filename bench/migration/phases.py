@@ -13,9 +13,11 @@ series      the load and the pipeline again: `--series` migrations moving `--ser
             back and forth between cnt_02 and cnt_00, `--series-gap` seconds apart (the write pause p50 / p99),
             then the naive stop-the-world move and the raw COPY ceiling of the big set's rows, under the same load;
             the load stops and the pipeline drains.
-With `--vacuum` (the default when the server's autovacuum is off) every migration is followed by a VACUUM
-(ANALYZE) of the two count tables on its source and target, outside its timing, as autovacuum would do after a
-bulk copy and a bulk delete."""
+reverse     nothing else running: the raw COPY ceiling of the big set's rows, then the big set moved back to
+            cnt_00 by the product (the same migration without the load).
+With the vacuum stand-in (when the server's autovacuum is off, unless --no-vacuum) every migration is followed by
+a VACUUM (ANALYZE) of the two count tables on its source and target, outside its timing, as autovacuum would do
+after a bulk copy and a bulk delete."""
 
 from __future__ import annotations
 
@@ -253,13 +255,20 @@ def phase_series(h: Harness, videos: list[str], series_buckets: list[int], big_b
 
 
 def phase_reverse(h: Harness, buckets: list[int]) -> dict:
-    """With nothing else running: the big set moved back to cnt_00 (the bootstrap's layout again, for the last
-    throughput measurement), the same migration without the load."""
+    """With nothing else running: the raw COPY ceiling of the big set's rows (rolled back), then the big set moved
+    back to cnt_00 (the bootstrap's layout again, for the last throughput measurement): the same migration and the
+    same ceiling without the load."""
     homes = _home(buckets)
     source = max(homes, key=lambda a: len(homes[a]))
     moving = homes[source]
     if source == "cnt_00":
         return {"skipped": "the buckets are on cnt_00 already"}
+    out: dict = {}
+    if "ceiling" not in h.args.skip_set:  # the raw COPY of the same rows with nothing else running, rolled back
+        out["ceiling_idle"], res = sampled(h, lambda: runs.ceiling(source, "cnt_00", moving))
+        out["ceiling_idle"]["resources"] = res
+        if h.args.vacuum:
+            runs.vacuum(["cnt_00"])
     try:
         r, res = sampled(h, lambda: runs.ours(h, moving, "cnt_00", "reverse-idle"))
     except Exception as exc:
@@ -268,7 +277,7 @@ def phase_reverse(h: Harness, buckets: list[int]) -> dict:
     r["resources"] = res
     if h.args.vacuum:
         r["vacuum"] = runs.vacuum([source, "cnt_00"])
-    return {"migration": r}
+    return {**out, "migration": r}
 
 
 def final_drain(h: Harness) -> dict:

@@ -301,11 +301,25 @@ def _baselines(result: dict) -> str:
         rows.append([f"ceiling: COPY TO STDOUT → COPY FROM STDIN, binary ({c['source']} → {c['target']})",
                      f"{c['rows']:,}", fmt(c["copy_s"], 2), f"**{fmt(c['rows_per_s'], 0)}**", "-",
                      "rows only: no pause, routes or checks"])
+    rev = result.get("reverse") or {}
+    rm = rev.get("migration")
+    if rm:
+        rows.append(["ours, nothing else running: the reverse migration's copy step", f"{rm['copied_rows']:,}",
+                     fmt((rm["steps_ms"].get("copy") or 0) / 1000, 2), f"**{fmt(rm['copy_rows_per_s'], 0)}**",
+                     f"**{fmt(rm['write_pause_ms'], 1)}**", f"{rm['job_s']:,.1f} s job"])
+    ci = rev.get("ceiling_idle")
+    if ci:
+        rows.append([f"ceiling, nothing else running ({ci['source']} → {ci['target']})", f"{ci['rows']:,}",
+                     fmt(ci["copy_s"], 2), f"**{fmt(ci['rows_per_s'], 0)}**", "-", "rows only"])
     head = ("**4. Against a naive stop-the-world move and the raw SQL ceiling** (the same buckets' rows, both "
-            "tables, under the same command load; the baselines write a scratch generation and roll back)")
+            "tables, under the same command load unless the row says otherwise; the baselines write a scratch "
+            "generation and roll back)")
     if c and big.get("copy_rows_per_s"):
         head += (f": our copy reaches {fmt(ratio(big['copy_rows_per_s'], c['rows_per_s']), 2)} of the ceiling's "
                  "rows/s")
+    if ci and rm and rm.get("copy_rows_per_s"):
+        head += (f"; with nothing else running {fmt(ratio(rm['copy_rows_per_s'], ci['rows_per_s']), 2)} of the idle "
+                 "ceiling")
     if n and big.get("write_pause_ms"):
         head += f"; the naive move stops the counts {fmt(ratio(n['write_pause_ms'], big['write_pause_ms']), 0)}× longer"
     return head + ".\n\n" + md_table(["variant", "rows:", "copy s:", "rows/s:", "write pause ms:", "note"], rows)
@@ -353,6 +367,12 @@ def _resources(result: dict) -> str:
         if name == "vacuum":
             continue
         items.append((f"{name} move", b.get("resources")))
+    rev = result.get("reverse") or {}
+    if rev.get("ceiling_idle"):
+        items.append(("ceiling, nothing else running", rev["ceiling_idle"].get("resources")))
+    if rev.get("migration"):
+        items.append((f"migration {rev['migration']['migration_id']} (nothing else running)",
+                      rev["migration"].get("resources")))
     for label, res in items:
         if res:
             rows.append([label, fmt(res.get("cores_busy"), 2), cpu_text(res, 0.05), waits_text(res, 3)])
