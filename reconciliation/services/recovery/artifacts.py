@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -123,7 +124,7 @@ def artifact_stream(uri: str, *, chunk_bytes: int = 1 << 20) -> tuple[dict, Iter
     gz = gzip.GzipFile(fileobj=hashing, mode="rb")
     try:
         header = json.loads(gz.readline())
-    except (OSError, EOFError, ValueError) as exc:
+    except (OSError, EOFError, ValueError, zlib.error) as exc:  # a flipped byte is a zlib.error, not an OSError
         fh.close()
         raise ArtifactInvalid(f"artifact {uri} has no readable header ({exc.__class__.__name__})") from None
     if header.get("format") != FORMAT or header.get("schemaVersion") != SCHEMA_VERSION:
@@ -137,7 +138,7 @@ def artifact_stream(uri: str, *, chunk_bytes: int = 1 << 20) -> tuple[dict, Iter
             while True:
                 try:
                     block = gz.read(chunk_bytes)
-                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
                     raise ArtifactInvalid(f"artifact {uri} is truncated or corrupt ({exc.__class__.__name__})") \
                         from None
                 if not block:
