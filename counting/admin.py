@@ -231,10 +231,7 @@ def _vbuckets_routes(result: selectors.VideoVbuckets) -> tuple[list[dict], list[
     buckets = {r.virtual_bucket for r in result.rows}
     moving_bucket: dict[int, BucketMigration] = {}
     migrations = []
-    for m in BucketMigration.objects.exclude(state__in=TERMINAL).order_by("pk"):
-        common = sorted(buckets & set(m.buckets))
-        if not common:
-            continue
+    for m, common in selectors.migrations_moving(buckets):
         migrations.append({"migration": m, "url": _migration_url(m.pk), "buckets": ledger.buckets_label(common),
                            "sources": _sources_text(m)})
         for vb in common:

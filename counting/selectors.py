@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from counting import cache, routing
 from counting.models import CountCacheGeneration, DirtyVideo, VideoDisplayCount, VideoLikeCountVbucket
+from counting.models.migration import TERMINAL, BucketMigration
 from likes_project import metrics
 from likes_project.fallback import FallbackLimiter
 from likes_project.generations import BUILDING, LIVE, GenerationStatus
@@ -218,4 +219,15 @@ def video_vbuckets_get(*, video_id: str) -> VideoVbuckets:
             out.unrouted_rows += 1
             out.unrouted_sum += r.active_count
     out.snapshot = VideoDisplayCount.objects.filter(video_id=video_id).first()
+    return out
+
+
+def migrations_moving(buckets: set[int]) -> list[tuple[BucketMigration, list[int]]]:
+    """The unfinished bucket migrations that move any of `buckets`, oldest first, each with the buckets
+    of the set it moves (sorted). Reads the ledger on `default` only."""
+    out = []
+    for m in BucketMigration.objects.exclude(state__in=TERMINAL).order_by("pk"):
+        common = sorted(buckets & set(m.buckets))
+        if common:
+            out.append((m, common))
     return out

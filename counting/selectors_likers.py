@@ -22,7 +22,8 @@ shards), where refilling `limit + 1` rows at a time with three privacy queries e
 for `limit=1` and the default scan limit.
 
 Read-time privacy (REV-6, PRIV): a popped liker is hidden when they made their likes private (unless
-they are the caller), when their account is banned or deleted, or when the caller has blocked them.
+they are the caller), when their account is banned or deleted, or when the caller has blocked them;
+and when their like of this video is risk-hidden (issue 14 §4), unless the caller is an operator.
 
 The cursor is signed with `CURSOR_SIGNING_KEY` (salt below), bound to the caller and the video, and
 holds the generation plus one frontier per shard of that generation: `null` (nothing popped yet),
@@ -47,6 +48,7 @@ from django.db import connections
 
 from counting import routing
 from counting.models import LikeReverseRecent, LikeReverseSort
+from counting.risk import selectors as risk_selectors
 from counting.services.reverse.projector import RECENT_KEEP, REVERSE_CONSUMER
 from likes_project.cursors import cursor_sign, cursor_unsign, from_micros, invalid_cursor, iso_utc, micros
 from likes_project.errors import DomainError, Forbidden
@@ -117,6 +119,13 @@ def likers_permission_check(*, caller_id: int, video_id: str) -> None:
     video = selectors.video_snapshot_get(video_id=video_id)
     if video.author_id != caller_id and not likers_public(video_id=video_id, author_id=video.author_id):
         raise LikersNotVisible()
+
+
+def sees_risk_hidden(caller_id: int) -> bool:
+    """Operators (the risk ledger's request permission) see risk-hidden likers; everyone else has them
+    omitted like privacy-hidden ones (RISK-3, PRIV-1)."""
+    user = get_user_model().objects.filter(pk=caller_id, is_active=True).first()
+    return user is not None and user.has_perm(risk_selectors.OPERATOR_PERMISSION)
 
 
 # --- cursor ------------------------------------------------------------------------------------------
@@ -207,6 +216,8 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
     more: dict[int, bool] = {}  # the shard's last fetch was full: rows may remain after the buffer
     hidden: set[int] = set()
     checked: set[int] = set()
+    # One query when the video has no risk-hidden relation (almost always): then no per-fetch risk check.
+    risk_filter = risk_selectors.risk_hidden_exists(video_id=video_id) and not sees_risk_hidden(caller_id)
 
     def fetch(shards: list[int], count: int) -> None:
         by_alias: dict[str, list[tuple[int, object]]] = {}
@@ -221,6 +232,8 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
                 fresh |= {u for _t, u in rows}
         todo = fresh - checked
         hidden.update(hidden_likers(caller_id=caller_id, user_ids=todo))
+        if risk_filter:
+            hidden.update(risk_selectors.risk_hidden_users(video_id=video_id, user_ids=todo))
         checked.update(todo)
 
     fetch([s for s in range(gen.shards) if frontiers[s] != EXHAUSTED], limit + 1)
@@ -282,6 +295,9 @@ def recent_likers_list(*, caller_id: int, video_id: str) -> list[Liker]:
             "-liked_at", "-user_id").values_list("liked_at", "user_id")[:RECENT_KEEP]
     rows.sort(reverse=True)
     hidden = hidden_likers(caller_id=caller_id, user_ids={u for _t, u in rows})
+    risk_hidden = risk_selectors.risk_hidden_users(video_id=video_id, user_ids={u for _t, u in rows})
+    if risk_hidden and not sees_risk_hidden(caller_id):
+        hidden |= risk_hidden
     picked = [(t, u) for t, u in rows if u not in hidden][:RECENT_LIMIT]
     names = dict(get_user_model().objects.filter(pk__in=[u for _t, u in picked]).values_list("pk", "username"))
     return [Liker(u, names.get(u, ""), t) for t, u in picked]

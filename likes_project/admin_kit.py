@@ -175,6 +175,10 @@ class PauseSwitchAdmin(ServiceWriteAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def has_add_permission(self, request):
+        # Pausing a key never paused before creates its row: the same act as changing an existing one.
+        return self.has_change_permission(request)
+
     def set_switch(self, *, key: str, paused: bool, reason: str, actor):  # pragma: no cover - abstract
         raise NotImplementedError  # each switch names its service
 
@@ -193,6 +197,68 @@ def adopt_stored_row(obj, stored) -> None:
         setattr(obj, field.attname, getattr(stored, field.attname))
     obj._state.adding = False
     obj._state.db = stored._state.db
+
+
+class RuntimeSwitchAdmin(PauseSwitchAdmin):
+    """A runtime switch of `likes_project.switches` (issue 14 §3): the key is picked from the keys its
+    kind accepts, and setting or clearing goes through `switch_set` (checked, audited), from the form or
+    from the changelist's actions, each of which asks for a reason. Permission: the model's change
+    permission (adding one is the same action on a key that has no row yet, and needs the add one too)."""
+
+    actions = ["switches_set", "switches_clear"]
+    list_filter = ("paused",)
+
+    @property
+    def key_field(self) -> str:
+        return self.model._meta.pk.name
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        key_field, switch_model = self.key_field, self.model
+
+        class Form(PauseReasonForm):
+            pause_subject = f"the {switch_model.switch_kind} switch"
+
+            class Meta(PauseReasonForm.Meta):
+                model, fields = switch_model, (key_field, "paused", "reason")
+
+            def __init__(self, *args, **kw):
+                super().__init__(*args, **kw)
+                choices = switch_model.switch_key_choices()
+                if key_field in self.fields and choices is not None:
+                    self.fields[key_field] = forms.ChoiceField(choices=[(c, c) for c in choices],
+                                                               help_text=f"{switch_model.switch_key_help}.")
+
+        kwargs["form"] = Form
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def set_switch(self, *, key, paused, reason, actor):
+        from likes_project.switches import switch_set
+
+        return switch_set(kind=self.model.switch_kind, key=key, paused=paused, reason=reason, actor=actor)
+
+    def _set_selected(self, request, queryset, *, paused: bool):
+        from likes_project.audit.services import admin_actor
+
+        verb = "Set" if paused else "Clear"
+
+        def apply(keys, reason):
+            for key in keys:
+                self.set_switch(key=key, paused=paused, reason=reason, actor=admin_actor(request.user))
+            n = len(keys)
+            return f"{'Set' if paused else 'Cleared'} {n} {self.model.switch_kind} switch{'es' if n != 1 else ''}."
+
+        return reason_action(self, request, queryset, title=f"{verb} {self.model.switch_kind} switches",
+                             submit=verb, apply=apply,
+                             intro="The change takes effect on every process within SWITCH_CACHE_S seconds and is "
+                                   "recorded in the audit log with the reason.")
+
+    @admin.action(description="Set the selected switches (with a reason)", permissions=["change"])
+    def switches_set(self, request, queryset):
+        return self._set_selected(request, queryset, paused=True)
+
+    @admin.action(description="Clear the selected switches (with a reason)", permissions=["change"])
+    def switches_clear(self, request, queryset):
+        return self._set_selected(request, queryset, paused=False)
 
 
 # --- extra pages -------------------------------------------------------------------------------
@@ -253,13 +319,21 @@ def start_job_or_message(request, admin_site, *, kind: str, params: dict, target
     return job_page_redirect(request, admin_site, job)
 
 
+def query_initial(request, form_class) -> dict:
+    """A GET's query parameters that name fields of `form_class`, as its initial values (a link that opens
+    a form filled in, as Django's add views do; it is only shown: nothing is submitted)."""
+    if request.method != "GET":
+        return {}
+    return {name: request.GET[name] for name in form_class.base_fields if name in request.GET}
+
+
 def job_form_page(request, admin_site, *, form_class, permission: str, title: str, intro: str, submit: str,
                   start: Callable[[dict], tuple[str, dict, str]]):
     """A console page whose form starts an ops job: GET shows the form; a valid POST starts the job
     (`start(cleaned_data)` names its kind, params and target) and shows the job's page. Nothing long
     runs in the request."""
     require_permission(request, permission)
-    form = form_class(request.POST if request.method == "POST" else None)
+    form = form_class(request.POST if request.method == "POST" else None, initial=query_initial(request, form_class))
     if form.is_valid():
         kind, params, target = start(form.cleaned_data)
         response = start_job_or_message(request, admin_site, kind=kind, params=params, target=target)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import time
 
 from django.contrib.auth import get_user_model
@@ -124,6 +126,18 @@ class JobCommand(DomainCommand):
         except KeyboardInterrupt:
             raise CommandError(f"stopped following job {job.pk}; it goes on on the workers (see the admin's "
                                f"Ops jobs page)") from None
+
+    def job_file_deliver(self, job, tmp, out_path) -> None:
+        """Copy the file a finished job wrote to `out_path`, through `tmp` (an open temporary file beside it,
+        renamed over it at the end): the destination is complete or untouched."""
+        from likes_project.opsjobs.services import job_file_path
+
+        source = job_file_path(job)
+        if job.status != "SUCCEEDED" or source is None:
+            raise self.job_failed(job)
+        with tmp, open(source, encoding="utf-8") as src:
+            shutil.copyfileobj(src, tmp)
+        os.replace(tmp.name, out_path)
 
     def job_failed(self, job) -> CommandError:
         return CommandError(f"job {job.pk} ({job.kind}) failed: {job.last_error or job.status}")

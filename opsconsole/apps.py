@@ -13,6 +13,10 @@ class OpsconsoleConfig(AppConfig):
         from rest_framework.authtoken.models import Token
 
         from likes_project.api_tokens import token_label
+        from likes_project.observability import register_part
+        from opsconsole import dashboard
+
+        register_part("console:switches", dashboard.switches_gauge)
 
         # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a
         # delete would remove, and log line that prints a token would print the secret (D48).

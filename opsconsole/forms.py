@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from likes_project.errors import DomainError
+from opsconsole.trace import trace_query_parse
 from relations import selectors_lookup as selectors
 from relations import validation
 from relations.models import OutboxStatus
@@ -52,4 +53,23 @@ class OutboxLookupForm(forms.Form):
         cleaned = super().clean()
         if not self.errors and bool(cleaned.get("event_id")) == bool(cleaned.get("status")):
             raise forms.ValidationError("Give either an event id or a status.", code="one_of")
+        return cleaned
+
+
+class TraceForm(forms.Form):
+    """The trace page's search: an operation id (a user may narrow it), an event id, or a user and a
+    video. `cleaned_data["query"]` is the parsed `opsconsole.trace.TraceQuery`."""
+
+    operation = forms.CharField(label="Operation id", max_length=128, required=False)
+    event = forms.CharField(label="Event id", max_length=64, required=False)
+    user = forms.CharField(max_length=150, required=False,
+                           help_text="Username or numeric user id: with a video, or to narrow an operation id.")
+    video = forms.CharField(label="Video id", max_length=64, required=False)
+
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors:
+            cleaned["query"] = _domain_checked(trace_query_parse, operation=cleaned.get("operation"),
+                                               event=cleaned.get("event"), user=cleaned.get("user"),
+                                               video=cleaned.get("video"))
         return cleaned

@@ -4,7 +4,7 @@
 Besides the model admins, apps declare pages on their ModelAdmins (`pages = [AdminPage(...)]`, see
 `likes_project.admin_kit`); this site mounts them (before the model URLs, which would otherwise take a
 page's path for an object id) and lists each on the index and sidebar, under its app, for the users
-holding its permission. The console's own page is the relation lookup (OPS-1, OPS-2).
+holding its permission. The console's own pages are the relation lookup and the trace (OPS-1, OPS-2).
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 
 from django.contrib import admin
+from django.template.response import TemplateResponse
 from django.urls import path, re_path, reverse
 
 from likes_project.admin_kit import AdminPage
-from opsconsole import views
+from opsconsole import dashboard, views, views_video
 
 
 class OpsConsoleSite(admin.AdminSite):
@@ -31,6 +32,14 @@ class OpsConsoleSite(admin.AdminSite):
             ("opsconsole", None, AdminPage("auditrecord/lookup/", views.lookup, name="opsconsole_lookup",
                                            title="Relation lookup", permission=views.LOOKUP_PERMISSION,
                                            app_level=True)),
+            ("opsconsole", None, AdminPage("trace/", views.trace, name="opsconsole_trace", title="Trace a like",
+                                           permission=views.LOOKUP_PERMISSION, app_level=True)),
+            ("opsconsole", None, AdminPage("trace/receipt/", views.trace_receipt, name="opsconsole_trace_receipt",
+                                           title="Consumer receipt", permission=views.LOOKUP_PERMISSION,
+                                           app_level=True, listed=False)),
+            ("opsconsole", None, AdminPage("video/", views_video.video_panel, name="opsconsole_video",
+                                           title="Video panel", permission=views_video.VIDEO_PANEL_PERMISSION,
+                                           app_level=True)),
         ]
 
     def register(self, model_or_iterable, admin_class=None, **options):
@@ -45,10 +54,24 @@ class OpsConsoleSite(admin.AdminSite):
     def page_route(self, app_label: str, model_name: str | None, page: AdminPage) -> str:
         return f"{app_label}/{page.route}" if model_name is None else f"{app_label}/{model_name}/{page.route}"
 
+    def index(self, request, extra_context=None):
+        """The front page: the pipeline's health at a glance (opsconsole.dashboard, issue 14 §0). Django's
+        list of models is one click away, at `models/` (`models_index`)."""
+        can_see = request.user.has_perm(dashboard.DASHBOARD_PERMISSION)
+        context = {**self.each_context(request), "title": self.index_title, "subtitle": None,
+                   "can_see": can_see, **(dashboard.front_page() if can_see else {}), **(extra_context or {})}
+        request.current_app = self.name
+        return TemplateResponse(request, "opsconsole/dashboard.html", context)
+
+    def models_index(self, request, extra_context=None):
+        """Django's own index: every model and page the user may see, by app."""
+        return super().index(request, {"title": "All models and pages", **(extra_context or {})})
+
     def get_urls(self):
         own = [path(self.page_route(app, model, page),
                     self.admin_view(functools.partial(page.view, admin_site=self)), name=page.name)
                for app, model, page in self.pages]
+        own.append(path("models/", self.admin_view(self.models_index), name="models"))
         # An app that has pages but no registered model (the console itself) still gets its app index.
         page_only = sorted({app for app, _m, _p in self.pages} - self.model_apps)
         if page_only:

@@ -1,6 +1,7 @@
-"""The operations console's lookup page inside the Django admin (OPS-1, OPS-2): relation by user and
-video, commands by operation id, outbox rows by event id or status. Read-only: it answers GET only
-and calls selectors only, so a lookup is not an action and is not audited."""
+"""The operations console's read-only pages inside the Django admin (OPS-1, OPS-2, OBS-1): the lookup
+(relation by user and video, commands by operation id, outbox rows by event id or status), the trace of
+one like through the pipeline (`opsconsole.trace`) and a projector's receipt. They answer GET only and
+call selectors only, so a lookup or a trace is not an action and is not audited."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_safe
 
+from counting import selectors_trace
 from likes_project.errors import DomainError
-from opsconsole.forms import CommandLookupForm, OutboxLookupForm, RelationLookupForm
+from opsconsole import trace as tracing
+from opsconsole.forms import CommandLookupForm, OutboxLookupForm, RelationLookupForm, TraceForm
 from relations import selectors_lookup as selectors
 
 LOOKUP_PERMISSION = "opsconsole.view_relation_lookup"
@@ -59,3 +62,54 @@ def lookup(request, *, admin_site):
     }
     request.current_app = admin_site.name
     return TemplateResponse(request, "opsconsole/lookup.html", context)
+
+
+@require_safe
+def trace(request, *, admin_site):
+    """The trace page: one like's relation, commands, outbox row and each consumer's checkpoint, receipt
+    (or the evidence it keeps) and dead letter. Same permission as the lookup; not audited."""
+    if not request.user.has_perm(LOOKUP_PERMISSION):
+        raise PermissionDenied
+    form = TraceForm(request.GET or None)
+    found = None
+    if form.is_valid():
+        try:
+            found = tracing.trace_get(query=form.cleaned_data["query"])
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+    context = {
+        **admin_site.each_context(request),
+        "title": "Trace a like",
+        "subtitle": None,
+        "form": form,
+        "trace": found,
+    }
+    request.current_app = admin_site.name
+    return TemplateResponse(request, "opsconsole/trace.html", context)
+
+
+@require_safe
+def trace_receipt(request, *, admin_site):
+    """One receipt of the count or reverse projector (`?consumer=count&store=cnt_00&id=N`), reached from a trace."""
+    if not request.user.has_perm(LOOKUP_PERMISSION):
+        raise PermissionDenied
+    receipt, error = None, None
+    try:
+        receipt_id = int(request.GET.get("id", ""))
+    except ValueError:
+        error = "The receipt id must be a number."
+    else:
+        try:
+            receipt = selectors_trace.receipt_get(consumer=request.GET.get("consumer", ""),
+                                                  store=request.GET.get("store", ""), receipt_id=receipt_id)
+        except DomainError as exc:
+            error = exc.message
+    context = {
+        **admin_site.each_context(request),
+        "title": f"Receipt of the {receipt.consumer} consumer" if receipt else "Receipt",
+        "subtitle": None,
+        "receipt": receipt,
+        "error": error,
+    }
+    request.current_app = admin_site.name
+    return TemplateResponse(request, "opsconsole/trace_receipt.html", context, status=200 if receipt else 404)

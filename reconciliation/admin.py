@@ -39,7 +39,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from likes_project.admin_kit import (
     AdminPage,
     ReadOnlyAdmin,
+    RuntimeSwitchAdmin,
     job_form_page,
+    query_initial,
     reason_action,
     render_page,
     require_permission,
@@ -57,6 +59,7 @@ from reconciliation.jobs import (
     job_for_mode,
 )
 from reconciliation.models import (
+    AutoRepairSwitch,
     CheckDiff,
     CheckRun,
     DiffStatus,
@@ -313,7 +316,8 @@ def repair_request_view(request, *, admin_site):
     page."""
     require_permission(request, repair.REQUEST_PERMISSION)
     wanted = request.GET.get("source", FACTS)
-    form = RepairRequestForm(request.POST if request.method == "POST" else None, initial={"source": wanted})
+    form = RepairRequestForm(request.POST if request.method == "POST" else None,
+                             initial={**query_initial(request, RepairRequestForm), "source": wanted})
     if request.method == "GET" and not form.offers(wanted):
         messages.warning(request, f"{wanted} is not a sealed snapshot (any more); choose what to repair from.")
         form.initial["source"] = FACTS
@@ -657,3 +661,8 @@ class RecoverySnapshotAdmin(StatusAdmin):
     @admin.display(description="audit")
     def audit_link(self, snap: RecoverySnapshot) -> str:
         return _audit_link("recovery_snapshot", snap.pk)
+
+
+@admin.register(AutoRepairSwitch)
+class AutoRepairSwitchAdmin(RuntimeSwitchAdmin):
+    """The auto-repair pause (issue 14 §3): while set, check runs record count-cache diffs without fixing them."""

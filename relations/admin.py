@@ -20,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 from likes_project.admin_kit import (
     AdminPage,
     ReadOnlyAdmin,
+    RuntimeSwitchAdmin,
     ServiceWriteAdmin,
     adopt_stored_row,
     job_form_page,
@@ -27,13 +28,16 @@ from likes_project.admin_kit import (
     start_job_or_message,
 )
 from likes_project.audit.services import admin_actor
+from likes_project.errors import DomainError
 from relations import validation
-from relations.jobs import ACCOUNT_DELETE, LIKES_EXPORT
+from relations.jobs import ACCOUNT_DELETE, LIKERS_EXPORT, LIKES_EXPORT
 from relations.models import (
     AccountStatus,
     Block,
     Friendship,
+    LikesReadOnlySwitch,
     OutboxEvent,
+    OutboxPublisherSwitch,
     OutboxStatus,
     RelationCacheGeneration,
     RelationShardContract,
@@ -43,7 +47,7 @@ from relations.models import (
     VideoVisibility,
 )
 from relations.services.accounts import ACCOUNT_DELETE_PERMISSION
-from relations.services.export import EXPORT_PERMISSION
+from relations.services.export import EXPORT_PERMISSION, LIKERS_EXPORT_PERMISSION
 from relations.services.outbox import OUTBOX_REQUEUE_PERMISSION, outbox_dead_requeue
 from relations.services.relation_cache import REBUILD_JOB
 from relations.services.relation_cache_rebuild import REBUILD_PERMISSION
@@ -393,6 +397,33 @@ def likes_export_view(request, *, admin_site):
     )
 
 
+class LikersExportForm(forms.Form):
+    video_id = forms.CharField(label="Video id", max_length=64)
+    purpose = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 2}),
+                              help_text="Why the list is exported: recorded in the audit log with the export.")
+
+    def clean_video_id(self):
+        try:
+            return validation.video_id(self.cleaned_data["video_id"].strip())
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from None
+
+
+@require_http_methods(["GET", "POST"])
+def likers_export_view(request, *, admin_site):
+    """/admin/relations/likers-export/: starts the export of a video's likers (a purpose is required);
+    the file is downloaded from the job's page, and every download is audited."""
+    return job_form_page(
+        request, admin_site, form_class=LikersExportForm, permission=LIKERS_EXPORT_PERMISSION,
+        title="Export a video's likers", submit="Export likers",
+        intro="Exports every account that likes the video (JSON lines), each relation shard exact as of its own "
+              "snapshot, as a job. Liker identities are not public because the count is: state why you need the "
+              "list. The export, its purpose and every download of the file are recorded in the audit log.",
+        start=lambda data: (LIKERS_EXPORT, {"video_id": data["video_id"], "purpose": data["purpose"].strip(),
+                                            "destination": "admin download"}, f"video:{data['video_id']}"),
+    )
+
+
 @require_http_methods(["GET", "POST"])
 def account_delete_view(request, *, admin_site):
     """/admin/relations/account-delete/: marks the account deleted at once and starts the job that
@@ -418,6 +449,21 @@ class AccountStatusAdmin(ReadOnlyAdmin):
     pages = [
         AdminPage("likes-export/", likes_export_view, name="relations_likes_export", title="Export a user's likes",
                   permission=EXPORT_PERMISSION, app_level=True),
+        AdminPage("likers-export/", likers_export_view, name="relations_likers_export",
+                  title="Export a video's likers", permission=LIKERS_EXPORT_PERMISSION, app_level=True),
         AdminPage("account-delete/", account_delete_view, name="relations_account_delete",
                   title="Delete an account's likes", permission=ACCOUNT_DELETE_PERMISSION, app_level=True),
     ]
+
+
+# --- runtime switches (issue 14 §3): set and cleared through likes_project.switches, audited ----------
+
+
+@admin.register(LikesReadOnlySwitch)
+class LikesReadOnlySwitchAdmin(RuntimeSwitchAdmin):
+    """Read-only likes: while set, every like command answers 503 likes_read_only and writes nothing."""
+
+
+@admin.register(OutboxPublisherSwitch)
+class OutboxPublisherSwitchAdmin(RuntimeSwitchAdmin):
+    """The outbox publisher's pause, per relation shard: its rows wait and are published once cleared."""

@@ -1,4 +1,4 @@
-from likes_project.errors import Conflict, Forbidden, NotFound, RateLimited, UserNotFound  # noqa: F401
+from likes_project.errors import Conflict, Forbidden, NotFound, RateLimited, ServiceUnavailable, UserNotFound  # noqa: F401
 
 
 class VideoNotFound(NotFound):
@@ -44,3 +44,8 @@ class NotAuthor(Forbidden):
 class LikesPrivate(Forbidden):
     code = "likes_private"
     default_message = "This user keeps their likes private."
+
+
+class LikesReadOnly(ServiceUnavailable):
+    code = "likes_read_only"
+    default_message = "Likes are read-only for a while (operator switch); nothing was changed. Retry later."

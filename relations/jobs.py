@@ -68,25 +68,33 @@ ACCOUNT_DELETE_KIND = JobKind(kind=ACCOUNT_DELETE, permission=accounts.ACCOUNT_D
 # --- the exact export ---------------------------------------------------------------------------------
 
 
-def _export_slice(ctx: SliceContext) -> bool:
-    """One slice, to the end: the export is one snapshot transaction, which cannot be cut."""
-    user_id = int(ctx.params["user_id"])
-    name = f"likes-{ctx.params.get('username', user_id)}-job{ctx.job.pk}.jsonl"
+def _job_file_write(ctx: SliceContext, name: str, unit: str, write):
+    """Run `write(out, progress)` into the job's file `name` (a temporary file renamed over it at the end,
+    so the file is complete or absent) and return what `write` returns."""
     target = job_files_dir() / name
     tmp = target.with_name(f".{name}.part")
 
     def progress(rows: int) -> None:
-        ctx.say(f"{rows} likes exported...")
+        ctx.say(f"{rows} {unit} exported...")
         ctx.progress(done=rows)
 
     try:
         with open(tmp, "w", encoding="utf-8") as out:
-            result = export.user_likes_export(user_id=user_id, out=out, actor=ctx.actor,
-                                              destination=ctx.params.get("destination", "ops job"), progress=progress)
+            result = write(out, progress)
         os.replace(tmp, target)
     finally:
         if tmp.exists():
             tmp.unlink()
+    return result
+
+
+def _export_slice(ctx: SliceContext) -> bool:
+    """One slice, to the end: the export is one snapshot transaction, which cannot be cut."""
+    user_id = int(ctx.params["user_id"])
+    name = f"likes-{ctx.params.get('username', user_id)}-job{ctx.job.pk}.jsonl"
+    result = _job_file_write(ctx, name, "likes", lambda out, progress: export.user_likes_export(
+        user_id=user_id, out=out, actor=ctx.actor, destination=ctx.params.get("destination", "ops job"),
+        progress=progress))
     ctx.progress(done=result.row_count, total=result.row_count)
     ctx.result = {"file": name, "rowCount": result.row_count, "unlistedCount": result.unlisted_count,
                   "asOf": iso_utc(result.as_of), "shard": result.alias}
@@ -97,4 +105,29 @@ LIKES_EXPORT_KIND = JobKind(kind=LIKES_EXPORT, permission=export.EXPORT_PERMISSI
                             create=lambda job, actor: setattr(job, "target", f"user:{job.params['user_id']}"),
                             unit="likes", single_slice=True)
 
-JOB_KINDS = [RELCACHE_REBUILD, ACCOUNT_DELETE_KIND, LIKES_EXPORT_KIND]
+
+
+# --- a video's likers, for a stated purpose (OPS-9) ---------------------------------------------------
+
+LIKERS_EXPORT = "likers.export"
+
+
+def _likers_export_slice(ctx: SliceContext) -> bool:
+    """One slice, to the end: each shard's part is one snapshot transaction."""
+    video_id = ctx.params["video_id"]
+    result = _job_file_write(ctx, f"likers-{video_id}-job{ctx.job.pk}.jsonl", "likers",
+                             lambda out, progress: export.video_likers_export(
+                                 video_id=video_id, purpose=ctx.params["purpose"], out=out, actor=ctx.actor,
+                                 destination=ctx.params.get("destination", "ops job"), progress=progress))
+    name = f"likers-{video_id}-job{ctx.job.pk}.jsonl"
+    ctx.progress(done=result.row_count, total=result.row_count)
+    ctx.result = {"file": name, "rowCount": result.row_count, "shards": result.shards}
+    return True
+
+
+LIKERS_EXPORT_KIND = JobKind(kind=LIKERS_EXPORT, permission=export.LIKERS_EXPORT_PERMISSION,
+                             run_slice=_likers_export_slice,
+                             create=lambda job, actor: setattr(job, "target", f"video:{job.params['video_id']}"),
+                             unit="likers", single_slice=True)
+
+JOB_KINDS = [RELCACHE_REBUILD, ACCOUNT_DELETE_KIND, LIKES_EXPORT_KIND, LIKERS_EXPORT_KIND]

@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 from likes_project.db_routers import RELATION_SHARD
 from likes_project.generations import GenerationModel
 from likes_project.hashing import HashContract, one_active
+from likes_project.switches import GLOBAL_KEY, PauseSwitch
 
 
 class RelationState(models.TextChoices):
@@ -179,6 +180,9 @@ class LikeRelation(models.Model):
             # Per-video reads of the facts: reconciliation and repair (issue 11 §3).
             models.Index(fields=["video_id", "user_id"], name="relation_video_idx"),
         ]
+        # A video's likers are not public because its count is (PRIV-1): exporting them is its own
+        # permission, held by no role by default (OPS-9).
+        permissions = [("export_video_likers", "Can export a video's likers, with a stated purpose")]
 
     def __str__(self) -> str:
         return f"user {self.user_id} / {self.video_id}: {self.state} v{self.relation_version}"
@@ -382,3 +386,49 @@ class AccountStatus(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} {self.status}"
+
+
+class LikesReadOnlySwitch(PauseSwitch):
+    """Read-only likes (issue 14 §3, DEG-1 step 6): while set, every like command is refused with 503
+    `likes_read_only` (the caller's current relation in the body) and writes nothing; reads are
+    unaffected. One row, key "global"."""
+
+    switch_kind = "read-only"
+    switch_audit = ("likes.read_only_", "likes")
+    switch_default_key = GLOBAL_KEY
+    switch_key_help = "no key (the whole service)"
+
+    scope = models.CharField(max_length=16, primary_key=True, default=GLOBAL_KEY)
+
+    class Meta:
+        verbose_name, verbose_name_plural = "read-only switch", "read-only switches"
+
+    @classmethod
+    def switch_key_choices(cls) -> list[str]:
+        return [GLOBAL_KEY]
+
+    def __str__(self) -> str:
+        return f"likes read-only: {'SET' if self.paused else 'off'}"
+
+
+class OutboxPublisherSwitch(PauseSwitch):
+    """Pause the outbox publisher of one relation shard (issue 14 §3, DEG-2): its rows wait in the
+    outbox (commands still commit) and are published, none lost, once it is cleared."""
+
+    switch_kind = "publisher"
+    switch_audit = ("outbox.publisher_", "shard")
+    switch_key_help = "a relation shard alias"
+
+    shard = models.CharField(max_length=64, primary_key=True)
+
+    class Meta:
+        verbose_name, verbose_name_plural = "publisher switch", "publisher switches"
+
+    @classmethod
+    def switch_key_choices(cls) -> list[str]:
+        from django.conf import settings
+
+        return list(settings.RELATION_SHARD_ALIASES)
+
+    def __str__(self) -> str:
+        return f"publisher of {self.shard}: {'paused' if self.paused else 'running'}"

@@ -14,9 +14,18 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from likes_project.errors import InvalidInput
-from relations import routing, validation
+from likes_project.generations import GenerationStatus
+from relations import events, routing, validation
 from relations.errors import UserNotFound
-from relations.models import LikeCommand, LikeRelation, OutboxEvent, OutboxStatus
+from relations.models import (
+    LikeCommand,
+    LikeRelation,
+    LikeRelationCacheProjection,
+    OutboxArchive,
+    OutboxEvent,
+    OutboxStatus,
+    RelationCacheGeneration,
+)
 
 # Rows read per shard for one lookup; the page says when a list was cut at this bound.
 PER_SHARD_LIMIT = 100
@@ -132,3 +141,56 @@ def outbox_list_by_status(*, status: str) -> ShardRows:
     querysets = [(alias, OutboxEvent.objects.using(alias).filter(status=status).order_by("-id"))
                  for alias in routing.all_aliases()]
     return _collect(querysets, sort_key=lambda r: (r.row.created_at, r.alias, r.row.id))
+
+
+def outbox_get_by_version(*, user_id: int, video_id: str, relation_version: int) -> ShardRow | None:
+    """The outbox row of one relation version (the event a changing command wrote), on the user's shard."""
+    alias = routing.alias_for_user(user_id)
+    row = (OutboxEvent.objects.using(alias)
+           .filter(aggregate_key=events.aggregate_key(user_id, video_id), relation_version=relation_version)
+           .order_by("-id").first())
+    return ShardRow(alias=alias, row=row) if row is not None else None
+
+
+@dataclass(frozen=True)
+class CacheFloor:
+    """The relation cache's durable version floor of one relation in its ACTIVE generation: the cache
+    keeps no per-event receipt, this row is what its projector committed before writing Redis."""
+
+    alias: str
+    generation: int
+    state: str
+    relation_version: int
+    updated_at: Any
+
+
+def relation_cache_floor_get(*, user_id: int, video_id: str) -> CacheFloor | None:
+    """None when there is no ACTIVE cache generation or it holds no floor for the relation."""
+    generation = (RelationCacheGeneration.objects.filter(status=GenerationStatus.ACTIVE)
+                  .values_list("generation", flat=True).first())
+    if generation is None:
+        return None
+    alias = routing.alias_for_user(user_id)
+    row = LikeRelationCacheProjection.objects.using(alias).filter(
+        cache_generation=generation, user_id=user_id, video_id=video_id).first()
+    if row is None:
+        return None
+    return CacheFloor(alias=alias, generation=generation, state=row.state, relation_version=row.relation_version,
+                      updated_at=row.updated_at)
+
+
+def outbox_archive_get(*, event_id: uuid.UUID | None = None, user_id: int | None = None, video_id: str = "",
+                       relation_version: int | None = None) -> ShardRow | None:
+    """An archived outbox row (published, consumed, past retention: OUT-7), by event id on every shard, or
+    by relation version on the user's shard (the archive's (aggregate, version) index)."""
+    if event_id is not None:
+        for alias in routing.all_aliases():
+            row = OutboxArchive.objects.using(alias).filter(event_id=event_id).first()
+            if row is not None:
+                return ShardRow(alias=alias, row=row)
+        return None
+    alias = routing.alias_for_user(user_id)
+    row = (OutboxArchive.objects.using(alias)
+           .filter(aggregate_key=events.aggregate_key(user_id, video_id), relation_version=relation_version)
+           .order_by("-id").first())
+    return ShardRow(alias=alias, row=row) if row is not None else None

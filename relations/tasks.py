@@ -38,6 +38,8 @@ def publish_outbox_task(alias: str) -> dict:
     try:
         for _ in range(PUBLISH_ROUNDS):
             report = outbox.outbox_publish_batch(alias=alias, holder=grant.holder)
+            if report.paused:
+                return {"status": "paused"}  # the shard's publisher switch (issue 14 §3); the lease is released
             sent += report.sent
             partitions |= report.partitions
             if report.claimed < settings.OUTBOX_PUBLISH_BATCH:

@@ -358,8 +358,46 @@ class Stores:
             OpsJob.objects.filter(pk=m.job_id).update(status="FAILED")
         return str(m.pk)
 
+    def event_id(self) -> str:
+        """The event id of the fixture user's like (its outbox row)."""
+        from relations.models import OutboxEvent
+
+        alias = settings.RELATION_SHARD_ALIASES[0]
+        return str(OutboxEvent.objects.using(alias).filter(aggregate_key=f"{self.user.pk}:{self.video_id}")
+                   .values_list("event_id", flat=True).first())
+
+    def risk_id(self, command: str) -> str:
+        """A risk hide of the fixture user's like, requested by another operator: awaiting approval (approve,
+        reject), or approved and applied (restore)."""
+        from counting.risk import services as risk
+        from likes_project.audit.services import Actor
+        from likes_project.opsjobs.services import job_run_inline
+
+        requester = get_user_model().objects.create_superuser(f"doc-risk-{uuid.uuid4().hex[:6]}", password="x")
+        decision = risk.risk_hide_request(actor=Actor(requester.username, "cli"), video_id=self.video_id,
+                                          usernames=[self.user.username], reason="docs test")
+        if command == "risk_restore":
+            decision = risk.risk_approve(decision_id=decision.pk, actor=Actor(self.operator.username, "cli"))
+            job = job_run_inline(decision.job_id)
+            assert job.status == "SUCCEEDED", job.last_error
+        return str(decision.pk)
+
     def value(self, line: DocLine, option: str | None, word: str) -> str:
         """The real value for one placeholder word of the synopsis."""
+        if line.command == "switch" and option is None and word in ("KIND", "KEY"):
+            return "publisher" if word == "KIND" else settings.RELATION_SHARD_ALIASES[0]
+        if line.command == "trace" and option in ("--operation", "--user", "--event"):
+            return {"--operation": f"op-{self.tag}", "--user": self.user.username, "--event": self.event_id()}[option]
+        if line.command.startswith("risk_") and option is None and word == "ID":
+            return self.risk_id(line.command)
+        if line.command == "risk_hide" and option == "--user":
+            return self.user.username
+        if option == "--users-file":
+            path = self.tmp_path / "users.txt"
+            path.write_text(f"{self.user.username}\n")
+            return str(path)
+        if option == "--since" and word == "SEQ_OR_ISO_TIME":
+            return "1"
         by_command_positional = {
             "create_api_user": f"doc-new-{self.tag}", "delete_account": self.doomed.username,
             "export_user_likes": self.user.username,

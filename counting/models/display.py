@@ -30,6 +30,7 @@ class VideoDisplayCount(models.Model):
 class CountRefreshSwitch(PauseSwitch):
     """Per-video switch that pauses display refreshes (spec §8.6)."""
 
+    switch_kind, switch_audit, switch_key_help = "refresh", ("count.refresh", "video"), "a video id"  # issue 14 §3
     video_id = models.CharField(max_length=64, primary_key=True)
     paused = models.BooleanField(default=True)
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import pgtrigger
 from django.db import models
+from django.utils import timezone
 
 
 class AuditRecord(models.Model):
     """One operational action: who did what to which target, with which parameters and outcome, and
     the ops job it ran in (if any). Append-only, in the database: a row trigger refuses every UPDATE
-    and DELETE (an outcome known later is a second record, never an edit), and the admin is read-only."""
+    and DELETE (an outcome known later is a second record, never an edit), and the admin is read-only.
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    Tamper-evident (D82): every row written by `audit_record` carries `seq` (1, 2, 3 ... without gaps,
+    in commit order), the previous row's `row_hash` as `prev_hash`, and its own `row_hash` (SHA-256 of
+    its fields and `prev_hash`, `likes_project.audit.chain`). A row inserted by hand, bypassing
+    `audit_record`, has no `seq` and is reported by `audit_verify`."""
+
+    # Set by audit_record from the database clock under the chain lock, so `at` follows `seq`.
+    at = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.CharField(max_length=150)
     channel = models.CharField(max_length=16)  # admin | cli | api | system
     action = models.CharField(max_length=64, db_index=True)
@@ -20,10 +27,18 @@ class AuditRecord(models.Model):
     params = models.JSONField(default=dict)
     outcome = models.CharField(max_length=32, default="applied")
     job_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    # NULL only for a row that did not come through audit_record (a raw INSERT): the verifier reports it.
+    seq = models.BigIntegerField(null=True, blank=True, unique=True)
+    prev_hash = models.CharField(max_length=64, blank=True, db_default="")
+    row_hash = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         db_table = "opsconsole_auditrecord"
         ordering = ["-at"]
+        indexes = [
+            # The verifier's "rows outside the chain" probe stays an index lookup however long the log.
+            models.Index(fields=["id"], condition=models.Q(seq__isnull=True), name="audit_unchained_idx"),
+        ]
         triggers = [
             # Row-level, so TRUNCATE (a test database flush) is not refused; see docs/decisions.md D49.
             pgtrigger.Protect(name="audit_append_only", operation=pgtrigger.Update | pgtrigger.Delete),
@@ -31,3 +46,61 @@ class AuditRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"
+
+
+class AuditChainCheckpoint(models.Model):
+    """The chain's head at a moment (the beat job `audit.chain_checkpoint`, hourly): the row `seq`
+    and its `row_hash`, HMAC-SHA256-signed when AUDIT_CHAIN_SIGNING_KEY is set (`key_id` names the key
+    without revealing it). A verification compares the chain with it, which catches a deleted tail.
+    Append-only in the database like the log itself."""
+
+    at = models.DateTimeField()
+    seq = models.BigIntegerField(db_index=True)
+    row_hash = models.CharField(max_length=64)
+    signature = models.CharField(max_length=64, blank=True, default="")  # empty: no key configured
+    key_id = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        ordering = ["-seq"]
+        triggers = [
+            pgtrigger.Protect(name="audit_checkpoint_append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.pk} at seq {self.seq}"
+
+    @property
+    def signed(self) -> bool:
+        return bool(self.signature)
+
+
+class ChainStatus(models.TextChoices):
+    INTACT = "INTACT"
+    BROKEN = "BROKEN"
+
+
+class AuditChainVerification(models.Model):
+    """The outcome of one walk of the chain (`audit_verify` or the console's job): which seqs were
+    checked, the head and checkpoint it compared with, and the first broken link. The console shows
+    the latest one ("verified at T up to seq N" / "BROKEN at seq N")."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16)
+    job_id = models.BigIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=ChainStatus.choices)
+    since_seq = models.BigIntegerField()  # the first row whose content was checked
+    head_seq = models.BigIntegerField()  # the last row there was when the walk started (0: none)
+    checked = models.BigIntegerField()
+    broken_seq = models.BigIntegerField(null=True, blank=True)
+    problem = models.CharField(max_length=512, blank=True, default="")
+    checkpoint_id = models.BigIntegerField(null=True, blank=True)
+    checkpoint_seq = models.BigIntegerField(null=True, blank=True)
+    signature_checked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-id"]
+        permissions = [("verify_auditchain", "Can verify the audit chain")]
+
+    def __str__(self) -> str:
+        return f"verification {self.pk}: {self.status}"

@@ -18,6 +18,7 @@ from likes_project.admin_kit import (
     PauseReasonForm,
     PauseSwitchAdmin,
     ReadOnlyAdmin,
+    RuntimeSwitchAdmin,
     reason_action,
     start_job_or_message,
 )
@@ -25,6 +26,7 @@ from likes_project.audit.services import admin_actor
 from likes_project.eventlog import redrive
 from likes_project.eventlog.models import (
     ConsumerCheckpoint,
+    ConsumerPartitionSwitch,
     ConsumerSwitch,
     DeadLetter,
     Lease,
@@ -105,6 +107,14 @@ class ConsumerSwitchAdmin(PauseSwitchAdmin):
 
     def set_switch(self, *, key, paused, reason, actor):
         return consumer_switch_set(consumer=key, paused=paused, reason=reason, actor=actor)
+
+
+@admin.register(ConsumerPartitionSwitch)
+class ConsumerPartitionSwitchAdmin(RuntimeSwitchAdmin):
+    """Pause or resume one consumer's dispatch on one stream partition (`count:3`); the others keep flowing."""
+
+    list_filter = ("paused", "consumer")
+    ordering = ("consumer", "partition")
 
 
 # --- dead letters ------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from likes_project.eventlog import leases, retry, streams
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
 from likes_project.eventlog.retry import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry, entry_id_key
+from likes_project.switches import switch_keys_set
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +86,16 @@ class ConsumeReport:
     held_back: int = 0
 
 
-def consumer_is_paused(consumer: str) -> bool:
-    return ConsumerSwitch.objects.filter(consumer=consumer, paused=True).exists()
+def consumer_is_paused(consumer: str, partition: int | None = None) -> bool:
+    """Whether `consumer` is paused on every partition, or on `partition` alone (None: on any partition,
+    which is what a drain of every partition needs to know). Read through the runtime-switch cache, so
+    another process's change is seen within SWITCH_CACHE_S."""
+    keys = switch_keys_set(ConsumerSwitch.switch_kind)
+    if consumer in keys:
+        return True
+    if partition is None:
+        return any(k.startswith(f"{consumer}:") for k in keys)
+    return f"{consumer}:{partition}" in keys
 
 
 def dead_letter_record(*, consumer: str, entry: StreamEntry, error: Exception, attempts: int) -> None:
@@ -200,7 +209,7 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
     it does not get the lease and returns `busy`. A partition whose head is waiting out its backoff
     returns `backoff` without touching the stream (`ignore_backoff` retries it now)."""
     consumer = projector.name
-    if consumer_is_paused(consumer):
+    if consumer_is_paused(consumer, partition):
         return ConsumeReport(consumer, partition, "paused")
     if not ignore_backoff and _backing_off(consumer, partition):
         return ConsumeReport(consumer, partition, "backoff")
@@ -253,7 +262,7 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
                              totals["duplicates"], totals["stale"], totals["dead"], totals["held"])
 
     for _ in range(max_batches):
-        if consumer_is_paused(consumer):
+        if consumer_is_paused(consumer, partition):
             return report("paused")
         cp = _checkpoint(consumer, partition)
         entries = streams.read_after(partition, cp.last_done_id, batch_size)

@@ -87,12 +87,64 @@ class LostTailWatermark(models.Model):
 
 
 class ConsumerSwitch(PauseSwitch):
-    """Runtime switch: pause dispatch for a consumer (snapshot barrier, incident response)."""
+    """Runtime switch: pause dispatch for a consumer on every partition (snapshot barrier, incident
+    response). One partition only: `ConsumerPartitionSwitch`."""
+
+    switch_kind = "consumer"
+    switch_audit = ("consumer.", "consumer")
+    switch_key_help = "a consumer name, or consumer:partition for one partition"
 
     consumer = models.CharField(max_length=64, primary_key=True)
 
+    @classmethod
+    def switch_key_choices(cls) -> list[str]:
+        from likes_project.eventlog.consumer import CONSUMERS
+
+        return sorted(CONSUMERS)
+
+    @classmethod
+    def switch_owns_key(cls, key: str) -> bool:
+        return ":" not in key
+
     def __str__(self) -> str:
         return f"{self.consumer}: {'paused' if self.paused else 'running'}"
+
+
+class ConsumerPartitionSwitch(PauseSwitch):
+    """Runtime switch: pause one consumer's dispatch on one stream partition (issue 14 §3, DEG-2); its
+    other partitions keep flowing and the paused one's checkpoint stays where it is, so nothing is lost.
+    Key `consumer:partition` (`count:3`), the names of the consumer's partition leases."""
+
+    switch_kind = "consumer"
+    switch_audit = ("consumer.", "consumer_partition")
+    switch_key_help = "consumer:partition, e.g. count:0"
+
+    key = models.CharField(max_length=80, primary_key=True)
+    consumer = models.CharField(max_length=64)
+    partition = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["consumer", "partition"], name="uniq_consumer_partition_switch")]
+        verbose_name, verbose_name_plural = "consumer partition switch", "consumer partition switches"
+
+    @classmethod
+    def switch_key_choices(cls) -> list[str]:
+        from likes_project.eventlog import streams
+        from likes_project.eventlog.consumer import CONSUMERS
+
+        return [f"{c}:{p}" for c in sorted(CONSUMERS) for p in streams.all_partitions()]
+
+    @classmethod
+    def switch_owns_key(cls, key: str) -> bool:
+        return ":" in key
+
+    @classmethod
+    def switch_fields(cls, key: str) -> dict:
+        consumer, partition = key.rsplit(":", 1)
+        return {"consumer": consumer, "partition": int(partition)}
+
+    def __str__(self) -> str:
+        return f"{self.key}: {'paused' if self.paused else 'running'}"
 
 
 class DeadLetterStatus(models.TextChoices):

@@ -10,13 +10,15 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_safe
 
 from likes_project.admin_kit import AdminPage, ReadOnlyAdmin, require_permission
+from likes_project.audit.services import admin_actor
 from likes_project.opsjobs.models import OpsJob
-from likes_project.opsjobs.services import job_file_path, job_kind_get, job_kinds
+from likes_project.opsjobs.services import job_file_download_record, job_file_path, job_kind_get, job_kinds
 
 
 @require_safe
 def job_file_download(request, job_id: int, *, admin_site):
-    """The file a finished job produced (an export), for users holding the job kind's permission."""
+    """The file a finished job produced (an export), for users holding the job kind's permission; every
+    download is audited (`job.file_download`)."""
     job = OpsJob.objects.filter(pk=job_id).first()
     if job is None:
         raise Http404("No such job.")
@@ -24,6 +26,7 @@ def job_file_download(request, job_id: int, *, admin_site):
     path = job_file_path(job)
     if path is None:
         raise Http404("This job has no file to download.")
+    job_file_download_record(job, actor=admin_actor(request.user), size=path.stat().st_size)
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name,
                         content_type="application/x-ndjson")
 

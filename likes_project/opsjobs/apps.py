@@ -10,3 +10,8 @@ class OpsJobsConfig(AppConfig):
     label = "opsjobs"
     verbose_name = "Ops jobs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from likes_project.opsjobs import observability
+
+        observability.register()

@@ -131,6 +131,16 @@ def job_file_path(job: OpsJob) -> Path | None:
     return path if path.is_file() else None
 
 
+def job_file_download_record(job: OpsJob, *, actor: Actor, size: int) -> None:
+    """Record that `actor` downloads the file of `job` (an export of people's data: OPS-9 wants every
+    download audited, not only the export). Transaction: the audit record on `default`, before a byte
+    is sent."""
+    with transaction.atomic(using="default", durable=True):
+        audit_record(actor=actor, action="job.file_download", target_type="ops_job", target_id=str(job.pk),
+                     params={"kind": job.kind, "file": (job.result or {}).get("file", ""), "bytes": size,
+                             "target": job.target})
+
+
 def run_task_of(spec: JobKind) -> str:
     """The Celery task that runs slices of this kind of job (one long slice for the uncuttable)."""
     return RUN_LONG_TASK if spec.single_slice else RUN_TASK

@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "likes_project.eventlog",
     "relations",
     "counting",
+    "counting.risk.apps.RiskConfig",
     "reconciliation",
     "opsconsole",
 ]
@@ -175,7 +176,9 @@ CELERY_TASK_ROUTES = {
     "opsjobs.sweep": {"queue": "maintenance"},
     "eventlog.redrive": {"queue": "maintenance"},
     "observability.refresh_gauges": {"queue": "maintenance"},
+    "opsconsole.gauge_history_sample": {"queue": "maintenance"},
     "reconciliation.*": {"queue": "maintenance"},
+    "audit.*": {"queue": "maintenance"},
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
@@ -186,12 +189,19 @@ LIKES_RETRY_BASE_S = env_float("LIKES_RETRY_BASE_S", 0.5)
 LIKES_RETRY_MAX_BACKOFF_S = env_float("LIKES_RETRY_MAX_BACKOFF_S", 30.0)
 LIKES_RETRY_ALERT_AFTER = env_int("LIKES_RETRY_ALERT_AFTER", 10)
 REDRIVE_LEASE_S = env_float("REDRIVE_LEASE_S", 30.0)  # a dead-letter redrive holds its partition's lease
+# Runtime switches (issue 14 §3, likes_project/switches.py): every process re-reads them at most this often,
+# so a change takes effect everywhere within SWITCH_CACHE_S (at once in the process that made it). A like
+# command refused by read-only mode says Retry-After READ_ONLY_RETRY_AFTER_S.
+SWITCH_CACHE_S = env_float("SWITCH_CACHE_S", 5.0)
+READ_ONLY_RETRY_AFTER_S = env_int("READ_ONLY_RETRY_AFTER_S", 30)
 # /metrics (issue 10, D45/D46): `Authorization: Bearer $METRICS_TOKEN` unless METRICS_PUBLIC (then open to
 # anyone who reaches it); the token also shows /readyz's per-check detail. The store gauges are computed
 # by the beat job `observability.refresh_gauges` every METRICS_GAUGES_EVERY_S; scrapes read the result.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_GAUGES_EVERY_S = env_float("METRICS_GAUGES_EVERY_S", 15.0)
+# The console's front page charts the last hour of those gauges: a copy of them every minute, kept this long.
+CONSOLE_HISTORY_KEEP_S = env_float("CONSOLE_HISTORY_KEEP_S", 7200.0)
 # Beat sweepers (schedules live in code; the DatabaseScheduler syncs them into its tables).
 CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task, every_s in (
     ("publish-outbox",            "relations.publish_all",           1.0),
@@ -209,10 +219,12 @@ CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task
     ("ops-jobs-sweep",            "opsjobs.sweep",                   5.0),
     ("redrive-dead-letters",      "eventlog.redrive",                10.0),
     ("metrics-gauges",            "observability.refresh_gauges",    METRICS_GAUGES_EVERY_S),
+    ("console-gauge-history",     "opsconsole.gauge_history_sample", 60.0),
     # The check schedule (REC-8, reconciliation.schedule): each entry starts a run as an ops job.
     ("reconcile-identity-recent",   "reconciliation.identity_recent",   60.0),
     ("reconcile-coverage-recent",   "reconciliation.coverage_recent",   300.0),
     ("reconcile-coverage-rotating", "reconciliation.coverage_rotating", 600.0),
+    ("audit-chain-checkpoint",      "audit.chain_checkpoint",           3600.0),  # D80
 )}
 
 # --- API ---------------------------------------------------------------------------------------
@@ -418,6 +430,9 @@ CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name,
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
 # leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.
 CURSOR_SIGNING_KEY = os.environ.get("CURSOR_SIGNING_KEY", SECRET_KEY)
+# The audit chain's checkpoints are HMAC-SHA256-signed with this key when set (D80; empty: unsigned). Never
+# logged; a verification with a key set refuses a latest checkpoint that does not verify under it.
+AUDIT_CHAIN_SIGNING_KEY = os.environ.get("AUDIT_CHAIN_SIGNING_KEY", "")
 
 # `manage.py drill` injects real faults (databases refusing connections, Redis flushed or paused,
 # workers killed); it refuses to run unless this is set.

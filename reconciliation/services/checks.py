@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from counting import cache as count_cache
 from counting import routing
+from counting.risk import selectors as risk_selectors
 from counting.selectors import count_cache_generations_get
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
@@ -130,6 +131,8 @@ def _display_and_cache(gen, videos: list[str], sums: dict[str, int], result: Chu
     found = []
     pending = evidence.pending_display(gen, videos)
     snaps = evidence.display_rows(videos)
+    adjustments = risk_selectors.display_adjustments(videos)
+    risk_expected = risk_selectors.risk_hidden_counts(gen, videos)
     views = {}
     try:
         views = count_cache.views_read(count_cache_generations_get().active, sorted(snaps))
@@ -147,6 +150,15 @@ def _display_and_cache(gen, videos: list[str], sums: dict[str, int], result: Chu
         if raw != sums.get(video_id, 0):
             found.append(Found(video_id, DiffLayer.DISPLAY, sums.get(video_id, 0), raw,
                                detail={"snapshotId": snapshot_id}))
+            continue
+        # REC-2: display = raw - risk_hidden - policy_hidden, risk_hidden = the LIKED projection rows the
+        # risk ledger hides (issue 14 §4).
+        risk, policy = adjustments.get(video_id, (0, 0))
+        if snap and (risk != risk_expected.get(video_id, 0) or display_count != max(0, raw - risk - policy)):
+            found.append(Found(video_id, DiffLayer.DISPLAY, max(0, raw - risk_expected.get(video_id, 0) - policy),
+                               display_count, detail={"snapshotId": snapshot_id, "riskHidden": risk,
+                                                      "riskHiddenExpected": risk_expected.get(video_id, 0),
+                                                      "policyHidden": policy}))
             continue
         view = views.get(video_id)
         if view is not None and view[1] == snapshot_id and view[0] != display_count:
@@ -299,10 +311,12 @@ def _auto_fix(run: CheckRun, gen: routing.GenerationRoutes, saved: list[CheckDif
     """A count-cache diff is fixed at once: the cache is rewritten from the durable snapshot (the display
     refresh the pipeline runs anyway). Any other layer is a repair, with its approval."""
     from counting.services import rebuild_scoped
+    from likes_project.switches import switch_is_set
+    from reconciliation.models import AutoRepairSwitch
     from reconciliation.services import diffs
 
     cache = [d for d in saved if d.layer == DiffLayer.COUNT_CACHE]
-    if not cache:
+    if not cache or switch_is_set(AutoRepairSwitch):  # paused (issue 14 §3): the diffs stay NEW, recorded
         return 0
     rebuild_scoped.display_refresh_request(gen=gen, video_ids=sorted({d.video_id for d in cache}))
     for d in cache:

@@ -14,10 +14,12 @@ from django.utils import timezone
 from likes_project import logs, metrics
 from likes_project.errors import RateLimited
 from likes_project.nudge import nudge
+from likes_project.switches import switch_is_set
 from relations import events, routing, selectors
 from relations.errors import (
     BlockedByAuthor,
     IdempotencyKeyReused,
+    LikesReadOnly,
     OperationNotFound,
     StaleBaseVersion,
     VideoFriendsOnly,
@@ -27,6 +29,7 @@ from relations.errors import (
 from relations.models import (
     LikeCommand,
     LikeRelation,
+    LikesReadOnlySwitch,
     OutboxEvent,
     RelationState,
     VideoStatus,
@@ -244,8 +247,14 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
     outbox event (only on a real change), command record. Nothing else happens inside it.
     Idempotency: (user_id, operation_id) is unique; a retry returns the stored verdict and the
     current relation (CMD-6) and changes nothing. The same key for another video or desired state
-    is refused (SEC-3).
+    is refused (SEC-3). While likes are read-only (`LikesReadOnlySwitch`) every command, a replay
+    too, is refused with 503 `likes_read_only` and the current relation, and nothing is written.
     """
+    if switch_is_set(LikesReadOnlySwitch):  # read-only likes (issue 14 §3): refused before anything is read or written
+        metrics.inc("likes_commands_total", outcome="read_only")
+        retry_after = settings.READ_ONLY_RETRY_AFTER_S
+        raise LikesReadOnly(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after,
+                            currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
     alias = routing.alias_for_user(user_id)
     existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
     if existing is not None:

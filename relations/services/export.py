@@ -33,6 +33,7 @@ from django.db import connections, transaction
 
 from likes_project.audit.services import Actor, audit_record
 from likes_project.cursors import iso_utc
+from likes_project.errors import InvalidInput
 from relations import routing
 from relations.models import LikeRelation, RelationState, VideoSnapshot
 
@@ -138,3 +139,76 @@ def user_likes_export(*, user_id: int, out: TextIO, actor: Actor, destination: s
             "unlistedCount": unlisted, "destination": destination[:500],
         })
     return result
+
+
+# --- a video's likers (OPS-9, issue 14 §6) ---------------------------------------------------------------
+
+LIKERS_EXPORT_FORMAT = "likers-export"
+LIKERS_EXPORT_PERMISSION = "relations.export_video_likers"
+LIKERS_FIELDS = ["userId", "likedAt", "relationVersion", "shard"]
+
+_LIKERS_SQL = """
+SELECT user_id, state_changed_at, relation_version
+  FROM {table}
+ WHERE video_id = %s AND state = %s AND user_id > %s
+ ORDER BY user_id ASC
+ LIMIT %s
+"""
+
+
+@dataclass(frozen=True)
+class LikersExportResult:
+    video_id: str
+    row_count: int
+    shards: dict[str, str]  # shard -> asOf (ISO)
+
+
+def video_likers_export(*, video_id: str, purpose: str, out: TextIO, actor: Actor, destination: str = "",
+                        progress: Callable[[int], None] | None = None,
+                        chunk_rows: int | None = None) -> LikersExportResult:
+    """Write every account that likes `video_id` to `out` as JSON lines, for the stated `purpose`, and
+    audit it ("likers.export", with the purpose). Liker identities are not public because a count is
+    (PRIV-1): an export needs LIKERS_EXPORT_PERMISSION, which no role holds by default, and a purpose.
+
+    File: a "header" line (format, videoId, purpose, fields), one "liker" line per LIKED relation
+    (userId, likedAt, relationVersion, shard; by shard, then user id), a "shard" line after each shard
+    with the asOf of its snapshot, and an "end" line with rowCount.
+    Transaction: the relations of a video are spread over every relation shard (they are placed by
+    user); each shard is read in one REPEATABLE READ, READ ONLY transaction, in keyset chunks over
+    `relation_video_idx`, so each shard's part is exact as of its own asOf (there is no cross-shard
+    snapshot). The audit record is written afterwards on `default`; a failed export writes none.
+    """
+    purpose = purpose.strip()
+    if not purpose:
+        raise InvalidInput("State the purpose of the export.", code="purpose_required")
+    chunk = int(chunk_rows or getattr(settings, "LIKES_EXPORT_CHUNK_ROWS", DEFAULT_CHUNK_ROWS))
+    table = LikeRelation._meta.db_table
+    _write(out, {"type": "header", "format": LIKERS_EXPORT_FORMAT, "formatVersion": 1, "videoId": video_id,
+                 "purpose": purpose, "order": "shard, userId ASC", "fields": LIKERS_FIELDS})
+    rows, shards = 0, {}
+    for alias in settings.RELATION_SHARD_ALIASES:
+        with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+            cursor.execute(ISOLATION_SQL)
+            cursor.execute("SELECT now()")
+            as_of = iso_utc(cursor.fetchone()[0])
+            last = 0
+            while True:
+                cursor.execute(_LIKERS_SQL.format(table=table), [video_id, RelationState.LIKED, last, chunk])
+                batch = cursor.fetchall()
+                for user_id, liked_at, version in batch:
+                    _write(out, {"type": "liker", "userId": user_id, "likedAt": iso_utc(liked_at),
+                                 "relationVersion": version, "shard": alias})
+                rows += len(batch)
+                if batch and progress is not None:
+                    progress(rows)
+                if len(batch) < chunk:
+                    break
+                last = batch[-1][0]
+        shards[alias] = as_of
+        _write(out, {"type": "shard", "shard": alias, "asOf": as_of})
+    _write(out, {"type": "end", "rowCount": rows})
+    out.flush()
+    with transaction.atomic(using="default", durable=True):
+        audit_record(actor=actor, action="likers.export", target_type="video", target_id=video_id, params={
+            "purpose": purpose[:500], "rowCount": rows, "shards": shards, "destination": destination[:500]})
+    return LikersExportResult(video_id=video_id, row_count=rows, shards=shards)

@@ -22,7 +22,8 @@ from likes_project.errors import InvalidInput
 from likes_project.eventlog import retry, streams
 from likes_project.eventlog.checkpoints import lowest_by_partition
 from likes_project.eventlog.retry import NonRetryable
-from relations.models import OutboxArchive, OutboxEvent, OutboxStatus
+from likes_project.switches import switch_is_set
+from relations.models import OutboxArchive, OutboxEvent, OutboxPublisherSwitch, OutboxStatus
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class PublishReport:
     uncertain: int = 0
     dead: int = 0
     partitions: set[int] = field(default_factory=set)
+    paused: bool = False  # the shard's publisher switch is set: nothing was claimed
 
 
 # The commit-order watermark: the oldest transaction id still running IN THIS DATABASE (outbox rows
@@ -177,9 +179,13 @@ def outbox_publish_batch(*, alias: str, holder: str, limit: int | None = None) -
     (connection refused) -> RETRY; an ambiguous one (timeout, error after sending) -> UNCERTAIN,
     retried, since consumers converge by version (OUT-6). Both back off (capped at
     LIKES_RETRY_MAX_BACKOFF_S) and never give up. A payload that can never be published -> DEAD + alert.
-    A publish confirmation never means the consumers are done (OUT-8).
+    A publish confirmation never means the consumers are done (OUT-8). While the shard's publisher
+    switch is set (`OutboxPublisherSwitch`) nothing is claimed and the report says `paused`.
     """
     report = PublishReport(alias=alias)
+    if switch_is_set(OutboxPublisherSwitch, alias):  # paused (issue 14 §3): the rows wait, in order, none lost
+        report.paused = True
+        return report
     rows = outbox_claim(alias=alias, holder=holder, limit=limit or settings.OUTBOX_PUBLISH_BATCH)
     report.claimed = len(rows)
     if not rows:

@@ -223,12 +223,26 @@ def manage(*argv) -> Ran:
 
 
 def roles_ensure() -> None:
-    """The groups of reconciliation/migrations/0002_roles.py and 0003 (the snapshot permission), and the
-    bucket-migration permissions of counting/migrations/0007, as those migrations make them (a
-    transactional test's flush empties auth_group; the migrations' own functions put them back)."""
-    importlib.import_module("reconciliation.migrations.0002_roles").roles(django_apps, None)
-    importlib.import_module("reconciliation.migrations.0003_recovery_snapshots").roles(django_apps, None)
-    importlib.import_module("counting.migrations.0007_bucket_migration").roles(django_apps, None)
+    """The console's role groups (likes-viewer, likes-operator, likes-approver) with every permission the
+    migrations grant them, as those migrations make them (a transactional test's flush empties
+    auth_group; the migrations' own functions put them back). One list: a migration that grants a role
+    something adds its module here."""
+    for module, function in ROLE_MIGRATIONS:
+        getattr(importlib.import_module(module), function)(django_apps, None)
+
+
+ROLE_MIGRATIONS = [
+    ("reconciliation.migrations.0002_roles", "roles"),
+    ("reconciliation.migrations.0003_recovery_snapshots", "roles"),
+    ("counting.migrations.0007_bucket_migration", "roles"),
+    ("opsconsole.migrations.0004_front_page", "grant"),
+    ("likes_project.eventlog.migrations.0004_console_roles_view_checkpoints", "roles"),
+    ("relations.migrations.0011_runtime_switches", "roles"),
+    ("reconciliation.migrations.0004_auto_repair_switch", "roles"),
+    ("likes_project.eventlog.migrations.0005_consumer_partition_switch", "roles"),
+    ("likes_project.audit.migrations.0004_chain_roles", "roles"),
+    ("counting.risk.migrations.0002_roles", "roles"),
+]
 
 
 def member_of(group: str, username: str | None = None):

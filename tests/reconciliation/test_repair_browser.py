@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 
 import pytest
 from django.apps import apps as django_apps
@@ -27,6 +28,7 @@ from tests.reconciliation.helpers import bucket_add, liked_video, run_check
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 PASSWORD = "browser-pw-1"
 DIFFS_URL = "/admin/reconciliation/checkdiff/"
 REPAIRS_URL = "/admin/reconciliation/repairrequest/"
@@ -133,6 +135,8 @@ def test_a_damaged_count_is_repaired_from_the_facts_with_a_second_operators_appr
     layers = page_b.locator("table.repair-before-after tr.repair-layer")
     expect(layers.filter(has_text="buckets")).to_have_text(re.compile(rf"{VIDEO}\s*buckets\s*{LIKES + 3}\s*{LIKES}"))
     expect(layers.filter(has_text="facts")).to_have_text(re.compile(rf"{VIDEO}\s*facts\s*{LIKES}\s*{LIKES}"))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page_b.screenshot(path=str(SHOTS / "repair.png"), full_page=True)  # the flow's last page (issue 14 §7)
 
     # the count equals the facts, as the exact check after the repair proved
     assert routed_sum(VIDEO) == LIKES

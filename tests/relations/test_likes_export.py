@@ -204,11 +204,17 @@ def test_the_admin_export_downloads_the_same_file_and_is_audited(client, staff, 
 
     assert resp.status_code == 200
     assert resp["Content-Disposition"].startswith(f'attachment; filename="likes-{user.username}-')
-    header, likes, end = read_export(b"".join(resp.streaming_content).decode())
+    body = b"".join(resp.streaming_content)
+    header, likes, end = read_export(body.decode())
     assert [row["videoId"] for row in likes] == ids(4) and end["rowCount"] == 4
     audit = AuditRecord.objects.get(action="likes.export")
     assert (audit.actor, audit.channel, audit.target_id) == (staff.username, "admin", str(user.pk))
     assert audit.params["asOf"] == header["asOf"]
+    [fetched] = AuditRecord.objects.filter(action="job.file_download")  # the download itself (OPS-9)
+    assert (fetched.actor, fetched.target_id, fetched.params["kind"]) == (staff.username, str(job.pk), job.kind)
+    assert fetched.params["bytes"] == len(body)
+    client.get(download)
+    assert AuditRecord.objects.filter(action="job.file_download").count() == 2  # every download, not the first
 
 
 def test_the_admin_export_needs_staff_and_the_permission(client, staff, make_user):

@@ -7,7 +7,6 @@ all: it is written to a temporary file next to --out and renamed over it at the 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from django.db import DatabaseError
 from likes_project.audit.services import cli_actor_resolve
 from likes_project.cli import JobCommand, user_by_username
 from likes_project.cursors import iso_utc
-from likes_project.opsjobs.services import job_file_path
 from relations.jobs import LIKES_EXPORT
 from relations.services.export import EXPORT_PERMISSION, user_likes_export
 
@@ -79,12 +77,7 @@ class Command(JobCommand):
         try:
             job = self.job_run(options=options, target=f"user:{user.pk}",
                                params={"user_id": user.pk, "username": user.username, "destination": str(out_path)})
-            source = job_file_path(job)
-            if job.status != "SUCCEEDED" or source is None:
-                raise self.job_failed(job)
-            with tmp, open(source, encoding="utf-8") as src:
-                shutil.copyfileobj(src, tmp)
-            os.replace(tmp.name, out_path)
+            self.job_file_deliver(job, tmp, out_path)
         finally:
             if os.path.exists(tmp.name):
                 os.unlink(tmp.name)

@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+
+
+class RiskConfig(AppConfig):
+    """The risk ledger (issue 14 §4): hide / restore decisions over a video's relations, maker-checker,
+    and the per-relation risk state they project, on `default`."""
+
+    name = "counting.risk"
+    label = "risk"
+    verbose_name = "Risk control"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from counting.risk.jobs import JOB_KINDS
+        from likes_project.opsjobs.services import job_kind_register
+
+        for kind in JOB_KINDS:
+            job_kind_register(kind)

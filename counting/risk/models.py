@@ -1,0 +1,101 @@
+"""The risk ledger (RISK-3 … RISK-5, REC-2, OPS-6), on `default`.
+
+`RiskDecision` is the append-only ledger: one row per hide or restore decision over a set of relations
+of one video, with its reason, evidence, requester and approver (maker-checker, bound to the hash of
+its parameters). A decision's row only moves through its statuses; a restore is a new decision.
+`RiskRelationState` is what the ledger projects per (video, user): hidden or not, at the risk version
+(the approval sequence) of the decision that last set it; an older decision's run never overwrites a
+newer one's. The relation facts and the count projection rows are never changed by either."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+
+class RiskKind(models.TextChoices):
+    HIDE = "HIDE"
+    RESTORE = "RESTORE"
+
+
+class RiskStatus(models.TextChoices):
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    APPROVED = "APPROVED"  # approved; the system's job will apply it
+    APPLYING = "APPLYING"
+    APPLIED = "APPLIED"
+    RESTORED = "RESTORED"  # a hide whose restore was applied
+    REJECTED = "REJECTED"
+    FAILED = "FAILED"
+
+
+# A hide in these statuses stands: its users are hidden (a restore of another hide keeps them hidden).
+STANDING = (RiskStatus.APPROVED, RiskStatus.APPLYING, RiskStatus.APPLIED)
+FINISHED = (RiskStatus.APPLIED, RiskStatus.RESTORED, RiskStatus.REJECTED, RiskStatus.FAILED)
+
+
+class RiskDecision(models.Model):
+    """One hide or restore decision. `params` (kind, video, users, reason, evidence, restores) hash to
+    `params_hash`; the approval records the hash it approved. The database refuses an approval by the
+    requester and an approval of other parameters than the request's."""
+
+    kind = models.CharField(max_length=8, choices=RiskKind.choices)
+    video_id = models.CharField(max_length=64)
+    restores = models.BigIntegerField(null=True, blank=True)  # the hide a restore decision restores
+    params = models.JSONField()
+    params_hash = models.CharField(max_length=64)
+    reason = models.CharField(max_length=512)
+    evidence = models.TextField(blank=True, default="")
+    requested_by = models.CharField(max_length=150)
+    requested_channel = models.CharField(max_length=16)
+    approved_by = models.CharField(max_length=150, blank=True, default="")
+    approved_hash = models.CharField(max_length=64, blank=True, default="")
+    approved_at = models.DateTimeField(null=True, blank=True)
+    rejected_by = models.CharField(max_length=150, blank=True, default="")
+    status = models.CharField(max_length=20, choices=RiskStatus.choices, default=RiskStatus.AWAITING_APPROVAL)
+    risk_version = models.BigIntegerField(null=True, blank=True)  # from risk_version_seq, at approval
+    applied_users = models.PositiveIntegerField(default=0)
+    job_id = models.BigIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=F("requested_by")),
+                                   name="risk_not_approved_by_requester"),
+            models.CheckConstraint(condition=Q(approved_by="") | Q(approved_hash=F("params_hash")),
+                                   name="risk_approval_bound_to_params"),
+            models.CheckConstraint(condition=Q(kind="HIDE", restores__isnull=True)
+                                   | Q(kind="RESTORE", restores__isnull=False), name="risk_restore_names_hide"),
+        ]
+        indexes = [models.Index(fields=["video_id", "kind", "status"], name="risk_video_idx")]
+        permissions = [("request_riskdecision", "Can request a risk hide or restore"),
+                       ("approve_riskdecision", "Can approve another operator's risk hide or restore")]
+
+    def __str__(self) -> str:
+        return f"risk {self.pk}: {self.kind} {len(self.user_ids)} users on {self.video_id} ({self.status})"
+
+    @property
+    def user_ids(self) -> list[int]:
+        return [int(u) for u in self.params.get("users", [])]
+
+
+class RiskRelationState(models.Model):
+    """The ledger's projection per (video, user): hidden while a standing hide covers it. Written only
+    by the apply job, version-guarded by `risk_version`."""
+
+    video_id = models.CharField(max_length=64)
+    user_id = models.BigIntegerField()
+    hidden = models.BooleanField()
+    risk_version = models.BigIntegerField()
+    decision_id = models.BigIntegerField()  # the decision that set it last
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["video_id", "user_id"], name="uniq_risk_relation")]
+        indexes = [models.Index(fields=["video_id", "user_id"], condition=Q(hidden=True),
+                                name="risk_hidden_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.video_id} {'hidden' if self.hidden else 'shown'} rv{self.risk_version}"

@@ -1,0 +1,74 @@
+"""Reads of the risk ledger's projection (never writes, never a transaction): which relations are hidden,
+and how many LIKED count-projection rows that hides per video (the display snapshot's and the identity
+check's `risk_hidden`, REC-2)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import connections
+
+from counting import routing
+from counting.models import LikeCountProjection, VideoDisplayCount
+from counting.risk.models import RiskRelationState
+
+OPERATOR_PERMISSION = "risk.request_riskdecision"  # who sees risk-hidden likers (PRIV-1)
+
+
+def risk_hidden_users(*, video_id: str, user_ids) -> set[int]:
+    """Which of these users' relations with the video are risk-hidden now."""
+    ids = list(user_ids)
+    if not ids:
+        return set()
+    return set(RiskRelationState.objects.filter(video_id=video_id, user_id__in=ids, hidden=True)
+               .values_list("user_id", flat=True))
+
+
+def risk_hidden_exists(*, video_id: str) -> bool:
+    """Whether any relation with the video is risk-hidden now (one indexed probe)."""
+    return RiskRelationState.objects.filter(video_id=video_id, hidden=True).exists()
+
+
+def risk_hidden_sets(video_ids) -> dict[str, list[int]]:
+    """video -> its risk-hidden users (bounded by the decisions' sizes)."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for video_id, user_id in (RiskRelationState.objects.filter(video_id__in=list(video_ids), hidden=True)
+                              .order_by("video_id", "user_id").values_list("video_id", "user_id")):
+        out[video_id].append(user_id)
+    return dict(out)
+
+
+def hidden_keys(hidden: dict[str, list[int]]) -> tuple[list[int], list[str]]:
+    """The (user, video) arrays of the hidden sets, for an `unnest(%s::bigint[], %s::text[])`."""
+    pairs = [(u, v) for v, users in sorted(hidden.items()) for u in users]
+    return [u for u, _v in pairs], [v for _u, v in pairs]
+
+
+def risk_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, int]:
+    """video -> its LIKED projection rows (on the partition each bucket is routed to) whose relation is
+    risk-hidden: what the display subtracts as `risk_hidden_count`."""
+    hidden = risk_hidden_sets(video_ids)
+    out: dict[str, int] = defaultdict(int)
+    if not hidden:
+        return dict(out)
+    users, videos = hidden_keys(hidden)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        buckets = gen.buckets_on(alias)
+        if not buckets:
+            continue
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"SELECT video_id, count(*) FROM {LikeCountProjection._meta.db_table} WHERE generation = %s "
+                "AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
+                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id",
+                [gen.generation, users, videos, buckets])
+            for video_id, n in cursor.fetchall():
+                out[video_id] += int(n)
+    return dict(out)
+
+
+def display_adjustments(video_ids) -> dict[str, tuple[int, int]]:
+    """video -> (risk_hidden_count, policy_hidden_count) of its display snapshot."""
+    return {v: (r, p) for v, r, p in VideoDisplayCount.objects.filter(video_id__in=list(video_ids))
+            .values_list("video_id", "risk_hidden_count", "policy_hidden_count")}

@@ -1,0 +1,320 @@
+"""The console's front page (issue 14 §0): the pipeline's health at a glance, and the gauge history its
+charts are drawn from.
+
+The page reads only `default`: the live lists (switches set, repairs awaiting approval, jobs not
+finished, the last verdicts) from their tables there, and everything that lives in another store (the
+outbox age of each relation shard, each consumer's lag, dead letters, open diffs) from the stored gauges
+the beat job `observability.refresh_gauges` computes (D46). Opening the console therefore costs a few
+indexed reads on one database, whatever the size of the outbox or the streams, and still answers when a
+shard or Redis is down: exactly when an operator opens it. The page says how old those gauges are.
+
+The charts are the last hour of `GaugeSample` rows (one per stored snapshot, copied by the beat job
+`opsconsole.gauge_history_sample`), drawn as inline SVG polylines by `sparkline`: served by the project
+itself, no script, no CDN.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from likes_project import switches
+from likes_project.eventlog.models import GaugeSnapshot
+from likes_project.observability import SNAPSHOT_KEY, scrape_families
+from likes_project.opsjobs.models import FINISHED_JOB_STATUSES, OpsJob
+from opsconsole.models import GaugeSample
+from reconciliation.models import FINISHED_RUN_STATUSES, CheckRun, RepairRequest, RepairStatus, RunMode
+
+DASHBOARD_PERMISSION = "opsconsole.view_dashboard"
+WINDOW = dt.timedelta(hours=1)
+# The families the history keeps (everything the front page charts); the others are not copied.
+CHARTED = (
+    "likes_outbox_oldest_pending_age_seconds", "likes_outbox_rows", "likes_consumer_lag_entries",
+    "likes_consumer_lag_seconds", "likes_dead_letters", "likes_dead_letter_oldest_age_seconds",
+    "likes_reconcile_open_diffs", "likes_repairs_awaiting_approval", "likes_reconcile_last_run_passed",
+    "likes_ops_jobs_unfinished", "likes_switches_set",
+)
+PENDING_OUTBOX = ("NEW", "RETRY", "UNCERTAIN")
+LIST_LIMIT = 20  # rows a list panel shows; the model list behind its link has the rest
+
+Samples = list[tuple[dict, float]]
+
+
+# --- the history ---------------------------------------------------------------------------------
+
+
+def gauge_history_sample(now: dt.datetime | None = None) -> bool:
+    """Copy the stored gauges into the history, once per stored snapshot, and prune what is older
+    than CONSOLE_HISTORY_KEEP_S (the beat job `opsconsole.gauge_history_sample`). True when a sample
+    was added. Idempotent: a snapshot already copied (the same `computed_at`) is not copied again."""
+    now = now or timezone.now()
+    row = GaugeSnapshot.objects.filter(key=SNAPSHOT_KEY).only("computed_at").first()
+    added = False
+    if row is not None:
+        # The ages as of the snapshot itself, the way a scrape at that moment would have exported them.
+        values = {name: [[labels, v] for labels, v in samples]
+                  for name, _help, samples in scrape_families(now=row.computed_at) if name in CHARTED}
+        added = GaugeSample.objects.get_or_create(at=row.computed_at, defaults={"values": values})[1]
+    keep = dt.timedelta(seconds=float(settings.CONSOLE_HISTORY_KEEP_S))
+    GaugeSample.objects.filter(at__lt=now - keep).delete()
+    return added
+
+
+def _total(samples: Iterable, match: dict[str, str | tuple[str, ...]]) -> float:
+    def ok(labels: dict) -> bool:
+        return all(labels.get(k) in (v if isinstance(v, tuple) else (v,)) for k, v in match.items())
+
+    return float(sum(v or 0.0 for labels, v in samples if ok(labels)))
+
+
+@dataclass
+class History:
+    start: dt.datetime
+    end: dt.datetime
+    rows: list[tuple[dt.datetime, dict]]
+
+    def series(self, family: str, **match: str | tuple[str, ...]) -> list[tuple[dt.datetime, float]]:
+        """The sum of `family`'s samples whose labels match, at every stored sample that has the family."""
+        return [(at, _total(values[family], match)) for at, values in self.rows if family in values]
+
+
+def history_load(now: dt.datetime) -> History:
+    start = now - WINDOW
+    rows = list(GaugeSample.objects.filter(at__gte=start).order_by("at").values_list("at", "values"))
+    return History(start=start, end=now, rows=rows)
+
+
+def sparkline(points: list[tuple[dt.datetime, float]], *, start: dt.datetime, end: dt.datetime, what: str,
+              width: int = 160, height: int = 28) -> SafeString:
+    """An inline SVG line of `points` over [start, end], scaled to its own maximum (its title and label
+    say the range, so the shape is never read without the numbers)."""
+    if not points:
+        return mark_safe('<span class="spark-empty" title="no stored gauges in the last hour">no history</span>')
+    span = max((end - start).total_seconds(), 1.0)
+    values = [v for _t, v in points]
+    top = max(values) or 1.0
+    coords = " ".join(
+        f"{(min(max((t - start).total_seconds(), 0.0), span) / span) * (width - 2) + 1:.1f},"
+        f"{height - 2 - (v / top) * (height - 4):.1f}" for t, v in points)
+    label = f"{what}, last hour: min {_num(min(values))}, max {_num(max(values))}, now {_num(values[-1])}"
+    last_x, last_y = coords.rsplit(" ", 1)[-1].split(",")
+    return format_html(
+        '<svg class="spark" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{label}">'
+        '<title>{label}</title><polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{coords}"/>'
+        '<circle cx="{x}" cy="{y}" r="2" fill="currentColor"/></svg>',  # the latest value, drawn even when alone
+        w=width, h=height, label=label, coords=coords, x=last_x, y=last_y)
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if abs(v - round(v)) < 1e-9 or abs(v) >= 100 else f"{v:.1f}"
+
+
+# --- the page -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    text: str
+    url: str | None = None
+    warn: bool = False
+    svg: SafeString | None = None  # a chart drawn in the cell instead of text
+
+
+@dataclass
+class Panel:
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    charts: list[tuple[str, SafeString]] = field(default_factory=list)
+    empty: str = "None."
+    link: tuple[str, str] | None = None  # (label, url) of the full list
+    alert: bool = False  # something here needs an operator
+
+
+def _admin_url(name: str, *args, query: str = "") -> str | None:
+    try:
+        url = reverse(f"admin:{name}", args=args)
+    except NoReverseMatch:  # the model is not registered in this console
+        return None
+    return f"{url}?{query}" if query else url
+
+
+def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
+    if at is None:
+        return "never"
+    return f"{_seconds(max(0.0, (now - at).total_seconds()))} ago"
+
+
+def _seconds(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _current(now: dt.datetime) -> tuple[dict[str, Samples], float | None, list[str]]:
+    """The stored gauges as a scrape now exports them: {family: samples}, their age, the failed parts."""
+    families = {name: samples for name, _help, samples in scrape_families(now=now)}
+    age = families.pop("likes_metrics_gauges_age_seconds", [({}, None)])[0][1]
+    errors = [labels.get("part", "") for labels, _v in families.pop("likes_metrics_scrape_errors", [])]
+    return families, age, errors
+
+
+def _switches(now: dt.datetime, hist: History) -> Panel:
+    panel = Panel("switches", "Switches set", ["Switch", "Key", "Reason", "Set by", "Since"],
+                  empty="No switch is set: commands, publishers, consumers, auto-repair and refreshes all run.")
+    for s in switches.switches_set():
+        panel.rows.append([Cell(s.kind, warn=True), Cell(s.key), Cell(s.reason), Cell(s.updated_by),
+                           Cell(_ago(s.updated_at, now))])
+    panel.alert = bool(panel.rows)
+    panel.charts.append(("switches set", sparkline(hist.series("likes_switches_set"), start=hist.start,
+                                                   end=hist.end, what="switches set")))
+    return panel
+
+
+def _outbox(cur: dict[str, Samples], hist: History) -> Panel:
+    panel = Panel("outbox", "Outbox: oldest unpublished event per relation shard",
+                  ["Shard", "Oldest unpublished", "Unpublished rows", "Last hour (age)"],
+                  empty="No outbox gauge stored yet.")
+    pending = cur.get("likes_outbox_rows", [])
+    for labels, age in sorted(cur.get("likes_outbox_oldest_pending_age_seconds", []), key=lambda s: s[0]["shard"]):
+        shard = labels["shard"]
+        rows = _total(pending, {"shard": shard, "status": PENDING_OUTBOX})
+        chart = sparkline(hist.series("likes_outbox_oldest_pending_age_seconds", shard=shard), start=hist.start,
+                          end=hist.end, what=f"{shard} oldest unpublished (s)")
+        panel.rows.append([Cell(shard), Cell(_seconds(age or 0.0), warn=(age or 0) > 60), Cell(f"{rows:.0f}"),
+                           Cell("", svg=chart)])
+        panel.alert = panel.alert or (age or 0) > 60
+    panel.link = ("Outbox lookup", _admin_url("opsconsole_lookup") or "")
+    return panel
+
+
+def _lag(cur: dict[str, Samples], hist: History) -> Panel:
+    panel = Panel("lag", "Consumer lag per partition",
+                  ["Consumer", "Partition", "Entries behind", "Oldest behind", "Last hour (s)"],
+                  empty="No consumer has a checkpoint yet.")
+    seconds = {(lb["consumer"], lb["partition"]): v for lb, v in cur.get("likes_consumer_lag_seconds", [])}
+    for labels, entries in sorted(cur.get("likes_consumer_lag_entries", []),
+                                  key=lambda s: (s[0]["consumer"], int(s[0]["partition"]))):
+        key = (labels["consumer"], labels["partition"])
+        age = seconds.get(key) or 0.0
+        chart = sparkline(hist.series("likes_consumer_lag_seconds", consumer=key[0], partition=key[1]),
+                          start=hist.start, end=hist.end, what=f"{key[0]}[{key[1]}] lag (s)")
+        panel.rows.append([Cell(key[0]), Cell(key[1]), Cell(f"{entries or 0:.0f}", warn=(entries or 0) > 1000),
+                           Cell(_seconds(age), warn=age > 30), Cell("", svg=chart)])
+        panel.alert = panel.alert or age > 30
+    panel.link = ("Consumer checkpoints", _admin_url("eventlog_consumercheckpoint_changelist") or "")
+    return panel
+
+
+def _dead_letters(cur: dict[str, Samples], hist: History) -> Panel:
+    panel = Panel("dead_letters", "Dead letters", ["Consumer", "New", "Requeued", "Oldest new"],
+                  empty="No dead letter.")
+    counts = cur.get("likes_dead_letters", [])
+    oldest = _total(cur.get("likes_dead_letter_oldest_age_seconds", []), {})
+    for consumer in sorted({lb["consumer"] for lb, _v in counts}):
+        new = _total(counts, {"consumer": consumer, "status": "NEW"})
+        requeued = _total(counts, {"consumer": consumer, "status": "REQUEUED"})
+        if new or requeued:
+            panel.rows.append([Cell(consumer), Cell(f"{new:.0f}", warn=new > 0), Cell(f"{requeued:.0f}"),
+                               Cell(_seconds(oldest) if new else "")])
+            panel.alert = panel.alert or new > 0
+    panel.charts.append(("new", sparkline(hist.series("likes_dead_letters", status="NEW"), start=hist.start,
+                                          end=hist.end, what="NEW dead letters")))
+    panel.link = ("Dead letters", _admin_url("eventlog_deadletter_changelist", query="status__exact=NEW") or "")
+    return panel
+
+
+def _diffs(cur: dict[str, Samples], hist: History) -> Panel:
+    panel = Panel("diffs", "Open diffs", ["Layer", "NEW or FIXING"], empty="No open diff.")
+    for labels, n in sorted(cur.get("likes_reconcile_open_diffs", []), key=lambda s: s[0]["layer"]):
+        if n:
+            panel.rows.append([Cell(labels["layer"]), Cell(f"{n:.0f}", warn=True)])
+    panel.alert = bool(panel.rows)
+    panel.charts.append(("open", sparkline(hist.series("likes_reconcile_open_diffs"), start=hist.start,
+                                           end=hist.end, what="open diffs")))
+    panel.link = ("Diffs", _admin_url("reconciliation_checkdiff_changelist") or "")
+    return panel
+
+
+def _repairs(now: dt.datetime, hist: History) -> Panel:
+    panel = Panel("repairs", "Repairs awaiting approval", ["Repair", "Requested by", "Reason", "Waiting"],
+                  empty="No repair is waiting for approval.")
+    waiting = RepairRequest.objects.filter(status=RepairStatus.AWAITING_APPROVAL).order_by("created_at")
+    for r in waiting[:LIST_LIMIT]:
+        panel.rows.append([Cell(f"#{r.pk}", _admin_url("reconciliation_repairrequest_change", r.pk)),
+                           Cell(r.requested_by), Cell(r.reason), Cell(_ago(r.created_at, now))])
+    panel.alert = bool(panel.rows)
+    panel.charts.append(("waiting", sparkline(hist.series("likes_repairs_awaiting_approval"), start=hist.start,
+                                              end=hist.end, what="repairs awaiting approval")))
+    panel.link = ("Repairs", _admin_url("reconciliation_repairrequest_changelist") or "")
+    return panel
+
+
+def _jobs(now: dt.datetime, hist: History) -> Panel:
+    panel = Panel("jobs", "Jobs running", ["Job", "Kind", "Target", "Status", "Progress", "Latest"],
+                  empty="No job is queued or running.")
+    for job in OpsJob.objects.exclude(status__in=FINISHED_JOB_STATUSES).order_by("id")[:LIST_LIMIT]:
+        progress = f"{job.done:,} / {job.total:,} {job.unit}" if job.total else f"{job.done:,} {job.unit}"
+        if job.total:
+            progress += f" ({100 * job.done / job.total:.0f}%)"
+        panel.rows.append([Cell(f"#{job.pk}", _admin_url("opsjobs_opsjob_change", job.pk)), Cell(job.kind),
+                           Cell(job.target), Cell(job.status), Cell(progress),
+                           Cell(f"{job.message} ({_ago(job.updated_at, now)})" if job.message else "")])
+    panel.charts.append(("unfinished", sparkline(hist.series("likes_ops_jobs_unfinished"), start=hist.start,
+                                                 end=hist.end, what="jobs queued or running")))
+    panel.link = ("Jobs", _admin_url("opsjobs_opsjob_changelist") or "")
+    return panel
+
+
+def _verdicts(now: dt.datetime, hist: History) -> Panel:
+    panel = Panel("verdicts", "Last reconciliation verdicts",
+                  ["Mode", "Run", "Verdict", "Checked", "Diffs", "Finished"],
+                  empty="No reconciliation run has finished yet.")
+    for mode in RunMode.values:
+        run = (CheckRun.objects.filter(mode=mode, status__in=FINISHED_RUN_STATUSES)
+               .order_by("-finished_at", "-id").first())
+        if run is None:
+            continue
+        panel.rows.append([Cell(mode), Cell(f"#{run.pk}", _admin_url("reconciliation_checkrun_change", run.pk)),
+                           Cell(run.status, warn=run.status != "PASSED"), Cell(f"{run.checked:,}"),
+                           Cell(f"{run.diffs_found} found, {run.diffs_fixed} fixed"), Cell(_ago(run.finished_at, now))])
+        panel.alert = panel.alert or run.status != "PASSED"
+        panel.charts.append((mode, sparkline(hist.series("likes_reconcile_last_run_passed", mode=mode),
+                                             start=hist.start, end=hist.end, what=f"{mode}: 1 passed, 0 not")))
+    panel.link = ("Check runs", _admin_url("reconciliation_checkrun_changelist") or "")
+    return panel
+
+
+def front_page(now: dt.datetime | None = None) -> dict:
+    """The front page's context: the panels in order, the stored gauges' age and failed parts."""
+    now = now or timezone.now()
+    cur, age, errors = _current(now)
+    hist = history_load(now)
+    panels = [
+        _switches(now, hist), _outbox(cur, hist), _lag(cur, hist), _dead_letters(cur, hist), _diffs(cur, hist),
+        _repairs(now, hist), _jobs(now, hist), _verdicts(now, hist),
+    ]
+    return {"panels": panels, "gauges_age": None if age is None else _seconds(age),
+            "gauges_stale": age is None or age > 3 * float(settings.METRICS_GAUGES_EVERY_S) + 30,
+            "gauge_errors": errors, "history_samples": len(hist.rows)}
+
+
+def switches_gauge(scrape) -> None:
+    """The gauge part `console:switches` (registered by the console's AppConfig): the switches set now, by
+    kind, so the front page can chart them over the last hour."""
+    family = scrape.family("likes_switches_set", "Runtime switches set (paused), by kind.")
+    counts: dict[str, int] = {}
+    for state in switches.switches_set():
+        counts[state.kind] = counts.get(state.kind, 0) + 1
+    for kind in switches.switch_kinds():
+        family.add(counts.get(kind, 0), kind=kind)

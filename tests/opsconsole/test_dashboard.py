@@ -1,0 +1,190 @@
+"""The console's front page (issue 14 §0): what an operator sees without clicking, from `default` only,
+and the last hour of the stored gauges as inline SVG charts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connections
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from likes_project import switches
+from likes_project.audit.services import Actor
+from likes_project.eventlog.models import ConsumerSwitch, DeadLetter, GaugeSnapshot
+from likes_project.observability import SNAPSHOT_KEY, gauges_refresh
+from likes_project.opsjobs.models import JobStatus, OpsJob
+from opsconsole import dashboard
+from opsconsole.models import GaugeSample
+from reconciliation.models import RepairRequest
+from relations.models import OutboxEvent
+from tests.counting.helpers import drain
+from tests.reconciliation.helpers import roles_ensure
+from tests.reconciliation.test_admin import failed_run
+from tests.relations.helpers import cmd
+
+pytestmark = pytest.mark.django_db(databases="__all__")
+
+OPERATOR = Actor(name="dash-operator", channel="admin")
+PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "jobs", "verdicts")
+
+
+def logged_in(username: str, *groups: str) -> Client:
+    roles_ensure()
+    user = get_user_model().objects.create_user(username, password="pw", is_staff=True)
+    user.groups.add(*Group.objects.filter(name__in=groups))
+    assert user.groups.count() == len(groups)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def panel(html: str, key: str) -> str:
+    found = re.search(rf'<section class="dash-panel[^"]*" id="panel-{key}">(.*?)</section>', html, re.S)
+    assert found, f"no panel {key}"
+    return found.group(1)
+
+
+def front(client: Client) -> str:
+    response = client.get("/admin/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_an_idle_service_shows_every_panel_and_the_models_one_click_away():
+    client = logged_in("dash-viewer", "likes-viewer")
+    html = front(client)
+    for key in PANELS:
+        panel(html, key)
+    assert "No switch is set" in panel(html, "switches")
+    assert "No repair is waiting for approval." in panel(html, "repairs")
+    assert "not computed yet" in html  # no gauges stored yet: the page says so, it does not invent zeros
+    assert 'href="/admin/models/"' in html
+    models = client.get("/admin/models/")
+    assert models.status_code == 200 and "All models and pages" in models.content.decode()
+    assert 'href="/admin/reconciliation/' in models.content.decode()
+
+
+def test_a_staff_user_without_a_role_sees_no_health():
+    html = front(logged_in("dash-nobody"))
+    assert 'id="panel-' not in html and "opsconsole.view_dashboard" in html
+    assert 'href="/admin/models/"' in html  # counter-example of the viewer: only the link
+
+
+def test_the_front_page_shows_what_is_set_pending_and_running(make_user, make_video):
+    video = make_video("dash-v", make_user())
+    cmd(make_user(), video.video_id, "LIKED")
+    drain()  # published and consumed: every consumer has its checkpoints
+    cmd(make_user(), video.video_id, "LIKED")  # committed, not published: one unpublished outbox row
+    switches.pause_switch_set(ConsumerSwitch, key="count", paused=True, reason="incident 42", actor=OPERATOR,
+                              action_prefix="consumer", target_type="consumer")
+    job = OpsJob.objects.create(kind="tests.dash", actor="dash-operator", channel="cli", status=JobStatus.RUNNING,
+                                target="video dash-v", done=50, total=200, unit="rows", message="copying")
+    repair = RepairRequest.objects.create(params={"videos": ["dash-v"]}, params_hash="0" * 64, reason="drift seen",
+                                          requested_by="dash-operator", requested_channel="cli")
+    run = failed_run("dash-v")  # an identity run that FAILED with one open diff on the buckets layer
+    now = timezone.now()
+    DeadLetter.objects.create(consumer="count", stream_key="s", entry_id="1-0", error_class="ValueError",
+                              first_failed_at=now, last_failed_at=now)
+    gauges_refresh()
+
+    # What the outbox holds unpublished now (the first like's row too, when a transaction left open
+    # elsewhere on its shard holds the publisher's commit-order watermark back): the panel must say so.
+    pending = {alias: OutboxEvent.objects.using(alias).filter(status__in=dashboard.PENDING_OUTBOX).count()
+               for alias in settings.RELATION_SHARD_ALIASES}
+    assert sum(pending.values()) >= 1
+    html = front(logged_in("dash-op", "likes-operator"))
+    switches_panel = panel(html, "switches")
+    assert "incident 42" in switches_panel and "dash-operator" in switches_panel and "count" in switches_panel
+    outbox = panel(html, "outbox")
+    for alias, n in pending.items():  # every shard, idle ones too, with its unpublished rows
+        assert re.search(rf"<td>{alias}</td><td[^>]*>\d+ s</td><td>{n}</td>", outbox), (alias, n, outbox)
+    assert "<td>count</td>" in panel(html, "lag")
+    dead = panel(html, "dead_letters")
+    assert re.search(r'<td>count</td><td class="warn">1</td>', dead), dead
+    assert re.search(r'<td>buckets</td><td class="warn">1</td>', panel(html, "diffs"))
+    repairs = panel(html, "repairs")
+    assert f'/admin/reconciliation/repairrequest/{repair.pk}/change/' in repairs and "drift seen" in repairs
+    jobs = panel(html, "jobs")
+    assert f"/admin/opsjobs/opsjob/{job.pk}/change/" in jobs and "50 / 200 rows (25%)" in jobs and "copying" in jobs
+    verdicts = panel(html, "verdicts")
+    assert f"/admin/reconciliation/checkrun/{run.pk}/change/" in verdicts
+    assert re.search(r'<td>identity</td>.*?<td class="warn">FAILED</td>', verdicts, re.S), verdicts
+    for key in ("switches", "dead_letters", "diffs", "repairs", "verdicts"):
+        assert f'class="dash-panel alert" id="panel-{key}"' in html, key  # each needs an operator
+    assert 'class="dash-panel" id="panel-jobs"' in html  # a running job is not an alert
+
+
+def test_the_page_reads_default_only(make_user, make_video):
+    """Whatever the outbox and the streams hold, opening the console reads one database: the stored gauges
+    stand for the shards, the partitions and Redis (which may be down when the page is needed)."""
+    cmd(make_user(), make_video("dash-q", make_user()).video_id, "LIKED")
+    gauges_refresh()
+    others = [alias for alias in connections if alias != "default"]
+    contexts = [CaptureQueriesContext(connections[alias]) for alias in others]
+    for ctx in contexts:
+        ctx.__enter__()
+    try:
+        context = dashboard.front_page()
+    finally:
+        for ctx in contexts:
+            ctx.__exit__(None, None, None)
+    assert len(context["panels"]) == len(PANELS)
+    touched = {alias: len(ctx.captured_queries) for alias, ctx in zip(others, contexts, strict=True)
+               if ctx.captured_queries}
+    assert touched == {}, touched
+
+
+def _snapshot_at(at: dt.datetime) -> None:
+    gauges_refresh()
+    GaugeSnapshot.objects.filter(key=SNAPSHOT_KEY).update(computed_at=at)
+
+
+def test_the_history_keeps_one_sample_per_snapshot_and_prunes_the_old(make_user, make_video):
+    now = timezone.now()
+    _snapshot_at(now - dt.timedelta(hours=3))
+    assert dashboard.gauge_history_sample(now=now) is True
+    assert GaugeSample.objects.count() == 0  # older than CONSOLE_HISTORY_KEEP_S (2 h): pruned at once
+    _snapshot_at(now - dt.timedelta(minutes=30))
+    assert dashboard.gauge_history_sample(now=now) is True
+    assert dashboard.gauge_history_sample(now=now) is False  # the same snapshot again: not copied twice
+    assert GaugeSample.objects.count() == 1
+    sample = GaugeSample.objects.get()
+    assert set(sample.values) <= set(dashboard.CHARTED) and "likes_outbox_oldest_pending_age_seconds" in sample.values
+    assert "likes_stream_length" not in sample.values  # not charted: not kept
+
+
+def test_the_charts_draw_the_last_hour(make_user, make_video):
+    video = make_video("dash-c", make_user())
+    now = timezone.now()
+    _snapshot_at(now - dt.timedelta(minutes=40))
+    dashboard.gauge_history_sample(now=now)
+    cmd(make_user(), video.video_id, "LIKED")
+    cmd(make_user(), video.video_id, "LIKED")
+    _snapshot_at(now - dt.timedelta(minutes=10))
+    dashboard.gauge_history_sample(now=now)
+    _snapshot_at(now - dt.timedelta(minutes=90))  # an old snapshot: in the history window? no
+    dashboard.gauge_history_sample(now=now)
+    hist = dashboard.history_load(now)
+    assert len(hist.rows) == 2  # the one 90 minutes old is kept (2 h) but is not in the last hour
+    assert [v for _at, v in hist.series("likes_outbox_rows", status=dashboard.PENDING_OUTBOX)] == [0.0, 2.0]
+    html = front(logged_in("dash-chart", "likes-viewer"))
+    outbox = panel(html, "outbox")
+    charts = re.findall(r'<svg class="spark"[^>]*aria-label="([^"]+)"><title>[^<]*</title>'
+                        r'<polyline [^>]*points="([^"]+)"', outbox)
+    assert charts, outbox
+    points = [pts.split() for _label, pts in charts]
+    assert len(charts) == len(settings.RELATION_SHARD_ALIASES) and all(len(p) == 2 for p in points), points
+
+
+def test_a_chart_without_history_says_so():
+    start = timezone.now() - dashboard.WINDOW
+    assert "no history" in dashboard.sparkline([], start=start, end=timezone.now(), what="x")
+    svg = dashboard.sparkline([(start, 0.0), (timezone.now(), 5.0)], start=start, end=timezone.now(), what="lag")
+    assert "min 0, max 5, now 5" in svg and 'points="1.0,26.0 159.0,2.0"' in svg  # start bottom-left, end top-right
