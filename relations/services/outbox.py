@@ -60,8 +60,13 @@ class PublishReport:
 # server would stall publishing. pg_stat_activity's 32-bit `backend_xid` is widened to xid8 against the
 # snapshot's xmax (same epoch unless that would put it in the future). Needs the app role to see its
 # own sessions' backend_xid (it does; other roles need pg_read_all_stats).
+# A snapshot's xmax is the newest *completed* xid + 1, so in a transaction that already holds an xid (a
+# caller's own transaction: the tests' wrapping transaction) it can be at or below that xid, and the
+# transaction would never see its own rows as publishable; the reference is therefore at least one past it.
+# A claim in its own transaction (every publisher) holds no xid when this runs, so there it is xmax itself.
 _SAFE_XID_SQL = """
-    (WITH ref AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x),
+    (WITH ref AS (SELECT GREATEST(pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+                                  COALESCE(pg_current_xact_id_if_assigned()::text::bigint + 1, 0)) AS x),
           running AS (SELECT backend_xid::text::bigint AS x32 FROM pg_stat_activity
                        WHERE datname = current_database() AND backend_xid IS NOT NULL
                          AND pid <> pg_backend_pid()),

@@ -1,5 +1,5 @@
 """The audit chain's permissions for the console's roles (D82): likes-viewer sees the chain's state (the
-latest verification and checkpoint); likes-operator also starts a verification."""
+latest verification and checkpoint), as every role does; likes-operator also starts a verification."""
 
 from django.db import migrations
 
@@ -17,6 +17,7 @@ OPERATE = [
 def roles(apps, schema_editor):
     group_permissions_grant(apps, group="likes-viewer", permissions=VIEW)
     group_permissions_grant(apps, group="likes-operator", permissions=VIEW + OPERATE)
+    group_permissions_grant(apps, group="likes-approver", permissions=VIEW)
 
 
 class Migration(migrations.Migration):
