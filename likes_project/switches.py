@@ -86,6 +86,21 @@ class PauseSwitch(models.Model):
         return key
 
 
+class GlobalPauseSwitch(PauseSwitch):
+    """A switch with one row only (read-only likes, auto-repair): its key is always GLOBAL_KEY."""
+
+    switch_default_key: ClassVar[str] = GLOBAL_KEY
+
+    scope = models.CharField(max_length=16, primary_key=True, default=GLOBAL_KEY)
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def switch_key_choices(cls) -> list[str]:
+        return [GLOBAL_KEY]
+
+
 @dataclass(frozen=True)
 class SwitchState:
     """One switch as the console and `manage.py switch` show it."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import F, Q
 
-from likes_project.switches import GLOBAL_KEY, PauseSwitch
+from likes_project.switches import GlobalPauseSwitch
 
 
 class RunMode(models.TextChoices):
@@ -255,24 +255,17 @@ class RecoverySnapshot(models.Model):
         return f"snapshot {self.pk} ({self.status}) of generation {self.generation}"
 
 
-class AutoRepairSwitch(PauseSwitch):
+class AutoRepairSwitch(GlobalPauseSwitch):
     """Pause auto-repair (issue 14 §3): while set, check runs still record every diff but fix none by
     themselves (a count-cache diff stays NEW until the switch is cleared and a run finds it again, or
     an operator fixes it). One row, key "global"."""
 
     switch_kind = "auto-repair"
     switch_audit = ("reconcile.auto_repair_", "reconciliation")
-    switch_default_key = GLOBAL_KEY
     switch_key_help = "no key (every check run)"
-
-    scope = models.CharField(max_length=16, primary_key=True, default=GLOBAL_KEY)
 
     class Meta:
         verbose_name, verbose_name_plural = "auto-repair switch", "auto-repair switches"
-
-    @classmethod
-    def switch_key_choices(cls) -> list[str]:
-        return [GLOBAL_KEY]
 
     def __str__(self) -> str:
         return f"auto-repair: {'paused' if self.paused else 'on'}"

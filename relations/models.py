@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 from likes_project.db_routers import RELATION_SHARD
 from likes_project.generations import GenerationModel
 from likes_project.hashing import HashContract, one_active
-from likes_project.switches import GLOBAL_KEY, PauseSwitch
+from likes_project.switches import GlobalPauseSwitch, PauseSwitch
 
 
 class RelationState(models.TextChoices):
@@ -388,24 +388,17 @@ class AccountStatus(models.Model):
         return f"{self.user_id} {self.status}"
 
 
-class LikesReadOnlySwitch(PauseSwitch):
+class LikesReadOnlySwitch(GlobalPauseSwitch):
     """Read-only likes (issue 14 §3, DEG-1 step 6): while set, every like command is refused with 503
     `likes_read_only` (the caller's current relation in the body) and writes nothing; reads are
     unaffected. One row, key "global"."""
 
     switch_kind = "read-only"
     switch_audit = ("likes.read_only_", "likes")
-    switch_default_key = GLOBAL_KEY
     switch_key_help = "no key (the whole service)"
-
-    scope = models.CharField(max_length=16, primary_key=True, default=GLOBAL_KEY)
 
     class Meta:
         verbose_name, verbose_name_plural = "read-only switch", "read-only switches"
-
-    @classmethod
-    def switch_key_choices(cls) -> list[str]:
-        return [GLOBAL_KEY]
 
     def __str__(self) -> str:
         return f"likes read-only: {'SET' if self.paused else 'off'}"
