@@ -51,33 +51,45 @@ OPTIONS = {
 RESULT_PATH = common.RESULTS_DIR / "latest.json"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p, args = common.parse_options(argv, "bench/run.sh", __doc__, OPTIONS, seed=20261129)
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The checks and derived values of the options this driver shares with bench/levers.py."""
     args.mix_shares = common.parse_mix(p, args.mix)
     args.pgbench_clients_list = common.int_list(args.pgbench_clients)
-    args.pgbench_naive_clients_list = common.int_list(args.pgbench_naive_clients)
     common.require_positive(p, args, ("users", "videos", "procs", "http_clients", "gunicorn_workers", "rounds"))
     if not (0 < args.duration <= 120 and 0 <= args.warmup <= 30 and 1 <= args.pgbench_duration <= 120):
         p.error("durations out of range (duration 0-120 s, warm-up 0-30 s, pgbench 1-120 s)")
     return args
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    p, args = common.parse_options(argv, "bench/run.sh", __doc__, OPTIONS, seed=20261129)
+    args.pgbench_naive_clients_list = common.int_list(args.pgbench_naive_clients)
+    return check_args(p, args)
+
+
 # --- main ----------------------------------------------------------------------------------------
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def start_run(args: argparse.Namespace, *, tag: str):
+    """The start this driver shares with bench/levers.py: the driver's frame, the wait for a quiet machine,
+    a work directory, the machine spec and the bench data. Returns (wall0, waited, workdir, spec, users, videos)."""
     wall0 = common.start_driver()
     from django.db import connections
 
     connections.close_all()
-    waited = common.wait_for_quiet(args.wait_quiet, tag="bench", log=log)
-    workdir = Path(tempfile.mkdtemp(prefix="likes-bench-"))
+    waited = common.wait_for_quiet(args.wait_quiet, tag=tag, log=log)
+    workdir = Path(tempfile.mkdtemp(prefix=f"likes-{tag}-"))
     spec = common.machine_spec()
     common.log_machine(spec, log)
     flush_bench_redis()
     users, videos = prepare(users=args.users, videos=args.videos)
     connections.close_all()
+    return wall0, waited, workdir, spec, users, videos
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    wall0, waited, workdir, spec, users, videos = start_run(args, tag="bench")
 
     rows: list[dict] = []
     probe: dict | None = None

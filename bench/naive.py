@@ -18,6 +18,16 @@ _state = {"enabled": False, "installed": False}
 
 
 def set_enabled(enabled: bool) -> None:
+    """Toggle the extra UPDATE. While it is on the command runs on the statement-by-statement write path
+    (`LIKE_COMMAND_WRITE_PATH=python`, D84): the naive counter is one more statement inside that transaction,
+    which the one-statement function has no place for."""
+    from django.conf import settings
+
+    if enabled and not _state["enabled"]:
+        _state["path"] = settings.LIKE_COMMAND_WRITE_PATH
+        settings.LIKE_COMMAND_WRITE_PATH = "python"
+    elif not enabled and _state["enabled"]:
+        settings.LIKE_COMMAND_WRITE_PATH = _state.pop("path")
     _state["enabled"] = bool(enabled)
 
 

@@ -34,11 +34,12 @@ def _free_port() -> int:
 
 
 class Gunicorn:
-    def __init__(self, app: str, workers: int, logdir: Path):
+    def __init__(self, app: str, workers: int, logdir: Path, *, env: dict | None = None, label: str = ""):
         self.app = app
         self.workers = workers
+        self.env = env or {}  # on top of this process's environment (a lever's setting, bench/levers.py)
         self.port = _free_port()
-        self.log_path = logdir / f"gunicorn-{app.split(':')[0].replace('.', '-')}.log"
+        self.log_path = logdir / f"gunicorn-{app.split(':')[0].replace('.', '-')}{label}.log"
         self.proc: subprocess.Popen | None = None
         self.pidfile: Path | None = None
 
@@ -48,8 +49,8 @@ class Gunicorn:
                "--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}",
                "--timeout", "30", "--graceful-timeout", "5", "--log-level", "warning"]
         self._log = open(self.log_path, "ab")  # closed in __exit__
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env}, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         piddir = os.environ.get("BENCH_PIDDIR")
         self.pidfile = Path(piddir) / f"gunicorn.{self.proc.pid}.pid" if piddir else None
         if self.pidfile:

@@ -137,7 +137,22 @@ def _http_sender(port: int, sizes: Counter):
 
 
 def run_job(job: dict) -> dict:
-    """Run one workload for this client; returns the measurements of the measured window."""
+    """Run one workload for this client, with the job's settings overrides (a lever of bench/levers.py)
+    applied for its duration; returns the measurements of the measured window."""
+    from django.conf import settings
+
+    overrides = job.get("settings") or {}
+    saved = {name: getattr(settings, name) for name in overrides}
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    try:
+        return _run_job(job)
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)
+
+
+def _run_job(job: dict) -> dict:
     from bench import naive
 
     naive.set_enabled(job["naive"])
@@ -199,6 +214,7 @@ def run_probe(job: dict) -> dict:
     each transaction come on top); Redis calls by wrapping redis.Redis.execute_command."""
     import contextlib
 
+    import psycopg
     import redis
     from django.db import connections
 
@@ -231,10 +247,15 @@ def run_probe(job: dict) -> dict:
         one()
     counts.clear()
     original = redis.Redis.execute_command
+    pg_original = psycopg.Cursor.execute
 
     def counting_execute(self, *args, **kwargs):
         counts["redis"] += 1
         return original(self, *args, **kwargs)
+
+    def counting_pg_execute(self, *args, **kwargs):  # every statement sent, Django's cursor or not
+        counts["pg"] += 1
+        return pg_original(self, *args, **kwargs)
 
     n = 0
     try:
@@ -242,6 +263,7 @@ def run_probe(job: dict) -> dict:
             for alias in connections:
                 stack.enter_context(connections[alias].execute_wrapper(counter(alias)))
             redis.Redis.execute_command = counting_execute
+            psycopg.Cursor.execute = counting_pg_execute
             cpu0, wall0 = time.process_time(), time.perf_counter()
             while n < job["commands"] and time.time() < deadline:
                 one()
@@ -249,11 +271,13 @@ def run_probe(job: dict) -> dict:
             cpu1, wall1 = time.process_time(), time.perf_counter()
     finally:
         redis.Redis.execute_command = original
+        psycopg.Cursor.execute = pg_original
     n = max(n, 1)
     return {"commands": n, "app_cpu_ms": round((cpu1 - cpu0) * 1000 / n, 2),
             "wall_ms": round((wall1 - wall0) * 1000 / n, 2),
             "sql_per_command": {k[4:]: round(v / n, 2) for k, v in sorted(counts.items()) if k.startswith("sql:")},
             "redis_per_command": round(counts["redis"] / n, 2),
+            "pg_statements_per_command": round(counts["pg"] / n, 2),
             "kinds": {k[5:]: v for k, v in counts.items() if k.startswith("kind:")}}
 
 

@@ -30,3 +30,10 @@ def on_starting(server) -> None:
 
 def child_exit(server, worker) -> None:
     metrics.mark_process_dead(worker.pid)
+
+# The worker model (issue 15 §1, D85): measured on 2 cores, 4 `gthread` workers x 4 threads served no more
+# commands/s than 4 `sync` workers (the request path is CPU-bound in Python, so threads of one worker
+# contend for its GIL) and hold 4x the database connections, hence sync by default. Both are settable;
+# the command path is thread-safe.
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
+threads = int(os.environ.get("GUNICORN_THREADS", "1"))

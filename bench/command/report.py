@@ -121,10 +121,13 @@ def probe_text(probe: dict | None) -> str:
         return "(not run)"
     sql = ", ".join(f"{k} {v:g}" for k, v in probe["sql_per_command"].items())
     total = sum(probe["sql_per_command"].values())
+    sent = probe.get("pg_statements_per_command")
+    sent_text = f"{sent:g} statements sent to PostgreSQL in all (any cursor), " if sent is not None else ""
     return (f"One client, no concurrency, {probe['commands']} commands of the same mix: "
             f"{probe['wall_ms']} ms wall and {probe['app_cpu_ms']} ms of app-process CPU per command; "
-            f"{total:g} SQL statements per command through Django's cursor ({sql}; the implicit BEGIN and the "
-            f"COMMIT of the command transaction come on top) and {probe['redis_per_command']:g} Redis calls.")
+            f"{sent_text}{total:g} of them through Django's cursor ({sql}; a transaction's implicit BEGIN and "
+            f"COMMIT come on top; the command's one-statement function runs in autocommit) and "
+            f"{probe['redis_per_command']:g} Redis calls.")
 
 
 def _cpu_pair(d: dict | None) -> str:

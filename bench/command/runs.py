@@ -28,15 +28,17 @@ def client_pool(size: int) -> ClientPool:
 
 
 def measure_once(pool: ClientPool, sampler: ResourceSampler, args, *, layer: str, naive: bool, workload: str,
-                 users: list, videos: list[str], port: int | None = None, gunicorn_pid: int | None = None) -> dict:
-    """One measured window of one workload at one layer, from an empty relation state."""
+                 users: list, videos: list[str], port: int | None = None, gunicorn_pid: int | None = None,
+                 settings_overrides: dict | None = None, tag: str | None = None) -> dict:
+    """One measured window of one workload at one layer, from an empty relation state (with
+    `settings_overrides` applied in the client processes for the window: a lever, bench/levers.py)."""
     reset_state()
     n = args.procs if layer == "service" else args.http_clients
     run_id = secrets.token_hex(3)
     t_start = time.time() + 0.5
     t_measure = t_start + args.warmup
     t_end = t_measure + args.duration
-    tag = f"{layer}-{'naive' if naive else 'ours'}-{workload}"
+    tag = tag or f"{layer}-{'naive' if naive else 'ours'}-{workload}"
     jobs = []
     for i in range(n):
         jobs.append({
@@ -45,6 +47,7 @@ def measure_once(pool: ClientPool, sampler: ResourceSampler, args, *, layer: str
             "mix": args.mix_shares, "seed": args.seed * 1000 + i,
             "key_prefix": f"b{run_id}{'n' if naive else 'o'}{workload[0]}{layer[0]}{i}",
             "t_start": t_start, "t_measure": t_measure, "t_end": t_end,
+            "settings": settings_overrides or {},
         })
     sampler.start(t_measure, t_end, extra_pids={gunicorn_pid} if gunicorn_pid else set(),
                   extra_label="gunicorn workers")

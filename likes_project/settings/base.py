@@ -182,6 +182,8 @@ CELERY_TASK_ROUTES = {
 }
 # After-commit nudges of the publisher/projector (latency only; beat sweepers guarantee progress).
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
+# A burst of nudges of one task and argument costs one send per window, plus one at its end (D86).
+NUDGE_DEBOUNCE_S = env_float("NUDGE_DEBOUNCE_S", 0.2)
 # Retries of infrastructure failures (consumers and the outbox publisher, issue 9 §1): doubling from
 # LIKES_RETRY_BASE_S up to LIKES_RETRY_MAX_BACKOFF_S, with jitter, forever; an ALERT is logged (and
 # `likes_*_retry_alerts_total` counted) once a head has failed LIKES_RETRY_ALERT_AFTER times.
@@ -231,7 +233,7 @@ CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task
 REST_FRAMEWORK = {
     # Token first: its `WWW-Authenticate` header makes an anonymous call a 401, not a 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "relations.api.auth.UserTokenAuthentication",  # DRF's TokenAuthentication in one raw statement
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -265,6 +267,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 # --- Like command ------------------------------------------------------------------------------
 # `reject` answers 409 stale_base_version; `last_commit_wins` applies the command anyway (CMD-9).
 LIKE_STALE_BASE_POLICY = os.environ.get("LIKE_STALE_BASE_POLICY", "reject")
+# How the command's transaction runs (D84): `function`, one round trip to the shard's likes_relation_apply
+# (the default), or `python`, the statement-by-statement reference it is tested against.
+LIKE_COMMAND_WRITE_PATH = os.environ.get("LIKE_COMMAND_WRITE_PATH", "function")
+if LIKE_COMMAND_WRITE_PATH not in ("function", "python"):
+    raise ValueError(f"LIKE_COMMAND_WRITE_PATH must be 'function' or 'python', not {LIKE_COMMAND_WRITE_PATH!r}")
 VIDEO_SERVICE_TOKEN = os.environ.get("VIDEO_SERVICE_TOKEN", "")
 VISIBILITY_CACHE_TTL_S = env_float("VISIBILITY_CACHE_TTL_S", 5.0)
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import hmac
 
 from django.conf import settings
-from rest_framework import authentication, permissions
+from django.contrib.auth import get_user_model
+from django.db import connections
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.authtoken.models import Token
 
 from likes_project.errors import Forbidden
 
@@ -24,6 +27,37 @@ class VideoServicePrincipal:
 
     def __str__(self) -> str:
         return self.username
+
+
+class UserTokenAuthentication(authentication.TokenAuthentication):
+    """DRF's `Authorization: Token <key>`, the same answers, in one raw statement: the token and its
+    user are read together, without the ORM's query compilation (it runs on every API call; issue 15).
+    Nothing is cached, so a deleted token or a deactivated user is refused on the very next call."""
+
+    _sql: str | None = None
+
+    @classmethod
+    def _statement(cls) -> str:
+        if cls._sql is None:
+            user = get_user_model()
+            columns = ", ".join(f"u.{f.column}" for f in user._meta.concrete_fields)
+            cls._sql = (f"SELECT t.created, {columns} FROM {Token._meta.db_table} t "
+                        f"JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id WHERE t.key = %s")
+        return cls._sql
+
+    def authenticate_credentials(self, key):
+        with connections["default"].cursor() as cursor:
+            cursor.execute(self._statement(), [key])
+            row = cursor.fetchone()
+        if row is None:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        model = get_user_model()
+        user = model.from_db("default", [f.attname for f in model._meta.concrete_fields], row[1:])
+        if not user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        token = Token.from_db("default", ["key", "user_id", "created"], [key, user.pk, row[0]])
+        token.user = user
+        return user, token
 
 
 class ServiceTokenAuthentication(authentication.BaseAuthentication):

@@ -7,7 +7,6 @@ import ipaddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -15,7 +14,7 @@ from likes_project.errors import InvalidInput, RateLimited
 from likes_project.jsonbody import parse_json_object
 from relations import selectors, validation
 from relations.api import serializers as s
-from relations.api.auth import IsVideoService, ServiceTokenAuthentication
+from relations.api.auth import IsVideoService, ServiceTokenAuthentication, UserTokenAuthentication
 from relations.errors import VideoNotFound
 from relations.services import commands, limits, videos
 from relations.services.videos import VideoUpsertResult
@@ -130,7 +129,7 @@ def _video_response(video: selectors.VideoRecord, applied: bool | None = None) -
 class InternalVideoView(APIView):
     """The video service pushes visibility snapshots here (CMD-12). Service token only."""
 
-    authentication_classes = [ServiceTokenAuthentication, TokenAuthentication]
+    authentication_classes = [ServiceTokenAuthentication, UserTokenAuthentication]
     permission_classes = [IsVideoService]
 
     @extend_schema(operation_id="internal_video_get", responses={200: s.VideoSnapshotSerializer, **ERRORS})

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
 from likes_project import logs, metrics
@@ -69,6 +69,14 @@ class _DuplicateOperation(Exception):
     """Another transaction committed this operation id first; ours must roll back and replay it."""
 
 
+class _Replayed(Exception):
+    """The function path found the operation id already recorded (its lookup ran first)."""
+
+    def __init__(self, record: selectors.CommandRecord, current: RelationView):
+        super().__init__(record.operation_id)
+        self.record, self.current = record, current
+
+
 def like_authorize(*, user_id: int, video_id: str) -> None:
     """Rules for a new like (INV-7, SEC-2). A video the caller cannot see is a 404 whatever the
     reason, so existence of private or deleted videos does not leak."""
@@ -89,13 +97,16 @@ def like_authorize(*, user_id: int, video_id: str) -> None:
         raise VideoFriendsOnly()
 
 
-def _replay(cmd: selectors.CommandRecord, *, video_id: str, desired_state: str | None) -> CommandResult:
+def _replay(cmd: selectors.CommandRecord, *, video_id: str, desired_state: str | None,
+            current: RelationView | None = None) -> CommandResult:
+    """The stored verdict of `cmd` (and the relation now: `current`, or read here)."""
     if cmd.video_id != video_id or (desired_state is not None and cmd.desired_state != desired_state):
         metrics.inc("likes_commands_total", outcome="key_reused")
         raise IdempotencyKeyReused(
             operationId=cmd.operation_id, boundVideoId=cmd.video_id, boundDesiredState=cmd.desired_state
         )
-    current = selectors.relation_get(user_id=cmd.user_id, video_id=cmd.video_id)
+    if current is None:
+        current = selectors.relation_get(user_id=cmd.user_id, video_id=cmd.video_id)
     return CommandResult(
         operation_id=cmd.operation_id,
         video_id=cmd.video_id,
@@ -175,9 +186,11 @@ def _cas_update(alias: str, rel: _LockedRelation, *, state: str, version: int, o
         return cursor.rowcount
 
 
-def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
-           base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
-    """CMD-5 steps 2-6 inside one durable transaction on `alias`, behind the write barrier (REC-5)."""
+def _apply_python(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+                  base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
+    """CMD-5 steps 2-6 inside one durable transaction on `alias`, behind the write barrier (REC-5),
+    statement by statement: the readable reference of `likes_relation_apply` (relations migration
+    0013), which `_apply_function` runs in one round trip (D84)."""
     with transaction.atomic(using=alias, durable=True):
         write_barrier.admit(alias, video_id)
         for _attempt in range(2):
@@ -237,6 +250,98 @@ def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, opera
     return CommandResult(operation_id, video_id, result, result, changed, replayed=False)
 
 
+# The function's call. Explicit casts: the statement is prepared on the server (bound parameters),
+# so each parameter's type is fixed by the text, not by the Python value.
+_APPLY_FUNCTION_SQL = (
+    "SELECT outcome, result_state, result_version, changed, cmd_video_id, cmd_desired_state, current_state, "
+    "current_version, unique_conflicts FROM likes_relation_apply(%s::bigint, %s::text, %s::text, %s::text, "
+    "%s::bigint, %s::text, %s::bigint, %s::timestamptz, %s::text, %s::uuid, %s::text, %s::text, %s::integer, "
+    "%s::boolean, %s::boolean, %s::integer, %s::integer)"
+)
+_DUPLICATE_SQLSTATE = "LK409"  # raised by likes_relation_apply: the operation id was committed first
+
+
+def _function_call(alias: str, params: list) -> tuple:
+    """One execution of the function on `alias`, in a transaction of its own (autocommit), through
+    psycopg directly: server-side binding and a prepared statement, none of Django's cursor wrapper.
+    Errors still go through Django's error wrapping (a broken connection is discarded at the end of
+    the request, as with any query). Inside an atomic block (a test's transaction) it runs in a
+    savepoint, so a rolled-back attempt leaves the outer transaction usable."""
+    import psycopg
+
+    conn = connections[alias]
+    if conn.in_atomic_block:
+        with transaction.atomic(using=alias, durable=True):  # refuses an outer transaction, like _apply_python
+            return _function_execute(conn, psycopg, params)
+    return _function_execute(conn, psycopg, params)
+
+
+def _function_execute(conn, psycopg, params: list) -> tuple:
+    conn.ensure_connection()
+    try:
+        with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
+            cursor.execute(_APPLY_FUNCTION_SQL, params, prepare=True)
+            return cursor.fetchone()
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == _DUPLICATE_SQLSTATE:
+            raise _DuplicateOperation() from exc
+        raise
+
+
+def _apply_function(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+                    base_version: int | None, device_id: str, client_sequence: int | None,
+                    lookup: bool = False) -> CommandResult:
+    """`_apply_python` in one round trip: the shard's `likes_relation_apply` (relations migration 0013).
+    With `lookup` it first looks the operation id up in the same statement (raises _Replayed)."""
+    event_id = uuid.uuid4()
+    global_ns, video_ns = write_barrier.LOCK_NAMESPACES
+    reject_stale = settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
+    row = None
+
+    def try_admit() -> bool:
+        nonlocal row
+        row = _function_call(alias, [
+            user_id, video_id, desired_state, operation_id, base_version, device_id, client_sequence,
+            timezone.now(), alias, event_id, events.aggregate_key(user_id, video_id), events.EVENT_TYPE,
+            events.EVENT_SCHEMA_VERSION, reject_stale, lookup, global_ns, video_ns,
+        ])
+        return row[0] != "barrier"
+
+    write_barrier.admit_polling(try_admit)
+    outcome, state, version, changed, cmd_video, cmd_desired, cur_state, cur_version, conflicts = row
+    if conflicts:
+        metrics.inc("likes_unique_conflicts_total", conflicts)
+    current = RelationView(cur_state, cur_version)
+    if outcome == "replayed":
+        raise _Replayed(selectors.CommandRecord(user_id, operation_id, cmd_video, cmd_desired, state, version,
+                                                changed), current)
+    if outcome == "stale":
+        metrics.inc("likes_commands_total", outcome="stale_base")
+        raise StaleBaseVersion(f"baseVersion {base_version} is not the current version {cur_version}.",
+                               currentRelation=current.as_dict())
+    result = RelationView(state, version)
+    if changed:
+        logs.bind(event_id=str(event_id))  # log lines from here on name the event (as `eventId` does)
+    return CommandResult(operation_id, video_id, result, result, changed, replayed=False)
+
+
+WRITE_PATH_FUNCTION, WRITE_PATH_PYTHON = "function", "python"
+
+
+def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+           base_version: int | None, device_id: str, client_sequence: int | None,
+           lookup: bool = False) -> CommandResult:
+    """CMD-5 steps 2-6 on `alias` by the configured write path (LIKE_COMMAND_WRITE_PATH, D84). Raises
+    _DuplicateOperation when a concurrent transaction committed the operation id first, and with
+    `lookup` (function path only) _Replayed when it was recorded before."""
+    kwargs = {"alias": alias, "user_id": user_id, "video_id": video_id, "desired_state": desired_state,
+              "operation_id": operation_id, "base_version": base_version, "device_id": device_id,
+              "client_sequence": client_sequence}
+    if settings.LIKE_COMMAND_WRITE_PATH == WRITE_PATH_PYTHON:
+        return _apply_python(**kwargs)
+    return _apply_function(**kwargs, lookup=lookup)
+
+
 @logs.bound_kwargs("operation_id", "user_id")  # every line the command logs names its operation
 def relation_set_state(*, user_id: int, video_id: str, desired_state: str, operation_id: str,
                        base_version: int | None = None, device_id: str = "",
@@ -256,18 +361,34 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
         raise LikesReadOnly(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after,
                             currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
     alias = routing.alias_for_user(user_id)
-    existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
-    if existing is not None:
+    # The function path looks the operation id up inside its one statement; a refusal before it
+    # (authorisation, limits) first checks for a stored verdict, which a retry always gets back.
+    in_statement = settings.LIKE_COMMAND_WRITE_PATH != WRITE_PATH_PYTHON
+
+    def replay_if_recorded() -> CommandResult | None:
+        existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
+        if existing is None:
+            return None
         metrics.inc("likes_commands_total", outcome="replayed")
         return _replay(existing, video_id=video_id, desired_state=desired_state)
+
+    if not in_statement and (replayed := replay_if_recorded()) is not None:
+        return replayed
 
     if desired_state == RelationState.LIKED:
         # UNLIKED needs no authorisation: withdrawing a like is always allowed (and a no-op when
         # there is nothing to withdraw).
-        like_authorize(user_id=user_id, video_id=video_id)
+        try:
+            like_authorize(user_id=user_id, video_id=video_id)
+        except Exception:  # a refusal, or a store it reads being down: a recorded verdict still replays
+            if in_statement and (replayed := replay_if_recorded()) is not None:
+                return replayed
+            raise
 
     verdict = limits.relation_transition_allowed(user_id=user_id, video_id=video_id)
     if not verdict.allowed:
+        if in_statement and (replayed := replay_if_recorded()) is not None:
+            return replayed
         current = selectors.relation_get(user_id=user_id, video_id=video_id)
         if current.state != desired_state:
             raise RateLimited(
@@ -280,7 +401,10 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
     try:
         outcome = _apply(alias=alias, user_id=user_id, video_id=video_id, desired_state=desired_state,
                          operation_id=operation_id, base_version=base_version, device_id=device_id,
-                         client_sequence=client_sequence)
+                         client_sequence=client_sequence, lookup=in_statement)
+    except _Replayed as found:
+        metrics.inc("likes_commands_total", outcome="replayed")
+        return _replay(found.record, video_id=video_id, desired_state=desired_state, current=found.current)
     except _DuplicateOperation:
         metrics.inc("likes_commands_total", outcome="concurrent_duplicate")
         cmd = selectors.command_get(user_id=user_id, operation_id=operation_id)

@@ -9,6 +9,9 @@ queues lock requests: while a barrier waits for the commands in flight (they hol
 until they commit: the drain), new commands' requests already fail, so the barrier is reached, and it
 is held until it is lowered.
 
+The like command takes the same two locks inside its one-statement function (`likes_relation_apply`,
+relations migration 0013) with `LOCK_NAMESPACES`, and polls through `admit_polling` as well.
+
 A command that meets a barrier polls for up to RECONCILE_BARRIER_MAX_MS, then gives up with
 503 `write_barrier` and `Retry-After`, having written nothing (its transaction rolls back). The fast
 path, no barrier, is one statement that takes two uncontended locks.
@@ -17,6 +20,7 @@ path, no barrier, is one statement that takes two uncontended locks.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -41,24 +45,34 @@ class WriteBarrierHeld(ServiceUnavailable):
     default_message = "A reconciliation barrier holds writes on this video for a moment; retry shortly."
 
 
+LOCK_NAMESPACES = (_GLOBAL_NS, _VIDEO_NS)  # for callers that take the shared locks in SQL of their own
+
+
+def admit_polling(try_admit: Callable[[], bool]) -> None:
+    """Call `try_admit()` (True: its shared locks were taken) until it succeeds, for at most
+    RECONCILE_BARRIER_MAX_MS; then raise WriteBarrierHeld (503). The one poll loop of the barrier."""
+    deadline = None
+    while not try_admit():
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + settings.RECONCILE_BARRIER_MAX_MS / 1000.0
+            metrics.inc("likes_write_barrier_waits_total")
+        if now >= deadline:
+            metrics.inc("likes_write_barrier_refusals_total")
+            retry_after = max(1, round(settings.RECONCILE_BARRIER_MAX_MS / 1000.0))
+            raise WriteBarrierHeld(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after)
+        time.sleep(_POLL_S)  # a barrier is lowered within seconds; poll until RECONCILE_BARRIER_MAX_MS
+
+
 def admit(alias: str, video_id: str) -> None:
     """Inside a relation change's transaction on `alias`, before it reads or writes anything: wait
     (bounded) while a barrier holds `video_id` or the whole shard. Raises WriteBarrierHeld (503)."""
-    deadline = None
     with connections[alias].cursor() as cursor:
-        while True:
+        def try_admit() -> bool:
             cursor.execute(_ADMIT_SQL, [_GLOBAL_NS, _VIDEO_NS, video_id])
-            if cursor.fetchone()[0]:
-                return
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + settings.RECONCILE_BARRIER_MAX_MS / 1000.0
-                metrics.inc("likes_write_barrier_waits_total")
-            if now >= deadline:
-                metrics.inc("likes_write_barrier_refusals_total")
-                retry_after = max(1, round(settings.RECONCILE_BARRIER_MAX_MS / 1000.0))
-                raise WriteBarrierHeld(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after)
-            time.sleep(_POLL_S)  # a barrier is lowered within seconds; poll until RECONCILE_BARRIER_MAX_MS
+            return bool(cursor.fetchone()[0])
+
+        admit_polling(try_admit)
 
 
 class BarrierNotEstablished(Exception):

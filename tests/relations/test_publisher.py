@@ -17,7 +17,7 @@ from likes_project.eventlog import streams
 from likes_project.redis_client import stream_redis
 from relations import routing
 from relations.models import OutboxArchive, OutboxEvent
-from relations.services import commands, outbox
+from relations.services import outbox
 from tests.counting.helpers import bucket_sum, consume_everything, drain, liked_facts, project_all, publish_all
 from tests.factories import put_like
 from tests.relations.helpers import cmd as like
@@ -80,27 +80,45 @@ def test_two_publishers_on_one_shard_never_lose_or_double_assign_a_row(make_user
     assert {r.claimed_by for r in rows("rel_00")} <= {"a", "b"}
 
 
-def test_a_transaction_that_commits_late_with_a_smaller_id_is_still_published(make_user, make_video, monkeypatch):
+def _waiting_on_a_lock(alias: str) -> bool:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_transaction_that_commits_late_with_a_smaller_id_is_still_published(make_user, make_video):
+    """A command held open in the store after its outbox insert: another session holds an uncommitted
+    command row with the same operation id, so the command's own command insert waits on the unique
+    index (its outbox row already has id N). Works on either write path (D84)."""
     author = make_user()
     slow_user, fast_user = make_user(shard="rel_00"), make_user(shard="rel_00")
     v1, v2 = make_video("slow-v", author), make_video("fast-v", author)
-    inserted, release = threading.Event(), threading.Event()
-    real = commands._command_insert
+    holder = connections.create_connection("rel_00")  # a session of its own, in a transaction
+    holder.set_autocommit(False)
+    holder.cursor().execute(
+        "INSERT INTO relations_likecommand (user_id, operation_id, video_id, desired_state, result_state, "
+        "result_version, changed, device_id, created_at) VALUES (%s, 'slow-op', 'slow-v', 'LIKED', 'LIKED', 1, "
+        "true, '', now())", [slow_user.pk])
 
-    def held(**kwargs):
-        if kwargs["user_id"] == slow_user.pk:
-            inserted.set()
-            assert release.wait(20)
-        return real(**kwargs)
+    def slow_like():
+        with connections["rel_00"].cursor() as cursor:
+            cursor.execute("SET lock_timeout = '20s'")  # the session's: it waits for the holder below
+        try:
+            like(slow_user, v1.video_id, key="slow-op")
+        finally:
+            connections.close_all()
 
-    monkeypatch.setattr(commands, "_command_insert", held)
-    slow = threading.Thread(target=lambda: (like(slow_user, v1.video_id), connections.close_all()))
+    slow = threading.Thread(target=slow_like)
     slow.start()
-    assert inserted.wait(20)  # the slow transaction holds outbox id N, uncommitted
+    deadline = timezone.now() + dt.timedelta(seconds=20)
+    while not _waiting_on_a_lock("rel_00"):  # the slow transaction holds outbox id N, uncommitted
+        assert timezone.now() < deadline and slow.is_alive()
     like(fast_user, v2.video_id)  # commits outbox id N+1
     first = outbox.outbox_publish_batch(alias="rel_00", holder="p")
     assert first.sent == 0  # N+1 is held back while N's transaction may still commit
-    release.set()
+    holder.rollback()  # the slow command's insert goes through
+    holder.close()
     slow.join(20)
     second = outbox.outbox_publish_batch(alias="rel_00", holder="p")
     assert second.sent == 2
