@@ -7,6 +7,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
@@ -267,16 +268,14 @@ def _function_call(alias: str, params: list) -> tuple:
     Errors still go through Django's error wrapping (a broken connection is discarded at the end of
     the request, as with any query). Inside an atomic block (a test's transaction) it runs in a
     savepoint, so a rolled-back attempt leaves the outer transaction usable."""
-    import psycopg
-
     conn = connections[alias]
     if conn.in_atomic_block:
         with transaction.atomic(using=alias, durable=True):  # refuses an outer transaction, like _apply_python
-            return _function_execute(conn, psycopg, params)
-    return _function_execute(conn, psycopg, params)
+            return _function_execute(conn, params)
+    return _function_execute(conn, params)
 
 
-def _function_execute(conn, psycopg, params: list) -> tuple:
+def _function_execute(conn, params: list) -> tuple:
     conn.ensure_connection()
     try:
         with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
@@ -325,7 +324,11 @@ def _apply_function(*, alias: str, user_id: int, video_id: str, desired_state: s
     return CommandResult(operation_id, video_id, result, result, changed, replayed=False)
 
 
-WRITE_PATH_FUNCTION, WRITE_PATH_PYTHON = "function", "python"
+WRITE_PATH_PYTHON = "python"  # LIKE_COMMAND_WRITE_PATH's other value, "function", is the default
+
+
+def _write_path_is_function() -> bool:
+    return settings.LIKE_COMMAND_WRITE_PATH != WRITE_PATH_PYTHON
 
 
 def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
@@ -337,9 +340,9 @@ def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, opera
     kwargs = {"alias": alias, "user_id": user_id, "video_id": video_id, "desired_state": desired_state,
               "operation_id": operation_id, "base_version": base_version, "device_id": device_id,
               "client_sequence": client_sequence}
-    if settings.LIKE_COMMAND_WRITE_PATH == WRITE_PATH_PYTHON:
-        return _apply_python(**kwargs)
-    return _apply_function(**kwargs, lookup=lookup)
+    if _write_path_is_function():
+        return _apply_function(**kwargs, lookup=lookup)
+    return _apply_python(**kwargs)
 
 
 @logs.bound_kwargs("operation_id", "user_id")  # every line the command logs names its operation
@@ -363,7 +366,7 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
     alias = routing.alias_for_user(user_id)
     # The function path looks the operation id up inside its one statement; a refusal before it
     # (authorisation, limits) first checks for a stored verdict, which a retry always gets back.
-    in_statement = settings.LIKE_COMMAND_WRITE_PATH != WRITE_PATH_PYTHON
+    in_statement = _write_path_is_function()
 
     def replay_if_recorded() -> CommandResult | None:
         existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
