@@ -5,8 +5,8 @@ Redis db 14 with the prefix likes-bench, rate limiting off) and sets LIKES_NUDGE
 
   1. batch query of 20 ids (what POST /v1/like-relations/batch-query does) for a fixed window with
      concurrent clients, in three cases: warm relation cache, cold relation cache, Redis down;
-     at the service layer (spawned processes calling videos_visible_to + relation_states_get +
-     display_counts_get, the functions the view calls) and over HTTP against gunicorn;
+     at the service layer (spawned processes calling counting.selectors.feed_page_read, what the view
+     calls) and over HTTP against gunicorn;
   2. the my-likes page (relations.selectors_my_likes.liked_page_list) of a user with 50,000 likes at page 1
      and page 500, next to an OFFSET baseline in the same run;
   3. relation_cache_rebuild() end to end over 1,000,000 relations (or 250,000, extrapolated, when a
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
         "warmup_s": args.warmup, "duration_s": args.duration, "rounds": args.rounds, "procs": args.procs,
         "http_clients": args.http_clients, "gunicorn_workers": args.gunicorn_workers,
         "nudge_enabled": False, "rate_limit_enabled": False, "redis_down_url": DOWN_REDIS_URL,
-        "error_definition": "service: one of videos_visible_to / relation_states_get / display_counts_get raised "
+        "error_definition": "service: feed_page_read raised "
                             "(e.g. DegradedOverloaded from the fallback limiter); HTTP: a status other than 200, a "
                             "connection error or a 10 s timeout. 'wrong': a 200 answer whose order, availability, "
                             "myState/relationVersion or displayCount differs from the prepared data. Latencies are "

@@ -31,7 +31,7 @@ import random
 
 from django.conf import settings
 
-from likes_project.redis_client import cache_redis
+from likes_project.redis_client import Read, cache_redis, read_now
 
 VIEW_TTL_S = 24 * 3600
 BUCKET_TTL_S = 7 * 24 * 3600
@@ -218,20 +218,29 @@ def views_write(generation: int, rows: list[tuple[str, int, int, str]]) -> int:
     return sum(int(x) for x in pipe.execute())
 
 
+def views_read_plan(generation: int, video_ids: list[str]) -> Read[dict[str, tuple[int, int, str]]]:
+    """video id -> (display count, snapshot id, generatedAt) for the hits (a GET per key rather than
+    MGET, so that a Cluster client can split the pipeline by node)."""
+    keys = [view_key(generation, v) for v in video_ids]
+
+    def queue(pipe) -> None:
+        for key in keys:
+            pipe.get(key)
+
+    def parse(replies: list) -> dict[str, tuple[int, int, str]]:
+        out = {}
+        for video_id, raw in zip(video_ids, replies, strict=True):
+            if raw is not None:
+                display, snapshot_id, _gen, generated_at = raw.decode().split("|", 3)
+                out[video_id] = (int(display), int(snapshot_id), generated_at)
+        return out
+
+    return Read(len(keys), queue, parse)
+
+
 def views_read(generation: int, video_ids: list[str]) -> dict[str, tuple[int, int, str]]:
-    """video id -> (display count, snapshot id, generatedAt) for the hits, in ONE round trip (a
-    pipeline of GETs rather than MGET, so that a Cluster client can split it by node)."""
-    if not video_ids:
-        return {}
-    pipe = cache_redis().pipeline(transaction=False)
-    for video_id in video_ids:
-        pipe.get(view_key(generation, video_id))
-    out = {}
-    for video_id, raw in zip(video_ids, pipe.execute(), strict=True):
-        if raw is not None:
-            display, snapshot_id, _gen, generated_at = raw.decode().split("|", 3)
-            out[video_id] = (int(display), int(snapshot_id), generated_at)
-    return out
+    """`views_read_plan` in ONE round trip of its own."""
+    return read_now(views_read_plan(generation, video_ids))
 
 
 def view_read(generation: int, video_id: str) -> tuple[int, int, str] | None:

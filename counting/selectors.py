@@ -22,6 +22,8 @@ from likes_project import metrics
 from likes_project.fallback import FallbackLimiter
 from likes_project.generations import BUILDING, LIVE, GenerationStatus
 from likes_project.l1cache import L1Cache, RefreshedValue
+from likes_project.redis_client import Flow, run_flows
+from relations import selectors as relation_selectors
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +104,55 @@ def _iso(value) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def _load(generation: int | None, video_ids: list[str]) -> dict[str, DisplayCount]:
-    """Redis view of `generation` (one round trip), then the durable snapshot (one query)."""
+@dataclass(frozen=True)
+class ViewsPrefetch:
+    """Count views read ahead, in a round trip the request made anyway (`display_views_prefetch_flow`):
+    the views of `asked` in `generation`; `hits` None when that read failed."""
+
+    generation: int | None
+    asked: frozenset[str] = frozenset()
+    hits: dict[str, tuple[int, int, str]] | None = None
+
+
+def display_views_prefetch_flow(video_ids: list[str]) -> Flow[ViewsPrefetch]:
+    """Read the count views of those of `video_ids` the L1 does not hold fresh, as one read of a round
+    trip shared with other flows; `display_counts_get(prefetched=...)` then loads them without one of
+    its own. Ids read here but never asked for (a video the caller may not see) are dropped unused."""
+    generation = count_cache_generations_get().active
+    if generation is None:
+        return ViewsPrefetch(None)
+    wanted = list(dict.fromkeys(video_ids))
+    fresh = display_l1().fresh((generation, v) for v in wanted)
+    asked = [v for v in wanted if (generation, v) not in fresh]
+    try:
+        hits = yield cache.views_read_plan(generation, asked)
+    except RedisError:
+        hits = None
+    return ViewsPrefetch(generation, frozenset(asked), hits)
+
+
+def _views_read(generation: int, video_ids: list[str], prefetched: ViewsPrefetch | None) -> dict:
+    """The views of `video_ids`: those prefetched for this generation from the prefetch, the rest in
+    one round trip."""
+    if prefetched is None or prefetched.generation != generation:
+        return cache.views_read(generation, video_ids)
+    if prefetched.hits is None and any(v in prefetched.asked for v in video_ids):
+        raise RedisError("the prefetch of the count views failed")
+    rest = [v for v in video_ids if v not in prefetched.asked]
+    hits = {v: prefetched.hits[v] for v in video_ids if v in prefetched.asked and v in prefetched.hits}
+    return {**hits, **(cache.views_read(generation, rest) if rest else {})}
+
+
+def _load(generation: int | None, video_ids: list[str], prefetched: ViewsPrefetch | None = None
+          ) -> dict[str, DisplayCount]:
+    """Redis view of `generation` (one round trip, none for the prefetched ids), then the durable
+    snapshot (one query)."""
     out: dict[str, DisplayCount] = {}
     if generation is None:
         metrics.inc("likes_count_cache_fallback_total", len(video_ids), reason="no_active_generation")
     else:
         try:
-            hits = cache.views_read(generation, video_ids)
+            hits = _views_read(generation, video_ids, prefetched)
         except RedisError as exc:
             metrics.inc("likes_cache_errors_total", cache="count_view")
             metrics.inc("likes_count_cache_fallback_total", len(video_ids), reason="redis_error")
@@ -134,11 +177,12 @@ def _load(generation: int | None, video_ids: list[str]) -> dict[str, DisplayCoun
     return out
 
 
-def display_counts_get(*, video_ids: list[str]) -> dict[str, DisplayCount]:
+def display_counts_get(*, video_ids: list[str], prefetched: ViewsPrefetch | None = None) -> dict[str, DisplayCount]:
     """Display counts of `video_ids` (deduplicated; every id gets an entry, 0/None before its first
-    snapshot): L1, then the view of the ACTIVE count-cache generation in one Redis round trip, then
-    the durable snapshot in one query. Without an ACTIVE generation (only a REBUILDING one) or with
-    Redis down the durable snapshot answers (counted in `likes_count_cache_fallback_total`)."""
+    snapshot): L1, then the view of the ACTIVE count-cache generation in one Redis round trip (none
+    for what `prefetched` read), then the durable snapshot in one query. Without an ACTIVE generation
+    (only a REBUILDING one) or with Redis down the durable snapshot answers (counted in
+    `likes_count_cache_fallback_total`)."""
     wanted = list(dict.fromkeys(video_ids))
     if not wanted:
         return {}
@@ -146,11 +190,24 @@ def display_counts_get(*, video_ids: list[str]) -> dict[str, DisplayCount]:
     namespace = generation if generation is not None else NO_CACHE
 
     def loader(keys: list[tuple[int, str]]) -> dict[tuple[int, str], DisplayCount]:
-        loaded = _load(generation, [v for _, v in keys])
+        loaded = _load(generation, [v for _, v in keys], prefetched)
         return {(namespace, v): loaded[v] for _, v in keys}
 
     got = display_l1().get_many([(namespace, v) for v in wanted], loader)
     return {v: got[(namespace, v)] for v in wanted}
+
+
+def feed_page_read(*, user_id: int, video_ids: list[str], min_versions: dict[str, int]) -> tuple[dict, dict, dict]:
+    """Visibility, the caller's relations and the display counts of a feed page: the snapshots, the
+    edges of known authors, the relation hashes and the count views in ONE Redis round trip (a second
+    only for authors this process has not seen), then the database for what Redis missed."""
+    visible, relations, views = run_flows(
+        relation_selectors.videos_visible_flow(user_id, video_ids),
+        relation_selectors.relation_states_flow(user_id, video_ids, min_versions),
+        display_views_prefetch_flow(video_ids),
+    )
+    counts = display_counts_get(video_ids=[v for v in video_ids if visible[v]], prefetched=views)
+    return visible, relations, counts
 
 
 def display_count_get(*, video_id: str) -> DisplayCount:

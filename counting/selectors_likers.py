@@ -191,7 +191,11 @@ def _prefetch(alias: str, generation: int, video_id: str, wanted: list[tuple[int
         cursor.execute(
             "SELECT f.s, e.liked_at, e.user_id FROM unnest(%s::int[], %s::timestamptz[], %s::bigint[]) AS f(s, t, u) "
             f"CROSS JOIN LATERAL (SELECT liked_at, user_id FROM {table} WHERE generation = %s AND video_id = %s "
-            "AND reverse_shard = f.s AND (f.t IS NULL OR (liked_at, user_id) < (f.t, f.u)) "
+            # A shard with nothing popped starts above every key, so the frontier is always one row
+            # comparison in the index's own order and the scan starts at the cursor (an `IS NULL OR`
+            # filtered every entry above it instead: page 1,000 cost twice page 1).
+            "AND reverse_shard = f.s AND (liked_at, user_id) < (COALESCE(f.t, 'infinity'), "
+            "COALESCE(f.u, 9223372036854775807)) "
             "ORDER BY liked_at DESC, user_id DESC LIMIT %s) e ORDER BY f.s, e.liked_at DESC, e.user_id DESC",
             [shards, times, users, generation, video_id, count],
         )

@@ -77,6 +77,15 @@ class L1Cache:
             for key in keys:
                 self._entries.pop(key, None)
 
+    def fresh(self, keys: Iterable[Hashable]) -> set:
+        """Which of `keys` a get would answer now without loading (a caller that prefetches the
+        others in a round trip it makes anyway). Counts nothing and claims nothing."""
+        if not self.enabled:
+            return set()
+        now = self.clock()
+        with self._lock:
+            return {k for k in keys if (e := self._entries.get(k)) is not None and now < e.fresh_until}
+
     def get(self, key: Hashable, loader: Callable[[], Any]) -> Any:
         """One key; `loader()` returns its value."""
         return self.get_many([key], lambda keys: {key: loader()})[key]

@@ -17,6 +17,10 @@ impose its timeouts on the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
 import redis
 from django.conf import settings
 from django_redis import get_redis_connection
@@ -109,3 +113,74 @@ def reset_clients() -> None:
         pool.disconnect()
     ConnectionFactory._pools.clear()
     _forget_django_caches()
+
+
+# --- one round trip for several reads (issue 15 §1, §4) ------------------------------------------------
+
+T = TypeVar("T")
+MAX_ROUNDS = 8  # a flow asks once per dependency level (two today); more is a bug, not a workload
+
+
+@dataclass(frozen=True)
+class Read(Generic[T]):
+    """The commands one read needs (`queue` adds exactly `size` of them to a pipeline) and what their
+    replies mean (`parse`). Built by the apps' `cache.py` modules, which own the keys."""
+
+    size: int
+    queue: Callable[[Any], None]
+    parse: Callable[[list], T]
+
+
+# A flow is a generator that yields the Read it needs next, receives that read's value (or has the
+# round's RedisError thrown into it, which it handles as it would for a call of its own) and returns
+# its result. Flows let a request make its independent reads in one pipelined round trip.
+Flow = Generator[Read, Any, T]
+
+
+def read_now(read: Read[T]) -> T:
+    """One read in its own round trip (none when it has no commands)."""
+    return run_flows(_one(read))[0]
+
+
+def _one(read: Read[T]) -> Flow[T]:
+    return (yield read)
+
+
+def run_flows(*flows: Flow) -> list:
+    """Run flows side by side: each round is ONE pipelined round trip on the cache role carrying the
+    reads of every flow still running (a round whose reads have no commands costs none). A RedisError
+    of a round is thrown into the flows that had commands in it. Returns each flow's result, in order."""
+    results: list = [None] * len(flows)
+    asks: dict[int, Read] = {}
+
+    def advance(i: int, step: Callable[[], Read]) -> None:
+        try:
+            asks[i] = step()
+        except StopIteration as done:
+            results[i] = done.value
+
+    for i, flow in enumerate(flows):
+        advance(i, flow.__next__)
+    for _round in range(MAX_ROUNDS):
+        if not asks:
+            return results
+        current, asks = asks, {}
+        replies: list = []
+        error: redis.RedisError | None = None
+        if any(read.size for read in current.values()):
+            pipe = cache_redis().pipeline(transaction=False)
+            for read in current.values():
+                read.queue(pipe)
+            try:
+                replies = pipe.execute()
+            except redis.RedisError as exc:
+                error = exc
+        offset = 0
+        for i, read in current.items():
+            part, offset = replies[offset:offset + read.size], offset + read.size
+            flow = flows[i]
+            if error is not None and read.size:
+                advance(i, lambda flow=flow, error=error: flow.throw(error))
+            else:
+                advance(i, lambda flow=flow, read=read, part=part: flow.send(read.parse(part)))
+    raise RuntimeError(f"a flow asked for more than {MAX_ROUNDS} rounds")

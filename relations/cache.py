@@ -12,7 +12,7 @@ import random
 
 from django.conf import settings
 
-from likes_project.redis_client import cache_redis
+from likes_project.redis_client import Read, cache_redis, read_now
 
 
 def _p() -> str:
@@ -55,16 +55,27 @@ def _ttl_ms() -> int:
     return int(base * random.uniform(0.8, 1.2)) + 1
 
 
+def _mget_read(keys: list[str], decode) -> Read:
+    """One MGET of `keys` (no command for none); `decode(index, raw)` -> (name, value) of each hit."""
+    def parse(replies: list) -> dict:
+        return dict(decode(i, raw) for i, raw in enumerate(replies[0] if replies else ()) if raw is not None)
+
+    def queue(pipe) -> None:
+        if keys:
+            pipe.mget(keys)
+
+    return Read(1 if keys else 0, queue, parse)
+
+
+def visibility_read(video_ids: list[str]) -> Read[dict[str, dict]]:
+    """Cached snapshot dicts (or {"missing": True}) of the videos that are cached."""
+    return _mget_read([visibility_key(v) for v in video_ids],
+                      lambda i, raw: (video_ids[i], json.loads(raw.decode().partition("|")[2])))
+
+
 def visibility_cache_get_many(video_ids: list[str]) -> dict[str, dict]:
-    """Cached snapshot dicts (or {"missing": True}) of the videos that are cached; one round trip."""
-    if not video_ids:
-        return {}
-    values = cache_redis().mget([visibility_key(v) for v in video_ids])
-    out = {}
-    for video_id, raw in zip(video_ids, values, strict=True):
-        if raw is not None:
-            out[video_id] = json.loads(raw.decode().partition("|")[2])
-    return out
+    """`visibility_read` in one round trip of its own."""
+    return read_now(visibility_read(video_ids))
 
 
 def visibility_cache_put_many(snapshots: list[tuple[str, int, dict]]) -> None:
@@ -86,12 +97,14 @@ def visibility_cache_put(video_id: str, version: int, snapshot: dict) -> None:
     visibility_cache_put_many([(video_id, version, snapshot)])
 
 
+def edge_read(pairs: list[tuple[int, int]]) -> Read[dict[tuple[int, int], dict]]:
+    """(author, user) -> {"f": friends, "b": author blocks user} for the cached pairs."""
+    return _mget_read([edge_key(a, u) for a, u in pairs], lambda i, raw: (pairs[i], json.loads(raw)))
+
+
 def edge_cache_get_many(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict]:
-    """(author, user) -> {"f": friends, "b": author blocks user} for the cached pairs; one round trip."""
-    if not pairs:
-        return {}
-    values = cache_redis().mget([edge_key(a, u) for a, u in pairs])
-    return {pair: json.loads(raw) for pair, raw in zip(pairs, values, strict=True) if raw is not None}
+    """`edge_read` in one round trip of its own."""
+    return read_now(edge_read(pairs))
 
 
 def edge_cache_put_many(edges: dict[tuple[int, int], dict]) -> None:
@@ -242,23 +255,33 @@ def relation_cache_write(generation: int, entries: list[tuple[int, str, str, int
     return [int(r) for r in pipe.execute()]
 
 
-def relation_cache_read(generation: int, user_id: int, video_ids: list[str]) -> dict[str, tuple[str, int]]:
-    """The cached (state, version) of each video, only values of `generation`; one round trip."""
+def relation_read(generation: int, user_id: int, video_ids: list[str]) -> Read[dict[str, tuple[str, int]]]:
+    """The cached (state, version) of each video, only values of `generation`: one HMGET per bucket hash."""
     by_key: dict[str, list[str]] = {}
     for vid in video_ids:
         by_key.setdefault(relation_key(generation, user_id, vid), []).append(vid)
-    pipe = cache_redis().pipeline(transaction=False)
-    for key, vids in by_key.items():
-        pipe.hmget(key, vids)
-    found: dict[str, tuple[str, int]] = {}
-    for (_key, vids), values in zip(by_key.items(), pipe.execute(), strict=True):
-        for vid, raw in zip(vids, values, strict=True):
-            if raw is None:
-                continue
-            state, version, gen = raw.decode().split("|")
-            if int(gen) == generation:
-                found[vid] = (state, int(version))
-    return found
+
+    def queue(pipe) -> None:
+        for key, vids in by_key.items():
+            pipe.hmget(key, vids)
+
+    def parse(replies: list) -> dict[str, tuple[str, int]]:
+        found: dict[str, tuple[str, int]] = {}
+        for vids, values in zip(by_key.values(), replies, strict=True):
+            for vid, raw in zip(vids, values, strict=True):
+                if raw is None:
+                    continue
+                state, version, gen = raw.decode().split("|")
+                if int(gen) == generation:
+                    found[vid] = (state, int(version))
+        return found
+
+    return Read(len(by_key), queue, parse)
+
+
+def relation_cache_read(generation: int, user_id: int, video_ids: list[str]) -> dict[str, tuple[str, int]]:
+    """`relation_read` in one round trip of its own."""
+    return read_now(relation_read(generation, user_id, video_ids))
 
 
 def relation_generations_mirror(statuses: dict[int, str], live_sentinels: list[int]) -> None:

@@ -14,6 +14,7 @@ from likes_project import metrics
 from likes_project.fallback import FallbackLimiter
 from likes_project.generations import BUILDING, LIVE, GenerationStatus
 from likes_project.l1cache import RefreshedValue
+from likes_project.redis_client import Flow, Read, run_flows
 from relations import cache, routing
 from relations.models import (
     Block,
@@ -163,18 +164,25 @@ def _cached_view(video_id: str, snap: dict) -> VideoView:
                      snap.get("revision", snap["version"]))
 
 
-def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
+def video_snapshots_flow(video_ids: list[str], *, also: Read | None = None) -> Flow[dict[str, VideoView | None]]:
     """The effective view of each video (D50) through the visibility cache's short TTL (CMD-12): one
-    Redis round trip, then one query for the misses. Redis trouble falls back to the database; it
-    never makes an answer wrong."""
+    Redis read, then one query for the misses. Redis trouble falls back to the database; it never
+    makes an answer wrong. `also`: another read to carry in the same round trip; the flow then
+    returns (views, its value), the value None when Redis failed."""
     wanted = list(dict.fromkeys(video_ids))
+    read = cache.visibility_read(wanted)
     try:
-        cached = cache.visibility_cache_get_many(wanted)
+        if also is None:
+            cached, extra = (yield read), None
+        else:
+            cached, extra = yield Read(read.size + also.size, lambda pipe: (read.queue(pipe), also.queue(pipe)),
+                                       lambda r: (read.parse(r[:read.size]), also.parse(r[read.size:])))
     except RedisError as exc:
         metrics.inc("likes_cache_errors_total", cache="visibility")
         logger.warning("visibility cache read failed: %s", exc.__class__.__name__)
         found = _videos_from_db(wanted)
-        return {v: found.get(v) for v in wanted}
+        views = {v: found.get(v) for v in wanted}
+        return views if also is None else (views, None)
     out: dict[str, VideoView | None] = {}
     for video_id, snap in cached.items():
         out[video_id] = None if snap.get("missing") else _cached_view(video_id, snap)
@@ -193,7 +201,15 @@ def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
             cache.visibility_cache_put_many(fills)
         except RedisError as exc:
             logger.warning("visibility cache fill failed: %s", exc.__class__.__name__)
-    return {v: out[v] for v in wanted}
+    for video in out.values():
+        if video is not None:
+            _author_remember(video)
+    views = {v: out[v] for v in wanted}
+    return views if also is None else (views, extra)
+
+
+def video_snapshots_get(*, video_ids: list[str]) -> dict[str, VideoView | None]:
+    return run_flows(video_snapshots_flow(video_ids))[0]
 
 
 def deleted_video_ids() -> list[str]:
@@ -223,19 +239,21 @@ def _edges_from_db(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Edges]
         return {(a, u): Edges(friends=f, blocked=b) for a, u, f, b in cursor.fetchall()}
 
 
-def edges_get_many(*, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Edges]:
-    """Friendship and block for each (author, user) pair through the short-TTL cache: one Redis
-    round trip, then two queries for all misses."""
+def edges_flow(pairs: list[tuple[int, int]], *, cached: dict | None = None) -> Flow[dict[tuple[int, int], Edges]]:
+    """Friendship and block for each (author, user) pair through the short-TTL cache: one Redis read
+    (none for the pairs in `cached`, cache values an earlier read of the same request fetched), then
+    one query for all misses."""
     wanted = list(dict.fromkeys(pairs))
-    if not wanted:
-        return {}
-    try:
-        cached = cache.edge_cache_get_many(wanted)
-    except RedisError:
-        metrics.inc("likes_cache_errors_total", cache="edges")
-        return _edges_from_db(wanted)
-    out = {p: Edges(friends=c["f"], blocked=c["b"]) for p, c in cached.items()}
-    misses = [p for p in wanted if p not in cached]
+    hits = {p: cached[p] for p in wanted if p in cached} if cached else {}
+    ask = [p for p in wanted if p not in hits]
+    if ask:
+        try:
+            hits.update((yield cache.edge_read(ask)))
+        except RedisError:
+            metrics.inc("likes_cache_errors_total", cache="edges")
+            return _edges_from_db(wanted)
+    out = {p: Edges(friends=c["f"], blocked=c["b"]) for p, c in hits.items()}
+    misses = [p for p in wanted if p not in out]
     if misses:
         found = _edges_from_db(misses)
         out.update(found)
@@ -246,18 +264,55 @@ def edges_get_many(*, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Edg
     return out
 
 
+def edges_get_many(*, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Edges]:
+    return run_flows(edges_flow(pairs))[0] if pairs else {}
+
+
 def edges_get(*, author_id: int, user_id: int) -> Edges:
     return edges_get_many(pairs=[(author_id, user_id)])[(author_id, user_id)]
 
 
-def videos_visible_to(*, user_id: int, video_ids: list[str]) -> dict[str, bool]:
+# The author of each video this process has seen (bounded): the edges of a video's (author, caller)
+# pair are read in the same round trip as the video's snapshot. A guess only: the snapshot read with
+# it says who the author is now, and a wrong or missing guess costs one more round trip, never a
+# wrong answer.
+_AUTHORS: dict[str, int] = {}
+AUTHOR_HINTS_MAX = 100_000
+
+
+def _author_remember(video: VideoView) -> None:
+    if _AUTHORS.get(video.video_id) != video.author_id:
+        if len(_AUTHORS) >= AUTHOR_HINTS_MAX:
+            _AUTHORS.clear()
+        _AUTHORS[video.video_id] = video.author_id
+
+
+def _edge_pairs(user_id: int, videos) -> list[tuple[int, int]]:
+    """The (author, user) pairs whose edges decide visibility: active, not the caller's own, not private."""
+    return [(v.author_id, user_id) for v in videos
+            if v is not None and v.status == "active" and v.author_id != user_id and v.visibility != "private"]
+
+
+def snapshots_and_edges_flow(user_id: int, video_ids: list[str]
+                             ) -> Flow[tuple[dict[str, VideoView | None], dict[tuple[int, int], Edges]]]:
+    """The videos' snapshots and the edges between their authors and the user that decide visibility
+    (active videos of others, not private): one round trip for the snapshots and the edges of the
+    authors this process already knows, a second only for the others."""
+    guessed = list(dict.fromkeys((a, user_id) for v in video_ids
+                                 if (a := _AUTHORS.get(v)) is not None and a != user_id))
+    videos, cached_edges = yield from video_snapshots_flow(video_ids, also=cache.edge_read(guessed))
+    pairs = _edge_pairs(user_id, videos.values())
+    if cached_edges is None:  # Redis failed this round: the database answers, as for a failed edge read
+        edges = _edges_from_db(list(dict.fromkeys(pairs))) if pairs else {}
+    else:
+        edges = yield from edges_flow(pairs, cached=cached_edges)
+    return videos, edges
+
+
+def videos_visible_flow(user_id: int, video_ids: list[str]) -> Flow[dict[str, bool]]:
     """Whether the user may see each video at all (and so its count): it exists, is active, its
-    visibility admits the user, and its author has not blocked the user. Batched: one snapshot read
-    and one edge read for the whole list."""
-    videos = video_snapshots_get(video_ids=video_ids)
-    pairs = [(v.author_id, user_id) for v in videos.values()
-             if v is not None and v.status == "active" and v.author_id != user_id and v.visibility != "private"]
-    edges = edges_get_many(pairs=pairs)
+    visibility admits the user, and its author has not blocked the user."""
+    videos, edges = yield from snapshots_and_edges_flow(user_id, video_ids)
     out = {}
     for video_id, video in videos.items():
         if video is None or video.status != "active":
@@ -270,6 +325,18 @@ def videos_visible_to(*, user_id: int, video_ids: list[str]) -> dict[str, bool]:
             e = edges[(video.author_id, user_id)]
             out[video_id] = not e.blocked and (video.visibility != "friends" or e.friends)
     return out
+
+
+def videos_visible_to(*, user_id: int, video_ids: list[str]) -> dict[str, bool]:
+    return run_flows(videos_visible_flow(user_id, video_ids))[0]
+
+
+def video_and_edges_get(*, user_id: int, video_id: str) -> tuple[VideoView | None, Edges | None]:
+    """One video's snapshot and, when they decide (an active video of another author, not private),
+    the edges between its author and the user; one Redis round trip once this process knows the author."""
+    videos, edges = run_flows(snapshots_and_edges_flow(user_id, [video_id]))[0]
+    video = videos[video_id]
+    return video, edges.get((video.author_id, user_id)) if video is not None else None
 
 
 def video_visible_to(*, user_id: int, video_id: str) -> bool:
@@ -300,8 +367,8 @@ def reset_generation_cache() -> None:
     _READABLE_GENERATION.reset()
 
 
-def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dict[str, int] | None = None
-                        ) -> dict[str, RelationView]:
+def relation_states_flow(user_id: int, video_ids: list[str], min_versions: dict[str, int] | None = None
+                         ) -> Flow[dict[str, RelationView]]:
     """The caller's relation with each video (RCACHE-4): Redis for values of the readable generation
     at or above the caller's `minRelationVersion`; everything else from the user's shard in one query.
     The reader never writes the cache; it submits a repair hint for what it missed (RCACHE-4 step 5)."""
@@ -312,7 +379,7 @@ def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dic
     redis_ok = gen is not None
     if gen is not None:
         try:
-            cached = cache.relation_cache_read(gen, user_id, wanted)
+            cached = yield cache.relation_read(gen, user_id, wanted)
         except RedisError as exc:
             redis_ok = False
             metrics.inc("likes_cache_errors_total", cache="relation")
@@ -340,6 +407,11 @@ def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dic
         if redis_ok:
             _repair_hint(user_id, misses)
     return out
+
+
+def relation_states_get(*, user_id: int, video_ids: list[str], min_versions: dict[str, int] | None = None
+                        ) -> dict[str, RelationView]:
+    return run_flows(relation_states_flow(user_id, video_ids, min_versions))[0]
 
 
 REPAIR_TASK = "relations.relcache_repair"

@@ -59,13 +59,10 @@ def _instrument() -> None:
 
 def _service_call():
     from counting import selectors as count_selectors
-    from relations import selectors
 
     def call(user_id: int, token: str, ids: list[str]) -> list[tuple]:
         # The body of counting.api.batch_views.BatchQueryView.post, without DRF.
-        visible = selectors.videos_visible_to(user_id=user_id, video_ids=ids)
-        rels = selectors.relation_states_get(user_id=user_id, video_ids=ids, min_versions={})
-        counts = count_selectors.display_counts_get(video_ids=[v for v in ids if visible[v]])
+        visible, rels, counts = count_selectors.feed_page_read(user_id=user_id, video_ids=ids, min_versions={})
         out = []
         for v in ids:
             c = counts.get(v) if visible[v] else None

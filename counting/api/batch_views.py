@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from counting import selectors as count_selectors
 from likes_project.errors import InvalidInput
 from likes_project.jsonbody import parse_json_object
-from relations import selectors, validation
+from relations import validation
 from relations.api.serializers import ErrorSerializer
 
 
@@ -55,7 +55,7 @@ def _parse(body: dict) -> tuple[list[str], dict[str, int]]:
 
 
 class BatchQueryView(APIView):
-    """One call per feed page: one relation read per shard touched, one Redis round trip for counts."""
+    """One call per feed page: one Redis round trip, one relation query on the caller's shard for what it missed."""
 
     @extend_schema(operation_id="like_relations_batch_query", request=BatchQueryRequestSerializer,
                    responses={200: BatchQueryResponseSerializer, 400: ErrorSerializer, 401: ErrorSerializer})
@@ -64,9 +64,8 @@ class BatchQueryView(APIView):
         user_id = request.user.pk
         if not video_ids:
             return Response({"items": []})
-        visible = selectors.videos_visible_to(user_id=user_id, video_ids=video_ids)
-        relations = selectors.relation_states_get(user_id=user_id, video_ids=video_ids, min_versions=mins)
-        counts = count_selectors.display_counts_get(video_ids=[v for v in video_ids if visible[v]])
+        visible, relations, counts = count_selectors.feed_page_read(user_id=user_id, video_ids=video_ids,
+                                                                    min_versions=mins)
         items = []
         for video_id in video_ids:
             rel = relations[video_id]

@@ -81,7 +81,7 @@ class _Replayed(Exception):
 def like_authorize(*, user_id: int, video_id: str) -> None:
     """Rules for a new like (INV-7, SEC-2). A video the caller cannot see is a 404 whatever the
     reason, so existence of private or deleted videos does not leak."""
-    video = selectors.video_snapshot_get(video_id=video_id)
+    video, edges = selectors.video_and_edges_get(user_id=user_id, video_id=video_id)
     if video is None or video.status == VideoStatus.DELETED:
         raise VideoNotFound()
     is_author = video.author_id == user_id
@@ -91,7 +91,8 @@ def like_authorize(*, user_id: int, video_id: str) -> None:
         raise VideoTakenDown()
     if is_author:
         return
-    edges = selectors.edges_get(author_id=video.author_id, user_id=user_id)
+    if edges is None:  # not read with the snapshot (a video not active): the rules below need them
+        edges = selectors.edges_get(author_id=video.author_id, user_id=user_id)
     if edges.blocked:
         raise BlockedByAuthor()
     if video.visibility == VideoVisibility.FRIENDS and not edges.friends:
