@@ -68,6 +68,23 @@ def refuse_nudges(tag: str, script: str) -> None:
         raise SystemExit(f"[{tag}] refusing: LIKES_NUDGE_ENABLED must be false (use ./bench/{script})")
 
 
+@contextlib.contextmanager
+def settings_overridden(overrides: dict | None):
+    """Django settings overridden for the duration of one job of a client process (a lever of
+    bench/levers.py, the nudges of a Celery phase), restored afterwards."""
+    from django.conf import settings
+
+    overrides = overrides or {}
+    saved = {name: getattr(settings, name) for name in overrides}
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)
+
+
 def pg_conninfo(alias: str) -> dict:
     from django.conf import settings
 

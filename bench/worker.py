@@ -139,17 +139,10 @@ def _http_sender(port: int, sizes: Counter):
 def run_job(job: dict) -> dict:
     """Run one workload for this client, with the job's settings overrides (a lever of bench/levers.py)
     applied for its duration; returns the measurements of the measured window."""
-    from django.conf import settings
+    from bench.common import settings_overridden
 
-    overrides = job.get("settings") or {}
-    saved = {name: getattr(settings, name) for name in overrides}
-    for name, value in overrides.items():
-        setattr(settings, name, value)
-    try:
+    with settings_overridden(job.get("settings")):
         return _run_job(job)
-    finally:
-        for name, value in saved.items():
-            setattr(settings, name, value)
 
 
 def _run_job(job: dict) -> dict:
@@ -172,7 +165,13 @@ def _run_job(job: dict) -> dict:
     kinds: Counter = Counter()
     ok = changed = replayed = sent = 0
     try:
+        rate = job.get("rate_per_s")  # open loop: commands at this rate (None: closed loop, one in flight)
+        t_first = time.time()
         while sent < MAX_COMMANDS_PER_JOB:
+            if rate:
+                due = t_first + sent / rate
+                if due > time.time():
+                    time.sleep(min(due - time.time(), max(0.0, t_end - time.time())))  # the open loop's pacing
             w0 = time.time()
             if w0 >= t_end:
                 break

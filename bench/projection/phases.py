@@ -23,8 +23,13 @@ from bench.sampler import ResourceSampler
 
 
 def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args, *, workload: str,
-                  users: list, videos: list[str], probe_user: int, probe_videos: list[str]) -> dict:
-    """One workload's warm-up and measured window with every role running, then the drain; its row."""
+                  users: list, videos: list[str], probe_user: int, probe_videos: list[str],
+                  pipeline: str = "loops", rate_per_s: float | None = None, job_settings: dict | None = None
+                  ) -> dict:
+    """One workload's warm-up and measured window with every role running, then the drain; its row.
+    `pipeline`: "loops" runs the publishers, projectors and snapshot as this pool's loops; "celery" leaves
+    them to a Celery worker and beat the caller started (the commands and the probe then nudge them,
+    `job_settings`). `rate_per_s`: the command load as an open loop at this total rate (None: closed loop)."""
     run_id = secrets.token_hex(3)
     deadlocks0 = pg_deadlocks()
     t_start = time.time() + 1.0
@@ -37,19 +42,25 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
         pool.submit(i, {**times, "role": "commands", "tag": f"cmd-{workload}", "layer": "service", "naive": False,
                         "port": None, "users": users[k::n], "videos": [HOT_VIDEO] if workload == "hot" else videos,
                         "mix": args.mix_shares, "seed": args.seed * 1000 + k + (500 if workload == "hot" else 0),
-                        "key_prefix": f"p{run_id}{workload[0]}{k}"})
-    for alias, i in layout.publishers.items():
-        pool.submit(i, {**times, "role": "publisher", "tag": f"pub-{alias}", "alias": alias,
-                        "idle_s": args.publish_idle})
-    shares = partition_shares(len(layout.projectors))
+                        "key_prefix": f"p{run_id}{workload[0]}{k}", "settings": job_settings,
+                        "rate_per_s": rate_per_s / n if rate_per_s else None})
+    loops = pipeline == "loops"
+    if loops:
+        for alias, i in layout.publishers.items():
+            pool.submit(i, {**times, "role": "publisher", "tag": f"pub-{alias}", "alias": alias,
+                            "idle_s": args.publish_idle})
+    shares = partition_shares(len(layout.projectors)) if loops else []
     for share, i in zip(shares, layout.projectors, strict=False):
         pool.submit(i, {**times, "role": "projector", "tag": "proj", "variant": "ours", "mode": "sustained",
                         "partitions": share, "idle_s": args.project_idle})
     proj_used = layout.projectors[:len(shares)]
-    pool.submit(layout.snapshot, {**times, "role": "snapshot", "tag": "snap", "interval_s": args.snapshot_interval})
+    if loops:
+        pool.submit(layout.snapshot, {**times, "role": "snapshot", "tag": "snap",
+                                      "interval_s": args.snapshot_interval})
     pool.submit(layout.probe, {**times, "role": "probe", "tag": "probe", "videos": probe_videos,
                                "user_id": probe_user, "interval_s": args.probe_interval, "poll_s": args.probe_poll,
-                               "timeout_s": args.probe_timeout, "key_prefix": f"probe{run_id}{workload[0]}"})
+                               "timeout_s": args.probe_timeout, "key_prefix": f"probe{run_id}{workload[0]}",
+                               "settings": job_settings})
     sampler.start(t_measure, t_end, pid_labels=layout.labels(pool))
     try:
         cmd = pool.collect(layout.commands, timeout=(t_end - time.time()) + 120)
@@ -68,14 +79,14 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
     drain_s = time.time() - t_drain0
     pool.stop.set()
     try:
-        loops = pool.collect([*layout.publishers.values(), *proj_used, layout.snapshot], timeout=60)
+        done = pool.collect([*layout.publishers.values(), *proj_used, layout.snapshot], timeout=60) if loops else {}
     finally:
         pool.stop.clear()
     if pending:
         log(f"  {workload}: the pipeline did NOT drain within {args.drain_timeout:.0f}s: {pending}")
-    pubs = [loops[i] for i in layout.publishers.values()]
-    projs = [loops[i] for i in proj_used]
-    snap = loops[layout.snapshot]
+    pubs = [done[i] for i in layout.publishers.values()] if loops else []
+    projs = [done[i] for i in proj_used]
+    snap = done[layout.snapshot] if loops else {}
 
     ok = sum(r["ok"] for r in cmd.values())
     lat = sorted(x for r in cmd.values() for x in r["latencies_ms"])
@@ -86,7 +97,7 @@ def run_sustained(pool: RolePool, layout: Layout, sampler: ResourceSampler, args
     display = sorted(probe["display_ms"])
     view = sorted(probe["view_ms"])
     row = {
-        "workload": workload, "duration_s": args.duration,
+        "workload": workload, "duration_s": args.duration, "pipeline": pipeline, "rate_per_s": rate_per_s,
         "commands_per_s": round(ok / args.duration, 1), "command_p50_ms": rounded(percentile(lat, 0.5), 2),
         "command_p99_ms": rounded(percentile(lat, 0.99), 2), "command_errors": sum(cmd_errors.values()),
         "command_error_kinds": dict(cmd_errors.most_common(5)),

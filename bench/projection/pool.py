@@ -9,6 +9,7 @@ import queue
 import time
 import traceback
 
+from bench.common import settings_overridden
 from bench.procs import IDLE_EXIT_S, ClientPool, client_setup
 from bench.projection import MAX_LOOP_ITERATIONS, log
 from bench.projection.roles import ROLES, driver_alive, reset_connections
@@ -32,7 +33,8 @@ def proc_main(index: int, stop, parent_pid: int, tasks, results) -> None:
         if job is None:
             break
         try:
-            res = ROLES[job["role"]](job, stop, parent_pid)
+            with settings_overridden(job.get("settings")):  # e.g. the nudges of a Celery phase
+                res = ROLES[job["role"]](job, stop, parent_pid)
         except Exception as exc:
             res = {"fatal": f"{exc.__class__.__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
         results.put((index, job["tag"], res))

@@ -99,12 +99,18 @@ def receipts_seen(cursor, model, *, generations: list[int], partition: int,
 
 
 def receipts_write(cursor, model, *, partition: int, rows: Iterable[tuple[int, str, str, str]], now) -> None:
-    """One receipt per (generation, stream entry id, event id, verdict), in the group's transaction."""
-    cursor.executemany(
+    """One receipt per (generation, stream entry id, event id, verdict), in the group's transaction: one
+    statement over arrays."""
+    rows = list(rows)
+    if not rows:
+        return
+    cursor.execute(
         f"INSERT INTO {table(model)} (generation, source_topic, source_partition, source_offset, event_id, outcome, "
-        "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+        "created_at) SELECT g, %s, %s, ref, ev, verdict, %s FROM unnest(%s::int[], %s::text[], %s::text[], "
+        "%s::text[]) AS t(g, ref, ev, verdict) "
         "ON CONFLICT (generation, source_topic, source_partition, source_offset) DO NOTHING",
-        [(g, TOPIC, partition, ref, event_id[:64], verdict, now) for g, ref, event_id, verdict in rows],
+        [TOPIC, partition, now, [r[0] for r in rows], [r[1] for r in rows], [r[2][:64] for r in rows],
+         [r[3] for r in rows]],
     )
 
 

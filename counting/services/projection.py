@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -31,6 +31,7 @@ from counting.models import (
 )
 from counting.services import group_kit as kit
 from likes_project import metrics
+from likes_project.dbraw import raw_cursor
 from likes_project.eventlog.consumer import NonRetryable, Retryable
 from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
@@ -167,7 +168,7 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
     g = gen.generation
     now = timezone.now()
     _ensure_bucket_rows(alias, gen, events, now)
-    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+    with transaction.atomic(using=alias, durable=True), raw_cursor(alias) as cursor:
         kit.consumer_fence_check(cursor, consumer, partition, token)
         if live:
             _check_generation_fence(cursor, g)
@@ -205,49 +206,60 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
     return out
 
 
+# Every write of a group is ONE set-based statement over arrays (issue 15 §3): a batch of 500 events
+# was ~1,800 single-row statements through executemany, each parsed, bound and executed on its own.
+# The keys within each statement are distinct (one row per relation, bucket, video, entry), which
+# ON CONFLICT DO UPDATE requires, and sorted, so concurrent groups lock rows in one order.
+PROJECTION_UPSERT_SQL = (
+    f"INSERT INTO {kit.table(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
+    "projected_version, bucket_space_version, virtual_bucket, updated_at) "
+    "SELECT %s, u, v, s, ver, %s, vb, %s FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[], "
+    "%s::int[]) AS t(u, v, s, ver, vb) ORDER BY u, v "
+    "ON CONFLICT (generation, user_id, video_id) DO UPDATE SET projected_state = EXCLUDED.projected_state, "
+    "projected_version = EXCLUDED.projected_version, updated_at = EXCLUDED.updated_at "
+    "WHERE p.projected_version < EXCLUDED.projected_version"
+)
+BUCKET_ADD_SQL = (
+    f"UPDATE {kit.table(VideoLikeCountVbucket)} AS b SET active_count = b.active_count + d.delta, "
+    "bucket_version = b.bucket_version + 1, updated_at = %s "
+    "FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS d(v, vb, delta) "
+    "WHERE b.generation = %s AND b.video_id = d.v AND b.virtual_bucket = d.vb"
+)
+# Rows we do not hold can only start positive (a negative one was isolated) and may race with another
+# group's insert, hence ON CONFLICT. A CHECK constraint is evaluated on the proposed INSERT row, so a
+# negative delta must never travel as an insert.
+BUCKET_INSERT_SQL = (
+    f"INSERT INTO {kit.table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
+    "bucket_space_version, active_count, bucket_version, frozen, updated_at) "
+    "SELECT %s, v, vb, %s, delta, 1, false, %s FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS d(v, vb, delta) "
+    "ORDER BY v, vb ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = "
+    "b.active_count + EXCLUDED.active_count, bucket_version = b.bucket_version + 1, updated_at = EXCLUDED.updated_at"
+)
+DIRTY_MARK_SQL = (
+    f"INSERT INTO {kit.table(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, "
+    "first_dirty_at, last_dirty_at) SELECT %s, v, %s, 1, %s, %s FROM unnest(%s::text[]) AS t(v) ORDER BY v "
+    "ON CONFLICT (generation, video_id, source_partition) "
+    "DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at"
+)
+
+
 def _write(cursor, gen: routing.GenerationRoutes, fresh: list[Event], stored: dict, fold: Fold, partition: int,
            now) -> None:
     g = gen.generation
     if fold.relations:
-        cursor.executemany(
-            f"INSERT INTO {kit.table(LikeCountProjection)} AS p (generation, user_id, video_id, projected_state, "
-            "projected_version, bucket_space_version, virtual_bucket, updated_at) VALUES (%s, %s, %s, %s, %s, %s, "
-            "%s, %s) ON CONFLICT (generation, user_id, video_id) DO UPDATE SET projected_state = "
-            "EXCLUDED.projected_state, projected_version = EXCLUDED.projected_version, "
-            "updated_at = EXCLUDED.updated_at "
-            "WHERE p.projected_version < EXCLUDED.projected_version",
-            [(g, u, v, s, ver, gen.space.version, vb, now) for (u, v), (s, ver, vb) in sorted(fold.relations.items())],
-        )
+        rows = sorted(fold.relations.items())
+        cursor.execute(PROJECTION_UPSERT_SQL, [g, gen.space.version, now, [u for (u, _v), _ in rows],
+                                               [v for (_u, v), _ in rows], [r[0] for _k, r in rows],
+                                               [r[1] for _k, r in rows], [r[2] for _k, r in rows]])
     nonzero = sorted((k, d) for k, d in fold.delta.items() if d != 0)
-    # Rows we hold locked are updated in place; new rows can only start positive (a negative one was
-    # isolated above) and may race with another group's insert, hence ON CONFLICT. A CHECK constraint
-    # is evaluated on the proposed INSERT row, so a negative delta must never travel as an insert.
-    existing = [(d, now, g, v, vb) for (v, vb), d in nonzero if (v, vb) in stored]
-    new = [(g, v, vb, gen.space.version, d, now) for (v, vb), d in nonzero if (v, vb) not in stored]
+    existing = [(v, vb, d) for (v, vb), d in nonzero if (v, vb) in stored]
+    new = [(v, vb, d) for (v, vb), d in nonzero if (v, vb) not in stored]
     if existing:
-        cursor.executemany(
-            f"UPDATE {kit.table(VideoLikeCountVbucket)} SET active_count = active_count + %s, "
-            "bucket_version = bucket_version + 1, updated_at = %s "
-            "WHERE generation = %s AND video_id = %s AND virtual_bucket = %s",
-            existing,
-        )
+        cursor.execute(BUCKET_ADD_SQL, [now, *map(list, zip(*existing, strict=True)), g])
     if new:
-        cursor.executemany(
-            f"INSERT INTO {kit.table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, "
-            "bucket_space_version, active_count, bucket_version, frozen, updated_at) VALUES (%s, %s, %s, %s, %s, 1, "
-            "false, %s) ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = "
-            "b.active_count + EXCLUDED.active_count, bucket_version = b.bucket_version + 1, "
-            "updated_at = EXCLUDED.updated_at",
-            new,
-        )
+        cursor.execute(BUCKET_INSERT_SQL, [g, gen.space.version, now, *map(list, zip(*new, strict=True))])
     if nonzero:
-        cursor.executemany(
-            f"INSERT INTO {kit.table(DirtyVideo)} AS d (generation, video_id, source_partition, dirty_seq, "
-            "first_dirty_at, last_dirty_at) VALUES (%s, %s, %s, 1, %s, %s) "
-            "ON CONFLICT (generation, video_id, source_partition) "
-            "DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at",
-            [(g, v, partition, now, now) for v in sorted({v for (v, _), _ in nonzero})],
-        )
+        cursor.execute(DIRTY_MARK_SQL, [g, partition, now, now, sorted({v for (v, _), _ in nonzero})])
     kit.receipts_write(cursor, CountEventReceipt, partition=partition, now=now,
                    rows=[(g, e.entry.entry_id, e.event_id, fold.verdicts[e.entry.entry_id]) for e in fresh])
 

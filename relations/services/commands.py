@@ -7,12 +7,12 @@ import json
 import uuid
 from dataclasses import dataclass
 
-import psycopg
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
 from likes_project import logs, metrics
+from likes_project.dbraw import raw_cursor
 from likes_project.errors import RateLimited
 from likes_project.nudge import nudge
 from likes_project.switches import switch_is_set
@@ -265,10 +265,9 @@ _DUPLICATE_SQLSTATE = "LK409"  # raised by likes_relation_apply: the operation i
 
 def _function_call(alias: str, params: list) -> tuple:
     """One execution of the function on `alias`, in a transaction of its own (autocommit), through
-    psycopg directly: server-side binding and a prepared statement, none of Django's cursor wrapper.
-    Errors still go through Django's error wrapping (a broken connection is discarded at the end of
-    the request, as with any query). Inside an atomic block (a test's transaction) it runs in a
-    savepoint, so a rolled-back attempt leaves the outer transaction usable."""
+    psycopg directly (`likes_project.dbraw`): server-side binding and a prepared statement. Inside an
+    atomic block (a test's transaction) it runs in a savepoint, so a rolled-back attempt leaves the
+    outer transaction usable."""
     conn = connections[alias]
     if conn.in_atomic_block:
         with transaction.atomic(using=alias, durable=True):  # refuses an outer transaction, like _apply_python
@@ -277,9 +276,8 @@ def _function_call(alias: str, params: list) -> tuple:
 
 
 def _function_execute(conn, params: list) -> tuple:
-    conn.ensure_connection()
     try:
-        with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
+        with raw_cursor(conn.alias) as cursor:
             cursor.execute(_APPLY_FUNCTION_SQL, params, prepare=True)
             return cursor.fetchone()
     except DatabaseError as exc:

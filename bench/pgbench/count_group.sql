@@ -1,0 +1,72 @@
+-- Raw SQL ceiling of the count projector (issue 15 §3): ONE group of a batch, as raw SQL on one count
+-- partition. bench/projector_bench.py runs it with pgbench; each transaction stands for :batch events.
+-- The statements of counting.services.projection._apply_group, in its order and with its texts (the
+-- unnest arrays become generate_series over :batch rows, the same rows in every statement):
+--   the missing bucket rows first (rows_ensure, its own statement), BEGIN, the consumer fence, the
+--   generation fence, the route fence (FOR SHARE), the receipt lookup, the projection and bucket locks
+--   (FOR UPDATE, in key order), the projection upsert, the bucket adds, the dirty marks, the receipts,
+--   COMMIT.
+-- Variables (pgbench -D): batch (events per group), gen and space (the ACTIVE generation and bucket-space
+-- version), vbs (the '{...}' array of virtual buckets routed to this partition), nvbs (its length),
+-- videos (distinct videos; 1 = the hot video), partition (the stream partition the fence row is for).
+-- Every transaction writes new relations (a fresh :ubase) with version 1 LIKED, so every event is
+-- applied and every bucket grows: the projector's most expensive case, no duplicates or stale events.
+\set ubase random(1, 1000000000000)
+\set vbase random(0, 1000000)
+\set off random(1, 9000000000000000000)
+INSERT INTO counting_videolikecountvbucket (video_id, virtual_bucket, generation, bucket_space_version, active_count,
+                                            bucket_version, frozen, updated_at)
+SELECT c0, c1, :gen, :space, 0, 0, false, now() FROM (
+  SELECT DISTINCT 'pjc-' || ((:vbase + i * 7919) % :videos) AS c0,
+         ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs] AS c1
+  FROM generate_series(1, :batch) AS i) AS t ORDER BY c0, c1
+ON CONFLICT (generation, video_id, virtual_bucket) DO NOTHING;
+BEGIN;
+INSERT INTO counting_countconsumerfence AS f (consumer, partition, fencing_token) VALUES ('pgbench', :partition, 1)
+ON CONFLICT (consumer, partition) DO UPDATE SET fencing_token = GREATEST(f.fencing_token, EXCLUDED.fencing_token)
+RETURNING fencing_token;
+SELECT generation FROM counting_countgenerationfence WHERE key = 'active';
+SELECT virtual_bucket, route_epoch, state FROM counting_countroutefence
+WHERE bucket_space_version = :space AND virtual_bucket = ANY(ARRAY(
+  SELECT DISTINCT ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs] FROM generate_series(1, :batch) AS i))
+ORDER BY virtual_bucket FOR SHARE;
+SELECT generation, source_offset FROM counting_counteventreceipt
+WHERE generation = ANY(ARRAY[:gen]) AND source_topic = 'likes:events' AND source_partition = :partition
+  AND source_offset = ANY(ARRAY(SELECT :off || '-' || i FROM generate_series(1, :batch) AS i));
+SELECT user_id, video_id, projected_state, projected_version FROM counting_likecountprojection
+WHERE generation = :gen AND (user_id, video_id) IN (
+  SELECT :ubase + i, 'pjc-' || ((:vbase + i * 7919) % :videos) FROM generate_series(1, :batch) AS i)
+ORDER BY user_id, video_id FOR UPDATE;
+SELECT video_id, virtual_bucket, active_count, frozen FROM counting_videolikecountvbucket
+WHERE generation = :gen AND (video_id, virtual_bucket) IN (
+  SELECT 'pjc-' || ((:vbase + i * 7919) % :videos), ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs]
+  FROM generate_series(1, :batch) AS i)
+ORDER BY video_id, virtual_bucket FOR UPDATE;
+INSERT INTO counting_likecountprojection AS p (generation, user_id, video_id, projected_state, projected_version,
+                                               bucket_space_version, virtual_bucket, updated_at)
+SELECT :gen, u, v, s, ver, :space, vb, now() FROM (
+  SELECT :ubase + i AS u, 'pjc-' || ((:vbase + i * 7919) % :videos) AS v, 'LIKED' AS s, 1 AS ver,
+         ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs] AS vb FROM generate_series(1, :batch) AS i) AS t
+ORDER BY u, v
+ON CONFLICT (generation, user_id, video_id) DO UPDATE SET projected_state = EXCLUDED.projected_state,
+  projected_version = EXCLUDED.projected_version, updated_at = EXCLUDED.updated_at
+WHERE p.projected_version < EXCLUDED.projected_version;
+UPDATE counting_videolikecountvbucket AS b SET active_count = b.active_count + d.delta,
+  bucket_version = b.bucket_version + 1, updated_at = now()
+FROM (SELECT 'pjc-' || ((:vbase + i * 7919) % :videos) AS v,
+             ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs] AS vb, count(*) AS delta
+      FROM generate_series(1, :batch) AS i GROUP BY 1, 2) AS d
+WHERE b.generation = :gen AND b.video_id = d.v AND b.virtual_bucket = d.vb;
+INSERT INTO counting_dirtyvideo AS d (generation, video_id, source_partition, dirty_seq, first_dirty_at,
+                                      last_dirty_at)
+SELECT :gen, v, :partition, 1, now(), now() FROM (
+  SELECT DISTINCT 'pjc-' || ((:vbase + i * 7919) % :videos) AS v FROM generate_series(1, :batch) AS i) AS t
+ORDER BY v
+ON CONFLICT (generation, video_id, source_partition)
+DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at;
+INSERT INTO counting_counteventreceipt (generation, source_topic, source_partition, source_offset, event_id, outcome,
+                                        created_at)
+SELECT :gen, 'likes:events', :partition, :off || '-' || i, gen_random_uuid()::text, 'applied', now()
+FROM generate_series(1, :batch) AS i
+ON CONFLICT (generation, source_topic, source_partition, source_offset) DO NOTHING;
+COMMIT;
