@@ -105,12 +105,14 @@ def broker_purge() -> None:
     one's tasks; the likes-bench keys are the other benchmarks' and this run's own."""
     from django.conf import settings
 
+    from likes_project.nudge import pending_forget_all
     from likes_project.redis_client import stream_redis
 
     queues = {q.strip() for q in procfile_lines()["worker"].split("-Q", 1)[1].split()[0].split(",")}
     keys = [*queues, "unacked", "unacked_index", "unacked_mutex"]
     with contextlib.suppress(Exception):
         stream_redis().delete(*keys)
+        pending_forget_all()  # the purged tasks will never clear their "queued" flags (D89)
     log(f"broker queues purged ({', '.join(sorted(queues))}; prefix {settings.LIKES_REDIS_PREFIX} untouched)")
 
 

@@ -10,8 +10,10 @@ lever section of docs/benchmarks.md. Nothing here asserts on timings.
 Levers (the "before" of each):
   service  LIKE_COMMAND_WRITE_PATH=python         the statement-by-statement transaction (D84)
   service  NUDGE_DEBOUNCE_S=0.05                  a 50 ms nudge window, about the old leading-edge-only one (D86)
+  service  AUTHOR_HINTS_MAX=0                     the snapshot and the edges in two round trips (D87)
   http     LIKE_COMMAND_WRITE_PATH=python         the same, behind gunicorn
   http     bench.levers_wsgi (DRF TokenAuthentication)   the ORM token lookup (D85)
+  http     AUTHOR_HINTS_MAX=0                     the snapshot and the edges in two round trips (D87)
   http     GUNICORN_WORKER_CLASS=gthread x4 threads      threads instead of sync workers (D85)
 """
 
@@ -63,9 +65,13 @@ LEVERS = (
     Lever("one-statement write path (python → function)", "service",
           Side(settings={"LIKE_COMMAND_WRITE_PATH": "python"})),
     Lever("nudge window 0.05 s → 0.2 s, trailing edge", "service", Side(settings={"NUDGE_DEBOUNCE_S": 0.05})),
+    Lever("visibility and edges in one Redis round trip (author hints off → on)", "service",
+          Side(settings={"AUTHOR_HINTS_MAX": 0})),
     Lever("one-statement write path (python → function)", "http",
           Side(env=(("LIKE_COMMAND_WRITE_PATH", "python"),))),
     Lever("token authentication (DRF ORM → one raw statement)", "http", Side(app="bench.levers_wsgi:application")),
+    Lever("visibility and edges in one Redis round trip (author hints off → on)", "http",
+          Side(env=(("AUTHOR_HINTS_MAX", "0"),))),
     Lever("gunicorn workers (gthread 4 × 4 threads → sync 4)", "http",
           Side(env=(("GUNICORN_WORKER_CLASS", "gthread"), ("GUNICORN_THREADS", "4")))),
 )

@@ -169,9 +169,10 @@ def _run_job(job: dict) -> dict:
         t_first = time.time()
         while sent < MAX_COMMANDS_PER_JOB:
             if rate:
-                due = t_first + sent / rate
-                if due > time.time():
-                    time.sleep(min(due - time.time(), max(0.0, t_end - time.time())))  # the open loop's pacing
+                now = time.time()
+                delay = min(t_first + sent / rate, t_end) - now
+                if delay > 0:
+                    time.sleep(delay)  # the open loop's pacing
             w0 = time.time()
             if w0 >= t_end:
                 break

@@ -5,11 +5,21 @@ A nudge never waits for the broker (issue 9 §4): it is put on a bounded in-proc
 daemon thread per process sends it (`retry=False`, under the broker's connect and socket timeouts).
 An unreachable broker therefore costs the request nothing: the sender thread waits out its timeouts,
 the queue fills and further nudges are dropped (`likes_nudge_dropped_total`) until it answers again.
+
+Coalesced across processes (issue 15 §2, D89): at most one nudged copy of a (task, args) waits in the
+broker at any time. Before sending, the sender thread sets a flag for it in Redis (`SET NX`, expiring
+after NUDGE_PENDING_TTL_S); a nudge that finds the flag set is dropped, since the queued copy has not
+started yet and will see everything committed before this nudge. The task clears its flag when it
+starts (a Celery `task_prerun` receiver, `pending_clear`), before it reads anything, so a change
+committed after that start sets the flag again and queues the next run: no wake-up is lost. A flag
+whose task was lost expires; meanwhile the beat sweepers run everything every second anyway.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import logging
 import os
 import queue
@@ -17,8 +27,10 @@ import threading
 import time
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from likes_project import metrics
+from likes_project.redis_client import stream_redis
 
 logger = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -102,12 +114,58 @@ def _next_due_in() -> float | None:
         return max(0.0, min(when for when, _t, _a in _trailing.values()) - time.monotonic())
 
 
+def pending_key(task_name: str, args) -> str:
+    """The flag that says a nudged copy of task_name(*args) waits in the broker (not started yet)."""
+    return f"{settings.LIKES_REDIS_PREFIX}:nudge:{task_name}:{json.dumps(list(args), separators=(',', ':'))}"
+
+
+def _claim(task_name: str, args: tuple) -> bool:
+    """True when this nudge must be sent: no copy is waiting (the flag was not set and is set now), or
+    Redis could not say (a send too many is harmless, a lost wake-up only waits for the sweeper)."""
+    ttl_ms = int(float(getattr(settings, "NUDGE_PENDING_TTL_S", 5.0)) * 1000)
+    if ttl_ms <= 0:
+        return True
+    try:
+        return bool(stream_redis().set(pending_key(task_name, args), "1", nx=True, px=ttl_ms))
+    except RedisError:
+        return True
+
+
+def pending_clear(task_name: str, args) -> None:
+    """A task started: later nudges of the same (task, args) queue a new run."""
+    with contextlib.suppress(RedisError):  # the flag expires by itself
+        stream_redis().delete(pending_key(task_name, args))
+
+
+def pending_forget_all() -> int:
+    """Drop every flag (after a purge of the broker's queues, whose tasks will never clear theirs)."""
+    client = stream_redis()
+    keys = list(client.scan_iter(match=f"{settings.LIKES_REDIS_PREFIX}:nudge:*", count=1000))
+    return int(client.delete(*keys)) if keys else 0
+
+
+def _on_task_prerun(task=None, args=None, **_kw) -> None:
+    if task is not None:
+        pending_clear(task.name, tuple(args or ()))
+
+
+def celery_connect() -> None:
+    """Connect the flag-clearing receiver (called by `likes_project.celery`)."""
+    from celery import signals
+
+    signals.task_prerun.connect(_on_task_prerun, weak=False)
+
+
 def _send(task_name: str, args: tuple) -> None:
     from likes_project.celery import app
 
+    if not _claim(task_name, args):
+        metrics.inc("likes_nudge_coalesced_total", task=task_name)
+        return
     try:
         app.send_task(task_name, args=list(args), retry=False)
     except Exception as exc:  # noqa: BLE001 - the sweeper guarantees progress; never fail anyone
+        pending_clear(task_name, args)
         metrics.inc("likes_nudge_failures_total", task=task_name)
         logger.warning("nudge %s failed: %s", task_name, exc.__class__.__name__)
 

@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connections
 from django.db.models import Min
 from redis.exceptions import RedisError
@@ -277,12 +278,12 @@ def edges_get(*, author_id: int, user_id: int) -> Edges:
 # it says who the author is now, and a wrong or missing guess costs one more round trip, never a
 # wrong answer.
 _AUTHORS: dict[str, int] = {}
-AUTHOR_HINTS_MAX = 100_000
 
 
 def _author_remember(video: VideoView) -> None:
-    if _AUTHORS.get(video.video_id) != video.author_id:
-        if len(_AUTHORS) >= AUTHOR_HINTS_MAX:
+    limit = settings.AUTHOR_HINTS_MAX  # 0: no guesses, the edges always take a round trip of their own
+    if limit > 0 and _AUTHORS.get(video.video_id) != video.author_id:
+        if len(_AUTHORS) >= limit:
             _AUTHORS.clear()
         _AUTHORS[video.video_id] = video.author_id
 
@@ -298,8 +299,8 @@ def snapshots_and_edges_flow(user_id: int, video_ids: list[str]
     """The videos' snapshots and the edges between their authors and the user that decide visibility
     (active videos of others, not private): one round trip for the snapshots and the edges of the
     authors this process already knows, a second only for the others."""
-    guessed = list(dict.fromkeys((a, user_id) for v in video_ids
-                                 if (a := _AUTHORS.get(v)) is not None and a != user_id))
+    guessed = list(dict.fromkeys((a, user_id) for v in video_ids if settings.AUTHOR_HINTS_MAX > 0
+                                 and (a := _AUTHORS.get(v)) is not None and a != user_id))
     videos, cached_edges = yield from video_snapshots_flow(video_ids, also=cache.edge_read(guessed))
     pairs = _edge_pairs(user_id, videos.values())
     if cached_edges is None:  # Redis failed this round: the database answers, as for a failed edge read

@@ -130,9 +130,12 @@ def broker_purge() -> None:
     unacknowledged ones that a later worker would be handed back)."""
     import redis
 
+    from likes_project.nudge import pending_forget_all
+
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     queues = procfile_queues().split(",")
     client.delete(*queues, "unacked", "unacked_index", "unacked_mutex")
+    pending_forget_all()  # the purged tasks will never clear their "queued" flags (D89)
 
 
 # --- a private redis-server ---------------------------------------------------------------------------

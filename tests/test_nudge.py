@@ -63,3 +63,69 @@ def test_counter_example_without_a_window_every_nudge_is_sent(sent):
     for _ in range(5):
         assert nudge_module.nudge("t.repair", 7, debounce_s=0.0) is True
     assert len(sent(5)) == 5
+
+
+# --- coalescing across processes (D89): the real broker and Redis --------------------------------------
+
+PUBLISH_QUEUE = "publish"  # relations.publish_* (settings.CELERY_TASK_ROUTES)
+TASK = "relations.publish_outbox"
+
+
+@pytest.fixture
+def broker(settings):
+    """Nudges on against the real broker, every nudge sent at once (no in-process window), the publish
+    queue and the nudge flags empty on the way in and out; yields the queue's length."""
+    from likes_project.celery import app
+
+    settings.LIKES_NUDGE_ENABLED = True
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        channel.queue_purge(PUBLISH_QUEUE)
+        nudge_module.pending_forget_all()
+
+        def queued() -> int:
+            assert nudge_module.nudges_flush(timeout_s=10)
+            return int(channel.client.llen(PUBLISH_QUEUE))
+
+        try:
+            yield queued
+        finally:
+            settings.LIKES_NUDGE_ENABLED = False
+            channel.queue_purge(PUBLISH_QUEUE)
+            nudge_module.pending_forget_all()
+
+
+class _Task:
+    name = TASK
+
+
+def test_one_nudged_copy_waits_in_the_broker_until_it_starts(broker):
+    for _ in range(5):
+        nudge_module.nudge(TASK, "rel_00", debounce_s=0)
+    assert broker() == 1  # four folded into the copy that has not started
+    nudge_module.nudge(TASK, "rel_01", debounce_s=0)
+    assert broker() == 2  # another (task, args) is another flag
+    nudge_module._on_task_prerun(task=_Task(), args=["rel_00"])  # the worker starts the first copy
+    nudge_module.nudge(TASK, "rel_00", debounce_s=0)
+    assert broker() == 3  # a change after that start queues the next run: no wake-up lost
+
+
+def test_counter_example_without_the_flag_every_nudge_waits_in_the_broker(settings, broker):
+    settings.NUDGE_PENDING_TTL_S = 0
+    for _ in range(5):
+        nudge_module.nudge(TASK, "rel_00", debounce_s=0)
+    assert broker() == 5
+
+
+def test_the_flag_of_a_lost_task_expires(settings, broker):
+    settings.NUDGE_PENDING_TTL_S = 0.3
+    nudge_module.nudge(TASK, "rel_00", debounce_s=0)
+    assert broker() == 1
+    nudge_module.nudge(TASK, "rel_00", debounce_s=0)
+    assert broker() == 1
+    deadline = time.monotonic() + 5
+    while nudge_module.stream_redis().exists(nudge_module.pending_key(TASK, ("rel_00",))):
+        assert time.monotonic() < deadline, "the flag never expired"
+        time.sleep(0.05)  # wait for the flag's own expiry (what is tested)
+    nudge_module.nudge(TASK, "rel_00", debounce_s=0)
+    assert broker() == 2

@@ -8,7 +8,8 @@
 --   COMMIT.
 -- Variables (pgbench -D): batch (events per group), gen and space (the ACTIVE generation and bucket-space
 -- version), vbs (the '{...}' array of virtual buckets routed to this partition), nvbs (its length),
--- videos (distinct videos; 1 = the hot video), partition (the stream partition the fence row is for).
+-- videos (distinct videos; 1 = the hot video). Each client stands for one stream partition (pgbench's
+-- :client_id): its own consumer fence row, dirty marks and receipts, as each projector pass has.
 -- Every transaction writes new relations (a fresh :ubase) with version 1 LIKED, so every event is
 -- applied and every bucket grows: the projector's most expensive case, no duplicates or stale events.
 \set ubase random(1, 1000000000000)
@@ -22,7 +23,7 @@ SELECT c0, c1, :gen, :space, 0, 0, false, now() FROM (
   FROM generate_series(1, :batch) AS i) AS t ORDER BY c0, c1
 ON CONFLICT (generation, video_id, virtual_bucket) DO NOTHING;
 BEGIN;
-INSERT INTO counting_countconsumerfence AS f (consumer, partition, fencing_token) VALUES ('pgbench', :partition, 1)
+INSERT INTO counting_countconsumerfence AS f (consumer, partition, fencing_token) VALUES ('pgbench', :client_id, 1)
 ON CONFLICT (consumer, partition) DO UPDATE SET fencing_token = GREATEST(f.fencing_token, EXCLUDED.fencing_token)
 RETURNING fencing_token;
 SELECT generation FROM counting_countgenerationfence WHERE key = 'active';
@@ -31,7 +32,7 @@ WHERE bucket_space_version = :space AND virtual_bucket = ANY(ARRAY(
   SELECT DISTINCT ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs] FROM generate_series(1, :batch) AS i))
 ORDER BY virtual_bucket FOR SHARE;
 SELECT generation, source_offset FROM counting_counteventreceipt
-WHERE generation = ANY(ARRAY[:gen]) AND source_topic = 'likes:events' AND source_partition = :partition
+WHERE generation = ANY(ARRAY[:gen]) AND source_topic = 'likes:events' AND source_partition = :client_id
   AND source_offset = ANY(ARRAY(SELECT :off || '-' || i FROM generate_series(1, :batch) AS i));
 SELECT user_id, video_id, projected_state, projected_version FROM counting_likecountprojection
 WHERE generation = :gen AND (user_id, video_id) IN (
@@ -59,14 +60,14 @@ FROM (SELECT 'pjc-' || ((:vbase + i * 7919) % :videos) AS v,
 WHERE b.generation = :gen AND b.video_id = d.v AND b.virtual_bucket = d.vb;
 INSERT INTO counting_dirtyvideo AS d (generation, video_id, source_partition, dirty_seq, first_dirty_at,
                                       last_dirty_at)
-SELECT :gen, v, :partition, 1, now(), now() FROM (
+SELECT :gen, v, :client_id, 1, now(), now() FROM (
   SELECT DISTINCT 'pjc-' || ((:vbase + i * 7919) % :videos) AS v FROM generate_series(1, :batch) AS i) AS t
 ORDER BY v
 ON CONFLICT (generation, video_id, source_partition)
 DO UPDATE SET dirty_seq = d.dirty_seq + 1, last_dirty_at = EXCLUDED.last_dirty_at;
 INSERT INTO counting_counteventreceipt (generation, source_topic, source_partition, source_offset, event_id, outcome,
                                         created_at)
-SELECT :gen, 'likes:events', :partition, :off || '-' || i, gen_random_uuid()::text, 'applied', now()
+SELECT :gen, 'likes:events', :client_id, :off || '-' || i, gen_random_uuid()::text, 'applied', now()
 FROM generate_series(1, :batch) AS i
 ON CONFLICT (generation, source_topic, source_partition, source_offset) DO NOTHING;
 COMMIT;

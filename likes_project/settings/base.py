@@ -184,6 +184,9 @@ CELERY_TASK_ROUTES = {
 LIKES_NUDGE_ENABLED = env_bool("LIKES_NUDGE_ENABLED", True)
 # A burst of nudges of one task and argument costs one send per window, plus one at its end (D86).
 NUDGE_DEBOUNCE_S = env_float("NUDGE_DEBOUNCE_S", 0.2)
+# At most one nudged copy of a (task, args) waits in the broker; its flag expires after this long if the
+# task is lost (D89). 0 turns the coalescing off.
+NUDGE_PENDING_TTL_S = env_float("NUDGE_PENDING_TTL_S", 5.0)
 # Retries of infrastructure failures (consumers and the outbox publisher, issue 9 §1): doubling from
 # LIKES_RETRY_BASE_S up to LIKES_RETRY_MAX_BACKOFF_S, with jitter, forever; an ALERT is logged (and
 # `likes_*_retry_alerts_total` counted) once a head has failed LIKES_RETRY_ALERT_AFTER times.
@@ -274,6 +277,9 @@ if LIKE_COMMAND_WRITE_PATH not in ("function", "python"):
     raise ValueError(f"LIKE_COMMAND_WRITE_PATH must be 'function' or 'python', not {LIKE_COMMAND_WRITE_PATH!r}")
 VIDEO_SERVICE_TOKEN = os.environ.get("VIDEO_SERVICE_TOKEN", "")
 VISIBILITY_CACHE_TTL_S = env_float("VISIBILITY_CACHE_TTL_S", 5.0)
+# Per process, the author of up to this many videos, so a video's (author, caller) edges are read in the
+# same Redis round trip as its snapshot (D87; a guess the snapshot checks). 0 turns the guesses off.
+AUTHOR_HINTS_MAX = env_int("AUTHOR_HINTS_MAX", 100_000)
 
 # Token buckets (CMD-18 / RISK-1). Rates are tokens per second; burst is the bucket size.
 RATE_LIMIT_USER_RATE = env_float("RATE_LIMIT_USER_RATE", 30.0)

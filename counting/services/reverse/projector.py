@@ -22,13 +22,14 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from counting import routing
 from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort, ReverseEventReceipt
 from counting.services import group_kit as kit
+from likes_project.dbraw import raw_cursor
 from likes_project.eventlog.consumer import Retryable
 from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
@@ -89,7 +90,7 @@ def _ensure_state_rows(alias: str, items: list[Item], now) -> None:
                 params=[now], conflict=("generation", "video_id", "user_id"))
 
 
-def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
+def _fold_and_write(cursor, alias: str, items: list[Item], now) -> list[tuple[Item, str]]:
     """Inside the caller's transaction: lock the state rows, fold, then move the sort entries (exact
     delete with the stored liked_at, then insert) and update the state/tombstone rows."""
     _lock_videos(cursor, {(it.generation, it.video_id) for it in items})
@@ -110,27 +111,35 @@ def _fold_and_write(cursor, items: list[Item], now) -> list[tuple[Item, str]]:
             deletes.append((g, video_id, old.shard, old.liked_at, user_id))
         if has and (not had or old.liked_at != new.liked_at):
             inserts.append((g, video_id, new.shard, new.liked_at, user_id))
-        updates.append((new.state, new.version, new.liked_at, now, g, video_id, user_id))
+        updates.append((new.state, new.version, new.liked_at, g, video_id, user_id))
     if deletes:
-        cursor.executemany(
-            f"DELETE FROM {kit.table(LikeReverseSort)} WHERE generation = %s AND video_id = %s AND reverse_shard = %s "
-            "AND liked_at = %s AND user_id = %s",
-            deletes,
-        )
+        cursor.execute(SORT_DELETE_SQL, _columns(deletes, 5))
     if inserts:
-        cursor.executemany(
-            f"INSERT INTO {kit.table(LikeReverseSort)} (generation, video_id, reverse_shard, liked_at, user_id) "
-            "VALUES (%s, %s, %s, %s, %s)",
-            inserts,
-        )
+        cursor.execute(SORT_INSERT_SQL, _columns(inserts, 5))
     if updates:
-        cursor.executemany(
-            f"UPDATE {kit.table(LikeReverseProjection)} SET state = %s, relation_version = %s, liked_at = %s, "
-            "updated_at = %s WHERE generation = %s AND video_id = %s AND user_id = %s",
-            updates,
-        )
-    _recent_write(cursor, deletes, inserts)
+        cursor.execute(STATE_UPDATE_SQL, [now, *_columns(updates, 6)])
+    _recent_write(cursor, alias, deletes, inserts)
     return verdicts
+
+
+def _columns(rows: list[tuple], width: int) -> list[list]:
+    """Row tuples -> one list per column (the arrays of an unnest)."""
+    return [[r[i] for r in rows] for i in range(width)] if rows else [[] for _ in range(width)]
+
+
+# Each write of a group is one statement over arrays (issue 15 §3, D88). Keys are distinct within a
+# statement: one state row per (generation, video, user), and its sort entry at most once each way.
+_SORT_KEY = "(generation, video_id, reverse_shard, liked_at, user_id)"
+_SORT_ARRAYS = "unnest(%s::int[], %s::text[], %s::int[], %s::timestamptz[], %s::bigint[]) AS d(g, v, s, at, u)"
+SORT_DELETE_SQL = (f"DELETE FROM {kit.table(LikeReverseSort)} AS e USING {_SORT_ARRAYS} WHERE e.generation = d.g "
+                   "AND e.video_id = d.v AND e.reverse_shard = d.s AND e.liked_at = d.at AND e.user_id = d.u")
+SORT_INSERT_SQL = (f"INSERT INTO {kit.table(LikeReverseSort)} {_SORT_KEY} SELECT g, v, s, at, u FROM {_SORT_ARRAYS} "
+                   "ORDER BY g, v, s, at DESC, u")
+STATE_UPDATE_SQL = (
+    f"UPDATE {kit.table(LikeReverseProjection)} AS p SET state = d.st, relation_version = d.ver, liked_at = d.at, "
+    "updated_at = %s FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::int[], %s::text[], %s::bigint[]) "
+    "AS d(st, ver, at, g, v, u) WHERE p.generation = d.g AND p.video_id = d.v AND p.user_id = d.u"
+)
 
 
 def _recent_lock_key(generation: int, video_id: str) -> int:
@@ -147,45 +156,48 @@ def _lock_videos(cursor, videos: set[tuple[int, str]]) -> None:
         cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS t(k)", [keys])
 
 
-def _recent_write(cursor, deletes: list[tuple], inserts: list[tuple]) -> None:
+def _recent_write(cursor, alias: str, deletes: list[tuple], inserts: list[tuple]) -> None:
     """Keep the recent-likers summary in step with the sort entries just written (same transaction):
     remove the rows of entries that went away, add the new entries, refill from this partition's sort
     entries where a removed row was among the kept ones, then prune every touched video to the newest
-    RECENT_KEEP rows. Every read is bounded (K rows per shard of this partition)."""
+    RECENT_KEEP rows. Every read is bounded (K rows per shard of this partition); each step is one
+    statement for the whole group."""
     recent = kit.table(LikeReverseRecent)
-    touched = {(g, v) for g, v, _s, _at, _u in deletes} | {(g, v) for g, v, _s, _at, _u in inserts}
+    touched = sorted({(g, v) for g, v, _s, _at, _u in deletes} | {(g, v) for g, v, _s, _at, _u in inserts})
     if not touched:
         return
     refill: set[tuple[int, str]] = set()
-    for g, video_id, _shard, _at, user_id in deletes:
-        cursor.execute(f"DELETE FROM {recent} WHERE generation = %s AND video_id = %s AND user_id = %s",
-                       [g, video_id, user_id])
-        if cursor.rowcount:
-            refill.add((g, video_id))
+    if deletes:
+        gone = sorted({(g, v, u) for g, v, _s, _at, u in deletes})
+        cursor.execute(
+            f"DELETE FROM {recent} AS r USING unnest(%s::int[], %s::text[], %s::bigint[]) AS d(g, v, u) "
+            "WHERE r.generation = d.g AND r.video_id = d.v AND r.user_id = d.u RETURNING r.generation, r.video_id",
+            _columns(gone, 3))
+        refill = {(g, v) for g, v in cursor.fetchall()}
     if inserts:
-        cursor.executemany(
-            f"INSERT INTO {recent} (generation, video_id, user_id, liked_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (generation, video_id, user_id) DO UPDATE SET liked_at = EXCLUDED.liked_at",
-            [(g, video_id, user_id, at) for g, video_id, _s, at, user_id in inserts],
-        )
-    alias = cursor.db.alias
-    for g, video_id in sorted(refill):
-        gen = routing.reverse_generation_load(g)
-        local = [s for s in range(gen.shards) if gen.placement[s] == alias]
+        cursor.execute(
+            f"INSERT INTO {recent} (generation, video_id, user_id, liked_at) SELECT g, v, u, at FROM {_SORT_ARRAYS} "
+            "ORDER BY g, v, u ON CONFLICT (generation, video_id, user_id) DO UPDATE SET liked_at = EXCLUDED.liked_at",
+            _columns(inserts, 5))
+    if refill:
+        # This partition's shards of each refilled video's generation: K newest sort entries per shard.
+        triples = []
+        for g, video_id in sorted(refill):
+            gen = routing.reverse_generation_load(g)
+            triples += [(g, video_id, s) for s in range(gen.shards) if gen.placement[s] == alias]
         cursor.execute(
             f"INSERT INTO {recent} (generation, video_id, user_id, liked_at) "
-            "SELECT %s, %s, e.user_id, e.liked_at FROM unnest(%s::int[]) AS f(s) CROSS JOIN LATERAL "
-            f"(SELECT liked_at, user_id FROM {kit.table(LikeReverseSort)} WHERE generation = %s AND video_id = %s "
-            "AND reverse_shard = f.s ORDER BY liked_at DESC, user_id DESC LIMIT %s) e "
+            "SELECT f.g, f.v, e.user_id, e.liked_at FROM unnest(%s::int[], %s::text[], %s::int[]) AS f(g, v, s) "
+            f"CROSS JOIN LATERAL (SELECT liked_at, user_id FROM {kit.table(LikeReverseSort)} WHERE generation = f.g "
+            "AND video_id = f.v AND reverse_shard = f.s ORDER BY liked_at DESC, user_id DESC LIMIT %s) e "
             "ON CONFLICT (generation, video_id, user_id) DO NOTHING",
-            [g, video_id, local, g, video_id, RECENT_KEEP],
-        )
-    for g, video_id in sorted(touched):
-        cursor.execute(
-            f"DELETE FROM {recent} WHERE id IN (SELECT id FROM {recent} WHERE generation = %s AND video_id = %s "
-            "ORDER BY liked_at DESC, user_id DESC OFFSET %s)",
-            [g, video_id, RECENT_KEEP],
-        )
+            [*_columns(triples, 3), RECENT_KEEP])
+    cursor.execute(
+        f"DELETE FROM {recent} WHERE id IN (SELECT id FROM (SELECT r.id, row_number() OVER (PARTITION BY "
+        "r.generation, r.video_id ORDER BY r.liked_at DESC, r.user_id DESC) AS n FROM unnest(%s::int[], %s::text[]) "
+        f"AS t(g, v) CROSS JOIN LATERAL (SELECT id, generation, video_id, liked_at, user_id FROM {recent} "
+        "WHERE generation = t.g AND video_id = t.v) r) ranked WHERE n > %s)",
+        [*_columns(touched, 2), RECENT_KEEP])
 
 
 def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, str]]:
@@ -197,8 +209,8 @@ def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, st
         return []
     now = timezone.now()
     _ensure_state_rows(alias, items, now)
-    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        return _fold_and_write(cursor, items, now)
+    with transaction.atomic(using=alias, durable=True), raw_cursor(alias) as cursor:
+        return _fold_and_write(cursor, alias, items, now)
 
 
 def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int, token: int) -> kit.GroupOutcome:
@@ -206,7 +218,7 @@ def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int
     out = kit.GroupOutcome()
     now = timezone.now()
     _ensure_state_rows(alias, items, now)
-    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
+    with transaction.atomic(using=alias, durable=True), raw_cursor(alias) as cursor:
         kit.consumer_fence_check(cursor, consumer, partition, token)
         receipted = kit.receipts_seen(cursor, ReverseEventReceipt, generations=[it.generation for it in items],
                                   partition=partition, refs=[it.ref for it in items])
@@ -218,7 +230,7 @@ def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int
                 fresh.append(it)
         if not fresh:
             return out
-        verdicts = _fold_and_write(cursor, fresh, now)
+        verdicts = _fold_and_write(cursor, alias, fresh, now)
         kit.receipts_write(cursor, ReverseEventReceipt, partition=partition, now=now,
                        rows=[(it.generation, it.ref, it.event_id, verdict) for it, verdict in verdicts])
     for it, verdict in verdicts:
