@@ -87,7 +87,7 @@ def display_l1() -> L1Cache:
     global _l1
     with _l1_lock:
         if _l1 is None:
-            _l1 = L1Cache("count_display", ttl_s=getattr(settings, "COUNT_L1_TTL_S", 1.0),
+            _l1 = L1Cache("count_display", ttl_s=getattr(settings, "COUNT_L1_TTL_S", 0.25),
                           max_entries=getattr(settings, "COUNT_L1_MAX_ENTRIES", 10_000),
                           stale_s=getattr(settings, "COUNT_L1_STALE_S", 5.0))
         return _l1

@@ -156,16 +156,28 @@ def celery_connect() -> None:
     signals.task_prerun.connect(_on_task_prerun, weak=False)
 
 
-def _send(task_name: str, args: tuple) -> None:
+def send_unless_pending(task_name: str, args: tuple, *, retry: bool = True) -> bool:
+    """Send task_name(*args) now, in this thread, unless a copy already waits in the broker (its flag is
+    set): what the beat sweepers send, so that a sweep adds nothing where a nudged copy is queued and the
+    queue holds at most one waiting copy per (task, args) however busy it gets. Raises the broker's
+    error (a sweeper's failure is the beat's to log)."""
     from likes_project.celery import app
 
     if not _claim(task_name, args):
         metrics.inc("likes_nudge_coalesced_total", task=task_name)
-        return
+        return False
     try:
-        app.send_task(task_name, args=list(args), retry=False)
-    except Exception as exc:  # noqa: BLE001 - the sweeper guarantees progress; never fail anyone
+        app.send_task(task_name, args=list(args), retry=retry)
+    except Exception:
         pending_clear(task_name, args)
+        raise
+    return True
+
+
+def _send(task_name: str, args: tuple) -> None:
+    try:
+        send_unless_pending(task_name, args, retry=False)
+    except Exception as exc:  # noqa: BLE001 - the sweeper guarantees progress; never fail anyone
         metrics.inc("likes_nudge_failures_total", task=task_name)
         logger.warning("nudge %s failed: %s", task_name, exc.__class__.__name__)
 

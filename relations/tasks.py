@@ -11,7 +11,7 @@ from likes_project.audit.services import system_actor
 from likes_project.eventlog import leases
 from likes_project.eventlog.consumer import CONSUMER_TASKS, consumer_tasks, holder_id
 from likes_project.eventlog.services import streams_trim
-from likes_project.nudge import nudge
+from likes_project.nudge import nudge, send_unless_pending
 from relations import routing
 from relations.services import outbox, retention
 from relations.services.relation_cache import (
@@ -55,9 +55,10 @@ def publish_outbox_task(alias: str) -> dict:
 
 @shared_task(name="relations.publish_all", ignore_result=True)
 def publish_all_task() -> None:
-    """Beat sweeper: the on-commit nudge is only an optimisation (T2)."""
+    """Beat sweeper: the on-commit nudge is only an optimisation (T2). Nothing is added for a shard whose
+    publisher already waits in the broker (D89)."""
     for alias in routing.all_aliases():
-        publish_outbox_task.delay(alias)
+        send_unless_pending(publish_outbox_task.name, (alias,))
 
 
 @shared_task(name="relations.republish_lost", acks_late=True, ignore_result=True)

@@ -436,7 +436,10 @@ def checkpoints_advance(heads: dict[int, int]) -> None:
                 cp.save(update_fields=["last_done_id"])
 
 
-def analyze_all() -> None:
+def vacuum_all(bound_s: float = 900.0) -> dict:
+    """VACUUM (ANALYZE) every loaded table, then a CHECKPOINT, then wait (bounded) until no autovacuum worker is
+    on a bench database: the loaded history in the steady state a long-lived database is in (hint bits and the
+    visibility map set, statistics current), and no maintenance of the load running during the measurements."""
     from django.conf import settings
     from django.db import connections
 
@@ -455,10 +458,34 @@ def analyze_all() -> None:
              for m in (LikeCountProjection, VideoLikeCountVbucket, LikeReverseProjection, LikeReverseSort,
                        LikeReverseRecent)]
     todo += [("default", VideoSnapshot), ("default", VideoDisplayCount)]
+    t0 = time.monotonic()
     for alias, model in todo:
         with connections[alias].cursor() as cur:
             cur.execute("SET statement_timeout = 0")
-            cur.execute(f"ANALYZE {_t(model)}")
+            cur.execute(f"VACUUM (ANALYZE) {_t(model)}")
+            cur.execute("SET statement_timeout = DEFAULT")
+    t_vacuum = time.monotonic() - t0
+    checkpoint = True
+    with connections["default"].cursor() as cur:
+        cur.execute("SET statement_timeout = 0")
+        try:
+            cur.execute("CHECKPOINT")
+        except Exception as exc:  # not a superuser: the checkpointer's own schedule then
+            checkpoint = False
+            log(f"  CHECKPOINT refused ({exc.__class__.__name__}); going on")
+        cur.execute("SET statement_timeout = DEFAULT")
+    t1 = time.monotonic()
+    workers = 0
+    for _ in range(int(bound_s)):  # bounded wait, one look a second
+        with connections["default"].cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' "
+                        "AND datname LIKE 'likes_bench%%'")
+            workers = cur.fetchone()[0]
+        if not workers:
+            break
+        time.sleep(1.0)  # an autovacuum worker is still on a bench database
+    return {"vacuum_s": round(t_vacuum, 1), "checkpoint": checkpoint, "checkpoint_and_wait_s":
+            round(time.monotonic() - t1, 1), "autovacuum_workers_left": workers}
 
 
 # --- disk ------------------------------------------------------------------------------------------------
@@ -532,12 +559,12 @@ def grow(plan: Plan, users: Users, a: int, b: int) -> dict:
     recent = recent_rebuild()
     t = step("recent_likers", t)
     checkpoints_advance(loaded.heads)
-    analyze_all()
-    step("analyze", t)
+    maintenance = vacuum_all()
+    step("vacuum_analyze_checkpoint", t)
     seconds = round(time.monotonic() - t0, 1)
     log(f"grew {a:,} -> {b:,} relations in {seconds}s ({steps}); {len(wrong)} videos whose buckets do not add up")
     return {"from": a, "to": b, "seconds": seconds, "steps": steps, "relations": loaded.relations,
             "rows": loaded.rows, "vbuckets_upserted": buckets, "displays_written": displays,
             "recent_rows": recent, "videos": videos, "users": {"light": len(users.light), "core": len(users.core)},
-            "bucket_mismatches": len(wrong), "bucket_mismatch_sample": sorted(wrong)[:10],
+            "maintenance": maintenance, "bucket_mismatches": len(wrong), "bucket_mismatch_sample": sorted(wrong)[:10],
             "hot_video_display": sums.get(HOT_VIDEO, 0)}

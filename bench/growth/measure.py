@@ -6,6 +6,8 @@ grows a history the service has fully projected."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import random
 import time
 from collections import Counter
@@ -48,6 +50,51 @@ class SqlCount:
                 c.execute_wrappers.remove(self._wrap)
 
 
+class CpuBusy:
+    """Cores the whole machine kept busy (/proc/stat) and this process's own CPU, over a block: another load on
+    the machine (a test suite, autovacuum) shows as busy cores well above the driver's plus its backend's."""
+
+    @staticmethod
+    def _busy() -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            vals = [float(x) for x in f.readline().split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0.0)
+        return sum(vals) - idle, sum(vals)
+
+    def __enter__(self):
+        self.b0, self.t0 = self._busy()
+        self.w0, self.p0 = time.monotonic(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        b1, _t1 = self._busy()
+        wall = max(time.monotonic() - self.w0, 1e-6)
+        hz = 100.0  # USER_HZ: /proc/stat counts in hundredths of a second on Linux
+        self.result = {"machine_busy_cores": round((b1 - self.b0) / hz / wall, 2),
+                       "driver_cores": round((time.process_time() - self.p0) / wall, 2),
+                       "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def wait_machine_quiet(max_wait_s: float, *, busy_below: float = 0.6, window_s: float = 5.0) -> dict:
+    """Before the timed items: wait (up to `max_wait_s`) until the machine is idle, i.e. fewer than
+    `busy_below` cores busy over `window_s` while this run is doing nothing, so another load (a test suite,
+    the checkpointer after a load) does not land in one size's figures only. Returns what it saw."""
+    t0 = time.monotonic()
+    seen = []
+    for _ in range(MAX_LOOP_ITERATIONS):
+        with CpuBusy() as cpu:
+            time.sleep(window_s)  # sampling the machine's idle time
+        seen.append(cpu.result["machine_busy_cores"])
+        if seen[-1] < busy_below or time.monotonic() - t0 >= max_wait_s:
+            break
+        if len(seen) % 12 == 1:
+            log(f"  the machine is busy ({seen[-1]} cores) before the measurements; waiting up to {max_wait_s:.0f}s")
+    out = {"waited_s": round(time.monotonic() - t0, 1), "busy_cores_last": seen[-1], "quiet": seen[-1] < busy_below}
+    if not out["quiet"]:
+        log(f"  WARNING: still {seen[-1]} cores busy after {out['waited_s']}s; measuring anyway")
+    return out
+
+
 def run_timed(fn, *, warmup: int, reps: int, label: str) -> tuple[dict, list]:
     """`fn()` `warmup` times untimed, then up to `reps` times timed (bounded by ITEM_BOUND_S). Returns the
     stats (with the SQL statements per call) and the results of the timed calls."""
@@ -55,7 +102,7 @@ def run_timed(fn, *, warmup: int, reps: int, label: str) -> tuple[dict, list]:
         fn()
     times, results = [], []
     deadline = time.monotonic() + ITEM_BOUND_S
-    with SqlCount() as sql:
+    with SqlCount() as sql, CpuBusy() as cpu:
         for _ in range(reps):
             if time.monotonic() > deadline:
                 log(f"{label}: stopped at the {ITEM_BOUND_S:.0f} s bound after {len(times)} calls")
@@ -65,8 +112,9 @@ def run_timed(fn, *, warmup: int, reps: int, label: str) -> tuple[dict, list]:
             times.append((time.perf_counter() - t0) * 1000.0)
     out = stats(times)
     out["sql_per_call"] = round(sql.n / len(times), 2)
+    out["cpu"] = cpu.result
     log(f"  {label}: p50 {out['p50_ms']} ms, p99 {out['p99_ms']} ms ({out['n']} calls, "
-        f"{out['sql_per_call']} SQL statements each)")
+        f"{out['sql_per_call']} SQL statements each; machine busy {cpu.result['machine_busy_cores']} cores)")
     return out, results
 
 
@@ -83,15 +131,33 @@ def explain(alias: str, sql: str, params=None, *, rollback: bool = False) -> dic
     with transaction.atomic(using=alias):
         with connections[alias].cursor() as cur:
             cur.execute("SET LOCAL statement_timeout = 0")
+            if _superuser(alias):  # the time spent reading pages, in the plan ("I/O Timings")
+                cur.execute("SET LOCAL track_io_timing = on")
             cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
             text = "\n".join(r[0] for r in cur.fetchall())
         if rollback:
             transaction.set_rollback(True, using=alias)
     execution = re.search(r"Execution Time: ([0-9.]+) ms", text)
     buffers = re.search(r"Buffers: shared( hit=(\d+))?( read=(\d+))?", text)
+    io = re.search(r"I/O Timings: (shared )?read=([0-9.]+)", text)
     return {"alias": alias, "execution_ms": float(execution.group(1)) if execution else None,
             "shared_hit": int(buffers.group(2) or 0) if buffers else 0,
-            "shared_read": int(buffers.group(4) or 0) if buffers else 0, "text": text}
+            "shared_read": int(buffers.group(4) or 0) if buffers else 0,
+            "io_read_ms": float(io.group(2)) if io else None, "text": text}
+
+
+_SUPERUSER: dict[str, bool] = {}
+
+
+def _superuser(alias: str) -> bool:
+    from django.db import connections
+
+    if alias not in _SUPERUSER:
+        with connections[alias].cursor() as cur:
+            cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            row = cur.fetchone()
+        _SUPERUSER[alias] = bool(row and row[0])
+    return _SUPERUSER[alias]
 
 
 def captured_plans(fn) -> list[dict]:
@@ -148,6 +214,7 @@ def run_commands(plan: Plan, users: Users, n: int, *, reps: int, warmup: int, se
         return (time.perf_counter() - t0) * 1000.0, res.changed
 
     deadline = time.monotonic() + ITEM_BOUND_S
+    cpu = CpuBusy().__enter__()
     for i in range(warmup + reps):
         if time.monotonic() > deadline:
             log(f"commands: stopped at the {ITEM_BOUND_S:.0f} s bound")
@@ -163,19 +230,23 @@ def run_commands(plan: Plan, users: Users, n: int, *, reps: int, warmup: int, se
             if i >= warmup:
                 times[kind].append(ms)
                 changed[kind] += bool(was_changed)
+    cpu.__exit__(None, None, None)
     both = times["like"] + times["unlike"]
     out = {**stats(both), "like": stats(times["like"]), "unlike": stats(times["unlike"]),
-           "changed": dict(changed), "errors": dict(errors), "pairs": reps, "warmup_pairs": warmup}
+           "changed": dict(changed), "errors": dict(errors), "pairs": reps, "warmup_pairs": warmup,
+           "cpu": cpu.result}
     log(f"  command: p50 {out['p50_ms']} ms, p99 {out['p99_ms']} ms ({out['n']} commands; like p50 "
         f"{out['like']['p50_ms']}, unlike p50 {out['unlike']['p50_ms']}; changed {dict(changed)}; "
         f"errors {dict(errors)})")
     out["plan"] = command_plan(plan, users, n, rng)
+    out["statements"] = command_statements(plan, users, n, rng)
     return out
 
 
-def command_plan(plan: Plan, users: Users, n: int, rng: random.Random) -> dict:
-    """EXPLAIN (ANALYZE, BUFFERS) of the command's one statement (`likes_relation_apply`, a first like) in a
-    transaction rolled back afterwards: its buffers are every index page the writes touched."""
+def command_plan(plan: Plan, users: Users, n: int, rng: random.Random, runs: int = 5) -> dict:
+    """EXPLAIN (ANALYZE, BUFFERS) of the command's one statement (`likes_relation_apply`, a first like of a random
+    pair) in a transaction rolled back afterwards, `runs` times: its buffers are every page its reads and writes
+    touched, indexes included. Returns the run with the median execution time, and every run's figures."""
     import uuid
 
     from django.conf import settings
@@ -184,16 +255,86 @@ def command_plan(plan: Plan, users: Users, n: int, rng: random.Random) -> dict:
     from relations import events, routing
     from relations.services import commands, write_barrier
 
-    uid = users.core[rng.randrange(plan.core_users_complete(n))]
-    vid = video_id(rng.randrange(plan.catalog(n)))
-    alias = routing.alias_for_user(uid)
     g_ns, v_ns = write_barrier.LOCK_NAMESPACES
-    params = [uid, vid, "LIKED", f"{PREFIX}explain-{uuid.uuid4().hex[:12]}", None, "bench", None, timezone.now(),
-              alias, uuid.uuid4(), events.aggregate_key(uid, vid), events.EVENT_TYPE, events.EVENT_SCHEMA_VERSION,
-              settings.LIKE_STALE_BASE_POLICY != commands.STALE_POLICY_LAST_COMMIT_WINS, True, g_ns, v_ns]
-    p = explain(alias, commands._APPLY_FUNCTION_SQL, params, rollback=True)
-    p["sql"] = "likes_relation_apply(...) -- a first like, rolled back"
-    return p
+    done = []
+    for _ in range(runs):
+        uid = users.core[rng.randrange(plan.core_users_complete(n))]
+        vid = video_id(rng.randrange(plan.catalog(n)))
+        alias = routing.alias_for_user(uid)
+        params = [uid, vid, "LIKED", f"{PREFIX}explain-{uuid.uuid4().hex[:12]}", None, "bench", None,
+                  timezone.now(), alias, uuid.uuid4(), events.aggregate_key(uid, vid), events.EVENT_TYPE,
+                  events.EVENT_SCHEMA_VERSION,
+                  settings.LIKE_STALE_BASE_POLICY != commands.STALE_POLICY_LAST_COMMIT_WINS, True, g_ns, v_ns]
+        done.append(explain(alias, commands._APPLY_FUNCTION_SQL, params, rollback=True))
+    done.sort(key=lambda p: p["execution_ms"] or 0)
+    out = dict(done[len(done) // 2])
+    out["sql"] = f"likes_relation_apply(...) -- a first like, rolled back; median of {runs}"
+    out["runs"] = [{"execution_ms": p["execution_ms"], "shared_hit": p["shared_hit"], "shared_read": p["shared_read"]}
+                   for p in done]
+    return out
+
+
+def command_statements(plan: Plan, users: Users, n: int, rng: random.Random, runs: int = 5) -> list[dict]:
+    """The statements of a first like one by one (`_apply_python`'s, which `likes_relation_apply` runs in one
+    round trip), each under EXPLAIN (ANALYZE, BUFFERS) in one transaction rolled back afterwards, `runs` random
+    pairs: per statement the median time, buffers read and I/O time, so the growth of the command shows where
+    it is (which table's indexes need a page that is not in shared buffers)."""
+    import uuid
+
+    from django.db import connections, transaction
+    from django.utils import timezone
+
+    from relations import events, routing
+    from relations.models import LikeCommand, LikeRelation, OutboxEvent
+    from relations.selectors import UNLIKED_V0
+    from relations.services import commands
+
+    rel, cmd, outbox = LikeRelation._meta.db_table, LikeCommand._meta.db_table, OutboxEvent._meta.db_table
+    per: dict[str, list[dict]] = {}
+    for _ in range(runs):
+        for _draw in range(50):  # a pair with no relation yet: a first like
+            uid = users.core[rng.randrange(plan.core_users_complete(n))]
+            vid = video_id(rng.randrange(plan.catalog(n)))
+            alias = routing.alias_for_user(uid)
+            if not LikeRelation.objects.using(alias).filter(user_id=uid, video_id=vid).exists():
+                break
+        op = f"{PREFIX}explain-{uuid.uuid4().hex[:12]}"
+        now = timezone.now()
+        payload = events.event_payload(event_id=uuid.uuid4(), alias=alias, user_id=uid, video_id=vid,
+                                       operation_id=op, previous=UNLIKED_V0, new_state="LIKED", new_version=1,
+                                       changed_at=now)
+        steps = [
+            ("command lookup", f"SELECT result_state FROM {cmd} WHERE user_id = %s AND operation_id = %s", [uid, op]),
+            ("relation lock", f"SELECT id, state, relation_version FROM {rel} WHERE user_id = %s AND video_id = %s "
+                              "FOR UPDATE", [uid, vid]),
+            ("relation insert", f"INSERT INTO {rel} (user_id, video_id, state, relation_version, last_operation_id, "
+                                "state_changed_at, created_at, updated_at) VALUES (%s, %s, 'LIKED', 1, %s, %s, %s, "
+                                "%s) ON CONFLICT (user_id, video_id) DO NOTHING", [uid, vid, op, now, now, now]),
+            ("outbox insert", commands._INSERT_OUTBOX_SQL.format(table=outbox),
+             [payload["eventId"], payload["aggregateKey"], 1, events.EVENT_TYPE, events.EVENT_SCHEMA_VERSION,
+              json.dumps(payload), now, now]),
+            ("command insert", commands._INSERT_COMMAND_SQL.format(table=cmd),
+             [uid, op, vid, "LIKED", "LIKED", 1, True, None, "bench", None, now]),
+        ]
+        with transaction.atomic(using=alias):
+            with connections[alias].cursor() as cur:
+                cur.execute("SET LOCAL statement_timeout = 0")
+                if _superuser(alias):
+                    cur.execute("SET LOCAL track_io_timing = on")
+            for name, sql, params in steps:
+                per.setdefault(name, []).append(explain(alias, sql, params))  # in a savepoint of this transaction
+            transaction.set_rollback(True, using=alias)
+    out = []
+    for name, ps in per.items():
+        ps.sort(key=lambda p: p["execution_ms"] or 0)
+        mid = ps[len(ps) // 2]
+        out.append({"statement": name, "median_ms": mid["execution_ms"],
+                    "runs": [{k: p.get(k) for k in ("execution_ms", "shared_hit", "shared_read", "io_read_ms")}
+                             for p in ps], "text": mid["text"]})
+    log("  command statements (median ms / buffers read): " + ", ".join(
+        f"{s['statement']} {s['median_ms']} / {sorted(r['shared_read'] for r in s['runs'])[len(s['runs']) // 2]}"
+        for s in out))
+    return out
 
 
 # --- 2. the batch query ---------------------------------------------------------------------------------------
@@ -252,7 +393,7 @@ def run_batch(plan: Plan, users: Users, n: int, *, reps: int, warmup: int, seed:
     out, results = run_timed(call, warmup=warmup, reps=reps, label="batch query (20 ids, warm)")
     sources = Counter(c.source for r in results for c in r.values())
     out.update(wrong=wrong["answers"], users=len(feeds), ids=batch, count_sources=dict(sources))
-    out["plans"] = captured_plans(call)[:3]
+    out["plans"] = captured_plans(call)[:4]
     return out
 
 
@@ -286,7 +427,7 @@ def run_my_likes(users: Users, *, reps: int, warmup: int, limit: int, deep: int)
         ids = {tuple(i.video_id for i in p.items) for p, _ in results}
         if len(ids) != 1 or len(next(iter(ids))) != limit:
             raise RuntimeError(f"my-likes {key}: {len(ids)} different pages or a short page")
-        s["plans"] = captured_plans(lambda cur=cur: page(cur))[:2]
+        s["plans"] = captured_plans(lambda cur=cur: page(cur))[:4]
         out[key] = s
     return out
 
@@ -318,7 +459,7 @@ def run_likers(*, reps: int, warmup: int, limit: int, deep: int) -> dict:
         ids = {tuple(i.user_id for i in p.items) for p, _ in results}
         if len(ids) != 1 or len(next(iter(ids))) != limit:
             raise RuntimeError(f"likers {key}: {len(ids)} different pages or a short page")
-        s["plans"] = captured_plans(lambda cur=cur: page(cur))[:2]
+        s["plans"] = captured_plans(lambda cur=cur: page(cur))[:4]
         out[key] = s
     return out
 
@@ -373,7 +514,7 @@ def run_exact(*, reps: int) -> dict:
         evidence.projected_relations(gen, [HOT_VIDEO])
         evidence.bucket_counts(gen, [HOT_VIDEO])
 
-    out["plans"] = captured_plans(reads)[:3]
+    out["plans"] = captured_plans(reads)[:4]
     return out
 
 

@@ -12,6 +12,11 @@
 -- :client_id): its own consumer fence row, dirty marks and receipts, as each projector pass has.
 -- Every transaction writes new relations (a fresh :ubase) with version 1 LIKED, so every event is
 -- applied and every bucket grows: the projector's most expensive case, no duplicates or stale events.
+-- The receipt lookup's offsets are varchar like the column: a text array from a subquery is compared after
+-- casting the column and is then a filter over every receipt of the partition, not an index range (the
+-- projector binds its offsets as a parameter, which the index takes). The row locks read the keys from
+-- unnest(array, array) as the projector's do: an IN over generate_series with the hot video's constant id
+-- made the planner walk every projection row of the video instead of probing the unique index per key.
 \set ubase random(1, 1000000000000)
 \set vbase random(0, 1000000)
 \set off random(1, 9000000000000000000)
@@ -33,15 +38,16 @@ WHERE bucket_space_version = :space AND virtual_bucket = ANY(ARRAY(
 ORDER BY virtual_bucket FOR SHARE;
 SELECT generation, source_offset FROM counting_counteventreceipt
 WHERE generation = ANY(ARRAY[:gen]) AND source_topic = 'likes:events' AND source_partition = :client_id
-  AND source_offset = ANY(ARRAY(SELECT :off || '-' || i FROM generate_series(1, :batch) AS i));
+  AND source_offset = ANY(ARRAY(SELECT (:off || '-' || i)::varchar FROM generate_series(1, :batch) AS i));
 SELECT user_id, video_id, projected_state, projected_version FROM counting_likecountprojection
-WHERE generation = :gen AND (user_id, video_id) IN (
-  SELECT :ubase + i, 'pjc-' || ((:vbase + i * 7919) % :videos) FROM generate_series(1, :batch) AS i)
+WHERE generation = :gen AND (user_id, video_id) IN (SELECT * FROM unnest(
+  ARRAY(SELECT :ubase + i FROM generate_series(1, :batch) AS i),
+  ARRAY(SELECT 'pjc-' || ((:vbase + i * 7919) % :videos) FROM generate_series(1, :batch) AS i)))
 ORDER BY user_id, video_id FOR UPDATE;
 SELECT video_id, virtual_bucket, active_count, frozen FROM counting_videolikecountvbucket
-WHERE generation = :gen AND (video_id, virtual_bucket) IN (
-  SELECT 'pjc-' || ((:vbase + i * 7919) % :videos), ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs]
-  FROM generate_series(1, :batch) AS i)
+WHERE generation = :gen AND (video_id, virtual_bucket) IN (SELECT * FROM unnest(
+  ARRAY(SELECT 'pjc-' || ((:vbase + i * 7919) % :videos) FROM generate_series(1, :batch) AS i),
+  ARRAY(SELECT ((:vbs)::int[])[1 + (:vbase + i * 104729) % :nvbs] FROM generate_series(1, :batch) AS i)))
 ORDER BY video_id, virtual_bucket FOR UPDATE;
 INSERT INTO counting_likecountprojection AS p (generation, user_id, video_id, projected_state, projected_version,
                                                bucket_space_version, virtual_bucket, updated_at)

@@ -380,8 +380,10 @@ def consumer_tasks(projector: Callable[[], Projector], *, sweep_name: str, batch
 
     @shared_task(name=sweep_name, ignore_result=True)
     def sweep_task() -> None:
+        from likes_project.nudge import send_unless_pending
+
         for partition in streams.all_partitions():
-            pass_task.delay(partition)
+            send_unless_pending(name, (partition,))  # nothing where a pass already waits (D89)
 
     pass_task.__doc__ = f"One bounded pass of the {projector().name} projector over one stream partition."
     sweep_task.__doc__ = f"Beat sweeper: one {projector().name} projector pass per stream partition."

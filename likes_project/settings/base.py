@@ -320,7 +320,7 @@ LIKES_EXPORT_CHUNK_ROWS = env_int("LIKES_EXPORT_CHUNK_ROWS", 1000)
 
 # --- count cache and its in-process L1 (CCACHE, QRY-6) ------------------------------------------
 COUNT_CACHE_GENERATION_REFRESH_S = env_float("COUNT_CACHE_GENERATION_REFRESH_S", 2.0)
-COUNT_L1_TTL_S = env_float("COUNT_L1_TTL_S", 1.0)  # 0 turns the L1 off
+COUNT_L1_TTL_S = env_float("COUNT_L1_TTL_S", 0.25)  # 0 turns the L1 off (D90: part of commit -> displayCount)
 COUNT_L1_MAX_ENTRIES = env_int("COUNT_L1_MAX_ENTRIES", 10000)
 COUNT_L1_STALE_S = env_float("COUNT_L1_STALE_S", 5.0)
 COUNT_DB_FALLBACK_WAIT_S = env_float("COUNT_DB_FALLBACK_WAIT_S", 0.5)
