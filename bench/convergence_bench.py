@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,23 @@ def broker_purge() -> None:
     log(f"broker queues purged ({', '.join(sorted(queues))}; prefix {settings.LIKES_REDIS_PREFIX} untouched)")
 
 
+_SUCCEEDED = re.compile(r"Task ([\w.]+)\[[^\]]+\] succeeded in ([0-9.]+)s")
+
+
+def worker_tasks(log_path: Path, seconds: float) -> list[dict]:
+    """What the Celery worker ran, from its INFO lines ("Task NAME[id] succeeded in Ns"): per task name, how
+    many a second over the phase and their mean and total run time (where the worker's time went)."""
+    runs: dict[str, list[float]] = {}
+    if log_path.exists():
+        for line in log_path.read_text(errors="replace").splitlines():
+            m = _SUCCEEDED.search(line)
+            if m:
+                runs.setdefault(m.group(1), []).append(float(m.group(2)))
+    out = [{"task": name, "per_s": round(len(v) / seconds, 1), "mean_ms": round(sum(v) / len(v) * 1000, 1),
+            "busy_s_per_s": round(sum(v) / seconds, 2)} for name, v in runs.items()]
+    return sorted(out, key=lambda r: -r["busy_s_per_s"])
+
+
 @contextlib.contextmanager
 def celery_running(workdir: Path):
     """The Procfile's `worker` and `beat`, as written, in this environment with the nudges on; stopped
@@ -165,11 +183,16 @@ def sustained(row: dict) -> float:
 def run_phase(pool, layout, sampler, args, ctx: dict, *, path: str, phase: str, rate: float | None,
               workdir: Path) -> dict:
     reset_workload()
+    worker_log = workdir / "worker.log"
+    worker_log.unlink(missing_ok=True)
+    t0 = time.time()
     celery = celery_running(workdir) if path == "celery" else contextlib.nullcontext(set())
     with celery:
         row = run_sustained(pool, layout, sampler, args, workload="uniform", users=ctx["users"],
                             videos=ctx["videos"], probe_user=ctx["probe_user"], probe_videos=ctx["probe_videos"],
                             pipeline=path, rate_per_s=rate, job_settings=NUDGES_ON if path == "celery" else None)
+    if path == "celery":  # the whole phase: warm-up, window and drain
+        row["worker_tasks"] = worker_tasks(worker_log, time.time() - t0)
     row["exactness"] = exactness(ctx["all_videos"], check_snapshots=True)
     ex = row["exactness"]
     row.update({"path": path, "phase": phase, "exact": bool(ex["buckets_exact"] and ex["snapshot_exact"])})
@@ -215,8 +238,15 @@ def resources(rows: list[dict]) -> str:
     return md_table(["phase", "machine busy (cores):", "CPU by process (cores)"], cells)
 
 
+def worker_table(rows: list[dict]) -> str:
+    cells = [[f"{r['path']} {r['phase']}", t["task"], f"{t['per_s']:,.1f}", f"{t['mean_ms']:,.1f}",
+              f"{t['busy_s_per_s']:.2f}"] for r in rows for t in r.get("worker_tasks", [])[:8]]
+    return md_table(["phase", "task", "runs/s:", "mean ms:", "worker-seconds a second:"], cells)
+
+
 def print_report(result: dict) -> None:
-    common.print_blocks(table(result["rows"]), verdicts(result["rows"]), resources(result["rows"]))
+    common.print_blocks(table(result["rows"]), verdicts(result["rows"]), resources(result["rows"]),
+                        worker_table(result["rows"]))
 
 
 def write_docs(result: dict) -> None:
@@ -234,7 +264,9 @@ def write_docs(result: dict) -> None:
               f"{meta['count_l1_ttl_s']:g}, NUDGE_DEBOUNCE_S {meta['nudge_debounce_s']:g}.")
     section = common.doc_section(BEGIN, END, writer="bench/convergence_bench.py", meta=meta, machine=machine,
                                  blocks=[params, table(result["rows"]), verdicts(result["rows"]),
-                                         "**Where the CPU went:**\n\n" + resources(result["rows"])],
+                                         "**Where the CPU went:**\n\n" + resources(result["rows"]),
+                                         "**What the Celery worker ran** (its INFO lines, over the whole phase "
+                                         "including warm-up and drain):\n\n" + worker_table(result["rows"])],
                                  wall="the driver")
     common.write_generated(section, BEGIN, END, heading="## Convergence (issue 15 §2)")
 

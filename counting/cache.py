@@ -26,12 +26,11 @@ way, because its keys differ by name and the bucket version/epoch check keeps th
 
 from __future__ import annotations
 
-import functools
 import random
 
 from django.conf import settings
 
-from likes_project.redis_client import Read, cache_redis, read_now
+from likes_project.redis_client import Read, cache_redis, read_now, scripts_run
 
 VIEW_TTL_S = 24 * 3600
 BUCKET_TTL_S = 7 * 24 * 3600
@@ -133,12 +132,6 @@ return 1
 """
 
 
-@functools.cache
-def _script(source: str):
-    # Registered once per process; each call passes the current client explicitly.
-    return cache_redis().register_script(source)
-
-
 # --- generation registry -----------------------------------------------------------------------
 
 
@@ -177,12 +170,10 @@ def buckets_write(generation: int, rows: list[tuple[str, int, int, int, int]]) -
     ("OK", "STALE_VERSION", "STALE_EPOCH", "GEN_RETIRED", "NO_REGISTRY", ...), pipelined."""
     if not rows:
         return []
-    script = _script(BUCKET_WRITE_LUA)
-    pipe = cache_redis().pipeline(transaction=False)
-    for video_id, vb, count, version, epoch in rows:
-        script(keys=[bucket_key(generation, video_id, vb), gens_key()],
-               args=[generation, count, version, epoch, _ttl_ms(BUCKET_TTL_S)], client=pipe)
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in pipe.execute()]
+    verdicts = scripts_run([(BUCKET_WRITE_LUA, [bucket_key(generation, video_id, vb), gens_key()],
+                             [generation, count, version, epoch, _ttl_ms(BUCKET_TTL_S)])
+                            for video_id, vb, count, version, epoch in rows])
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in verdicts]
 
 
 def buckets_read(generation: int, keys: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int, int]]:
@@ -209,13 +200,10 @@ def views_write(generation: int, rows: list[tuple[str, int, int, str]]) -> int:
     expires (with jitter); the durable snapshot is the fallback. Returns how many were written."""
     if not rows:
         return 0
-    script = _script(VIEW_WRITE_LUA)
-    pipe = cache_redis().pipeline(transaction=False)
-    for video_id, display, snapshot_id, generated_at in rows:
-        script(keys=[view_key(generation, video_id)],
-               args=[f"{display}|{snapshot_id}|{generation}|{generated_at}", snapshot_id, _ttl_ms(VIEW_TTL_S)],
-               client=pipe)
-    return sum(int(x) for x in pipe.execute())
+    return sum(int(x) for x in scripts_run([
+        (VIEW_WRITE_LUA, [view_key(generation, video_id)],
+         [f"{display}|{snapshot_id}|{generation}|{generated_at}", snapshot_id, _ttl_ms(VIEW_TTL_S)])
+        for video_id, display, snapshot_id, generated_at in rows]))
 
 
 def views_read_plan(generation: int, video_ids: list[str]) -> Read[dict[str, tuple[int, int, str]]]:

@@ -17,6 +17,8 @@ impose its timeouts on the other.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -184,3 +186,41 @@ def run_flows(*flows: Flow) -> list:
             else:
                 advance(i, lambda flow=flow, read=read, part=part: flow.send(read.parse(part)))
     raise RuntimeError(f"a flow asked for more than {MAX_ROUNDS} rounds")
+
+
+# --- Lua calls in one round trip -----------------------------------------------------------------------
+
+
+@functools.cache
+def _sha1(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()  # Redis names a script by its SHA-1
+
+
+def scripts_run(calls: list[tuple[str, list, list]]) -> list:
+    """Lua calls (source, keys, args) on the cache role in ONE pipelined round trip, by EVALSHA (issue 15).
+    redis-py's pipeline asks the server SCRIPT EXISTS before every execute that carries a registered
+    script, a second round trip on every write of the caches; here a script the server does not hold
+    (after a restart or SCRIPT FLUSH) answers NOSCRIPT without running, is loaded, and only those calls
+    are sent again. Raises the first error a call answered."""
+    if not calls:
+        return []
+    client = cache_redis()
+
+    def send(indices: list[int]) -> list:
+        pipe = client.pipeline(transaction=False)
+        for i in indices:
+            source, keys, args = calls[i]
+            pipe.evalsha(_sha1(source), len(keys), *keys, *args)
+        return pipe.execute(raise_on_error=False)
+
+    results = send(list(range(len(calls))))
+    lost = [i for i, r in enumerate(results) if isinstance(r, redis.exceptions.NoScriptError)]
+    if lost:
+        for source in {calls[i][0] for i in lost}:
+            client.script_load(source)
+        for i, r in zip(lost, send(lost), strict=True):
+            results[i] = r
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results

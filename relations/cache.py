@@ -6,23 +6,16 @@ stay on one slot.
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 
 from django.conf import settings
 
-from likes_project.redis_client import Read, cache_redis, read_now
+from likes_project.redis_client import Read, cache_redis, read_now, scripts_run
 
 
 def _p() -> str:
     return settings.LIKES_REDIS_PREFIX
-
-
-@functools.cache
-def _script(source: str):
-    # Registered once per process; each call passes the current client explicitly.
-    return cache_redis().register_script(source)
 
 
 # --- video visibility snapshot (CMD-12) --------------------------------------------------------
@@ -82,11 +75,8 @@ def visibility_cache_put_many(snapshots: list[tuple[str, int, dict]]) -> None:
     """(video id, version, snapshot) entries through the version-guarded script; one round trip."""
     if not snapshots:
         return
-    script = _script(_VERSIONED_SET)
-    pipe = cache_redis().pipeline(transaction=False)
-    for video_id, version, snapshot in snapshots:
-        script(keys=[visibility_key(video_id)], args=[version, json.dumps(snapshot), _ttl_ms()], client=pipe)
-    pipe.execute()
+    scripts_run([(_VERSIONED_SET, [visibility_key(video_id)], [version, json.dumps(snapshot), _ttl_ms()])
+                 for video_id, version, snapshot in snapshots])
 
 
 def visibility_cache_get(video_id: str) -> dict | None:
@@ -171,18 +161,12 @@ return {0, math.ceil((need - tokens) * 1000 / rate)}
 
 def token_buckets(buckets: list[tuple[str, float, int, bool]]) -> list[tuple[bool, int]]:
     """Several (key, rate, burst, consume) buckets in one pipelined round trip."""
-    script = _script(TOKEN_BUCKET)
-    pipe = cache_redis().pipeline(transaction=False)
-    for key, rate, burst, consume in buckets:
-        script(keys=[key], args=[rate, burst, 1, 1 if consume else 0], client=pipe)
-    return [(bool(a), int(r)) for a, r in pipe.execute()]
+    return [(bool(a), int(r)) for a, r in scripts_run([(TOKEN_BUCKET, [key], [rate, burst, 1, 1 if consume else 0])
+                                                        for key, rate, burst, consume in buckets])]
 
 
 def token_bucket(key: str, *, rate: float, burst: int, consume: bool) -> tuple[bool, int]:
-    allowed, retry_ms = _script(TOKEN_BUCKET)(
-        keys=[key], args=[rate, burst, 1, 1 if consume else 0], client=cache_redis()
-    )
-    return bool(allowed), int(retry_ms)
+    return token_buckets([(key, rate, burst, consume)])[0]
 
 
 # --- relation cache (RCACHE-1 … RCACHE-10) -------------------------------------------------------
@@ -245,14 +229,11 @@ def relation_cache_write(generation: int, entries: list[tuple[int, str, str, int
     pipelined round trip. Returns the script's verdict for each."""
     if not entries:
         return []
-    script = _script(RELATION_WRITE)
-    client = cache_redis()
-    pipe = client.pipeline(transaction=False)
     reg = relation_generations_key()
-    for user_id, video_id, state, version in entries:
-        script(keys=[relation_key(generation, user_id, video_id), reg],
-               args=[generation, video_id, state, version, _relation_ttl_ms()], client=pipe)
-    return [int(r) for r in pipe.execute()]
+    return [int(r) for r in scripts_run([
+        (RELATION_WRITE, [relation_key(generation, user_id, video_id), reg],
+         [generation, video_id, state, version, _relation_ttl_ms()])
+        for user_id, video_id, state, version in entries])]
 
 
 def relation_read(generation: int, user_id: int, video_ids: list[str]) -> Read[dict[str, tuple[str, int]]]:
@@ -341,8 +322,7 @@ def relation_hints_add(user_id: int, video_ids: list[str]) -> bool:
         return False
     cap = settings.RELATION_REPAIR_HINTS_MAX
     ttl_ms = int(settings.RELATION_REPAIR_HINT_TTL_S * 1000) + 1
-    return bool(_script(RELATION_HINTS_ADD)(keys=[relation_hints_key(user_id)],
-                                            args=[ttl_ms, cap, *video_ids[:cap]], client=cache_redis()))
+    return bool(scripts_run([(RELATION_HINTS_ADD, [relation_hints_key(user_id)], [ttl_ms, cap, *video_ids[:cap]])])[0])
 
 
 def relation_hints_take(user_id: int, limit: int) -> list[str]:

@@ -151,3 +151,24 @@ def test_a_round_error_is_thrown_into_the_flows_that_asked(settings):
     with redis_unreachable(settings, streams=False):
         assert run_flows(flow("asked", 1), flow("idle", 0)) == ["fallback", []]
     assert handled == ["asked"]
+
+
+_INCR = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
+
+
+def test_lua_calls_take_one_round_trip_and_a_lost_script_runs_once():
+    """`scripts_run`: EVALSHA in one pipeline (redis-py's own pipeline asks SCRIPT EXISTS first, a second
+    round trip). After SCRIPT FLUSH the calls answer NOSCRIPT without running; they are sent again once."""
+    from likes_project.redis_client import cache_redis, scripts_run
+
+    client = cache_redis()
+    client.delete("likes-test:rr:n1", "likes-test:rr:n2")
+    scripts_run([(_INCR, ["likes-test:rr:n1"], [1])])  # loaded
+    with round_trips() as seen:
+        assert scripts_run([(_INCR, ["likes-test:rr:n1"], [1]), (_INCR, ["likes-test:rr:n2"], [5])]) == [2, 5]
+    assert seen == {"pipelines": 1}, seen
+    client.script_flush()
+    with round_trips() as seen:
+        assert scripts_run([(_INCR, ["likes-test:rr:n1"], [1]), (_INCR, ["likes-test:rr:n2"], [5])]) == [3, 10]
+    assert seen["pipelines"] == 2, seen  # NOSCRIPT, then the load and the calls sent again: each ran once
+    assert int(client.get("likes-test:rr:n1")) == 3 and int(client.get("likes-test:rr:n2")) == 10
