@@ -1,6 +1,6 @@
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 from likes_project import logs, nudge
 
@@ -13,3 +13,15 @@ app.autodiscover_tasks()
 logs.celery_connect()
 # A nudged task clears its "queued" flag when it starts (cross-process nudge coalescing, D89).
 nudge.celery_connect()
+
+
+@signals.task_prerun.connect(weak=False)
+def _connections_checked(task=None, **_kw) -> None:
+    """What Django does at the start of a request: close the connections that are past CONN_MAX_AGE or
+    broken, keep the others (CELERY_DB_REUSE_MAX keeps Celery from closing them all, D91). Not for a
+    task run in the caller's process (`apply`), whose connections are the caller's."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()

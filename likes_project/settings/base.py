@@ -145,6 +145,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes every database connection before and after every task unless this is set:
+# each projector pass then connected anew to every database it touched (a server backend forked per
+# connection). With it, connections live as CONN_MAX_AGE says (checked before each task, D91).
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1_000_000)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 50)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 60)
 # Bounded waits on the broker (issue 9 §4): connecting gives up after 1 s, a socket operation after 5 s
