@@ -94,6 +94,21 @@ def pg_conninfo(alias: str) -> dict:
     return {k: v for k, v in info.items() if v is not None}
 
 
+def pgbench_argv(alias: str, options: list[str], *, clients: int, seconds: int) -> tuple[list[str], dict]:
+    """The pgbench command line for a run of `options` (script, -D variables, ...) with `clients` clients for
+    `seconds` on the bench database of `alias`, and its environment (the password, if any)."""
+    info = pg_conninfo(alias)
+    cmd = [shutil.which("pgbench") or "/usr/bin/pgbench", "-h", str(info["host"]), "-p", str(info["port"]), "-n",
+           *options, "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 2)), "-T", str(seconds)]
+    if info.get("user"):
+        cmd += ["-U", info["user"]]
+    cmd.append(info["dbname"])
+    env = os.environ.copy()
+    if info.get("password"):
+        env["PGPASSWORD"] = info["password"]
+    return cmd, env
+
+
 def machine_spec() -> dict:
     from django.db import connections
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from bench import common
-from bench.common import Interference, make_log, md_table, percentile, pg_conninfo
+from bench.common import Interference, make_log, md_table, percentile, pgbench_argv
 from bench.procs import ClientPool, client_setup, serve_jobs, wait_until
 from bench.sampler import ResourceSampler, cpu_text, waits_text
 
@@ -248,19 +248,11 @@ def pgbench_ceiling(args, sampler: ResourceSampler, *, kind: str, clients: int, 
     alias = settings.COUNT_PARTITION_ALIASES[0]
     vbs = [vb for vb, r in enumerate(gen.routes) if r.partition == alias]
     per_group = max(1, int(getattr(settings, "COUNT_PROJECTOR_BATCH", 500)) // len(settings.COUNT_PARTITION_ALIASES))
-    info = pg_conninfo(alias)
-    pgb = shutil.which("pgbench") or "/usr/bin/pgbench"
-    cmd = [pgb, "-h", str(info["host"]), "-p", str(info["port"]), "-n", "-M", "simple", "-f", str(PGBENCH_SCRIPT),
-           "-D", f"batch={per_group}", "-D", f"gen={gen.generation}", "-D", f"space={gen.space.version}",
-           "-D", "vbs='{" + ",".join(map(str, vbs)) + "}'", "-D", f"nvbs={len(vbs)}",
-           "-D", f"videos={args.uniform_videos if kind == 'uniform' else 1}",
-           "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 2)), "-T", str(args.pgbench_duration)]
-    if info.get("user"):
-        cmd += ["-U", info["user"]]
-    cmd.append(info["dbname"])
-    env = os.environ.copy()
-    if info.get("password"):
-        env["PGPASSWORD"] = info["password"]
+    cmd, env = pgbench_argv(alias, ["-M", "simple", "-f", str(PGBENCH_SCRIPT), "-D", f"batch={per_group}",
+                                    "-D", f"gen={gen.generation}", "-D", f"space={gen.space.version}",
+                                    "-D", "vbs='{" + ",".join(map(str, vbs)) + "}'", "-D", f"nvbs={len(vbs)}",
+                                    "-D", f"videos={args.uniform_videos if kind == 'uniform' else 1}"],
+                            clients=clients, seconds=args.pgbench_duration)
     t0 = time.time()
     sampler.start(t0 + min(1.0, args.pgbench_duration / 4), t0 + args.pgbench_duration)
     try:

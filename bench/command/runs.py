@@ -3,7 +3,6 @@ pooled over ABBA rounds, the single-client cost probe, and the pgbench ceiling o
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import shutil
@@ -13,7 +12,7 @@ import time
 from pathlib import Path
 
 from bench.command.report import fmt_row
-from bench.common import BENCH_DIR, bench_log, percentile, pg_conninfo, pooled, rounded
+from bench.common import BENCH_DIR, bench_log, percentile, pgbench_argv, pooled, rounded
 from bench.dataset import HOT_VIDEO, NAIVE_VIDEO_TABLE, reset_state
 from bench.procs import ClientPool
 from bench.sampler import ResourceSampler, merge_resources
@@ -170,20 +169,11 @@ def run_pgbench(args, sampler: ResourceSampler, *, naive_hot: bool, clients: int
     seconds with `clients` clients on rel_00."""
     label = "like_tx_naive_hot" if naive_hot else "like_tx"
     reset_state()
-    info = pg_conninfo("rel_00")
-    pgb = shutil.which("pgbench") or "/usr/bin/pgbench"
     logdir = Path(tempfile.mkdtemp(prefix="pgb-", dir=workdir))
-    cmd = [pgb, "-h", str(info["host"]), "-p", str(info["port"]), "-n", "-M", "simple",
-           "-f", str(PGBENCH_SCRIPT), "-D", f"users={args.users}", "-D", f"videos={args.videos}",
-           "-D", f"naive_hot={int(naive_hot)}",
-           "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 2)), "-T", str(args.pgbench_duration),
-           "-l", "--log-prefix", str(logdir / "pgb")]
-    if info.get("user"):
-        cmd += ["-U", info["user"]]
-    cmd.append(info["dbname"])
-    env = os.environ.copy()
-    if info.get("password"):
-        env["PGPASSWORD"] = info["password"]
+    cmd, env = pgbench_argv("rel_00", ["-M", "simple", "-f", str(PGBENCH_SCRIPT), "-D", f"users={args.users}",
+                                       "-D", f"videos={args.videos}", "-D", f"naive_hot={int(naive_hot)}",
+                                       "-l", "--log-prefix", str(logdir / "pgb")],
+                            clients=clients, seconds=args.pgbench_duration)
     t0 = time.time()
     skip = min(1.0, args.pgbench_duration / 4)  # connection set-up
     sampler.start(t0 + skip, t0 + args.pgbench_duration, extra_pids=set(), extra_label="pgbench")

@@ -413,20 +413,27 @@ def run_my_likes(users: Users, *, reps: int, warmup: int, limit: int, deep: int)
         nxt = None if p.next_key is None else sel.list_cursor_encode(user_id=uid, key=p.next_key)
         return p, nxt
 
+    return _pages_timed(page, name="my-likes", item_key=lambda i: i.video_id, reps=reps, warmup=warmup,
+                        limit=limit, deep=deep)
+
+
+def _pages_timed(page, *, name: str, item_key, reps: int, warmup: int, limit: int, deep: int) -> dict:
+    """Walk `page(cursor) -> (page, next cursor)` once to page `deep`, then time page 1 and page `deep`:
+    each repeat must return the same full page; the plans of each page's statements are kept."""
     t0 = time.monotonic()
     cursor = None
     for page_no in range(1, deep):
         _p, cursor = page(cursor)
         if cursor is None:
-            raise RuntimeError(f"my-likes: the list ended at page {page_no}")
+            raise RuntimeError(f"{name}: the list ended at page {page_no}")
     walk_s = round(time.monotonic() - t0, 2)
     out = {"limit": limit, "deep_page": deep, "walk_seconds": walk_s}
     for key, cur in (("page1", None), ("deep", cursor)):
         s, results = run_timed(lambda cur=cur: page(cur), warmup=warmup, reps=reps,
-                               label=f"my-likes page {1 if cur is None else deep}")
-        ids = {tuple(i.video_id for i in p.items) for p, _ in results}
+                               label=f"{name} page {1 if cur is None else deep}")
+        ids = {tuple(item_key(i) for i in p.items) for p, _ in results}
         if len(ids) != 1 or len(next(iter(ids))) != limit:
-            raise RuntimeError(f"my-likes {key}: {len(ids)} different pages or a short page")
+            raise RuntimeError(f"{name} {key}: {len(ids)} different pages or a short page")
         s["plans"] = captured_plans(lambda cur=cur: page(cur))[:4]
         out[key] = s
     return out
@@ -445,23 +452,8 @@ def run_likers(*, reps: int, warmup: int, limit: int, deep: int) -> dict:
         nxt = None if p.exhausted else likers_cursor_encode(caller_id=author, video_id=HOT_VIDEO, page=p)
         return p, nxt
 
-    t0 = time.monotonic()
-    cursor = None
-    for page_no in range(1, deep):
-        _p, cursor = page(cursor)
-        if cursor is None:
-            raise RuntimeError(f"likers: the list ended at page {page_no}")
-    walk_s = round(time.monotonic() - t0, 2)
-    out = {"limit": limit, "deep_page": deep, "walk_seconds": walk_s}
-    for key, cur in (("page1", None), ("deep", cursor)):
-        s, results = run_timed(lambda cur=cur: page(cur), warmup=warmup, reps=reps,
-                               label=f"likers page {1 if cur is None else deep}")
-        ids = {tuple(i.user_id for i in p.items) for p, _ in results}
-        if len(ids) != 1 or len(next(iter(ids))) != limit:
-            raise RuntimeError(f"likers {key}: {len(ids)} different pages or a short page")
-        s["plans"] = captured_plans(lambda cur=cur: page(cur))[:4]
-        out[key] = s
-    return out
+    return _pages_timed(page, name="likers", item_key=lambda i: i.user_id, reps=reps, warmup=warmup,
+                        limit=limit, deep=deep)
 
 
 # --- 5. the exact reconciliation ----------------------------------------------------------------------------
