@@ -169,13 +169,15 @@ def scan_delete(pattern: str) -> int:
     from likes_project.redis_client import cache_redis
 
     client = cache_redis()
-    deleted, cursor = 0, 0
-    for _ in range(100_000):  # bounded SCAN
-        cursor, keys = client.scan(cursor=cursor, match=pattern, count=5000)
-        if keys:
-            deleted += client.unlink(*keys)
-        if cursor == 0:
-            break
+    deleted, batch = 0, []
+    # scan_iter walks every node of a Cluster; UNLINK of many keys is split by slot there (issue 16)
+    for key in client.scan_iter(match=pattern, count=5000):
+        batch.append(key)
+        if len(batch) >= 5000:
+            deleted += client.unlink(*batch)
+            batch = []
+    if batch:
+        deleted += client.unlink(*batch)
     return deleted
 
 

@@ -51,6 +51,9 @@ export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-bench-$(head -c 18 /dev/urandom |
 export CURSOR_SIGNING_KEY="${CURSOR_SIGNING_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 export LOG_LEVEL="${LOG_LEVEL:-WARNING}"
 export PYTHONUNBUFFERED=1
+# LIKES_TOPOLOGY=scaled (issue 16): the bench databases alternate over two PostgreSQL servers, caches and
+# streams go to the Redis Cluster (prefix likes-bench), the broker stays on the plain Redis (db 14).
+apply_topology
 
 echo "[bench] databases: likes_bench (+ _rel_NN, _cnt_NN) on ${DATABASE_URL#*@}; redis ${REDIS_URL#*@} prefix $LIKES_REDIS_PREFIX" >&2
 

@@ -12,16 +12,16 @@ generation: a rebuild writes a new namespace and a CAS of the durable row switch
   The hash tag holds both the video and the bucket, so one hot video's buckets spread over the slots
   of a Redis Cluster (CCACHE-2; `like:count:{videoId}:vb-37` would put all of them on one slot).
 - Generation registry: `<prefix>:count:gens` (hash generation -> status), a mirror of the durable
-  COUNT_CACHE_GENERATION rows, written after each commit that changes a status. BUCKET_WRITE_LUA
-  reads it and writes only live generations (ACTIVE, or building), so a task of a RETIRED/FAILED
-  generation that arrives late cannot write (CCACHE-3 step 3, T7). A missing registry refuses
-  every write (NO_REGISTRY) until the service restores it from the table.
+  COUNT_CACHE_GENERATION rows, written after each commit that changes a status. `buckets_write` reads
+  it before BUCKET_WRITE_LUA runs and writes only live generations (ACTIVE, or building), so a task of a
+  RETIRED/FAILED generation that arrives late cannot write (CCACHE-3 step 3, T7). A missing registry
+  refuses every write (NO_REGISTRY) until the service restores it from the table.
 
-Redis Cluster note: BUCKET_WRITE_LUA touches the bucket key and the registry, which hash to
-different slots. On a single Redis (this deployment) that is one atomic script. On a Cluster the
-registry has to be passed in instead (`generation_status` read from the durable table right before
-the call) and the check is no longer atomic with the write; the new generation stays safe either
-way, because its keys differ by name and the bucket version/epoch check keeps them monotonic.
+Redis Cluster (issue 16, D93): the registry and a bucket key hash to different slots, so no script
+touches both: the registry is read first, in its own command, and the script checks only the bucket's
+(routeEpoch, bucketVersion). The check is no longer atomic with the write; a generation retired between
+the two can take one more write into keys no reader reads (they expire), and the live generation stays
+safe, because generations differ by key name and the version/epoch check keeps each key monotonic.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import random
 
 from django.conf import settings
 
-from likes_project.redis_client import Read, cache_redis, read_now, scripts_run
+from likes_project.redis_client import Read, cache_redis, hash_replace, node_tags, read_now, scripts_run, tagged
 
 VIEW_TTL_S = 24 * 3600
 BUCKET_TTL_S = 7 * 24 * 3600
@@ -94,19 +94,10 @@ def keyslot(key: str | bytes) -> int:
 
 # --- Lua -------------------------------------------------------------------------------------------
 
-# KEYS[1] bucket key, KEYS[2] generation registry.
-# ARGV: generation, activeCount, bucketVersion, routeEpoch, ttl_ms.
-# Accept only when the generation is registered live (ACTIVE, or one of the building states), and
-# (routeEpoch, bucketVersion) is not below the stored pair: a newer route epoch wins, and within one
-# epoch the version decides.
+# KEYS[1] bucket key. ARGV: generation, activeCount, bucketVersion, routeEpoch, ttl_ms.
+# Accept only when (routeEpoch, bucketVersion) is not below the stored pair: a newer route epoch wins,
+# and within one epoch the version decides. (`buckets_write` has checked the generation is live.)
 BUCKET_WRITE_LUA = """
-local status = redis.call('HGET', KEYS[2], ARGV[1])
-if not status then
-  if redis.call('EXISTS', KEYS[2]) == 0 then return 'NO_REGISTRY' end
-  return 'GEN_UNKNOWN'
-end
-if status ~= 'ACTIVE' and status ~= 'SHADOW' and status ~= 'BACKFILLING' and status ~= 'CATCHING_UP'
-   and status ~= 'VERIFYING' then return 'GEN_' .. status end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local _, ver, epoch = string.match(cur, '^(%-?%d+)|(%d+)|(%d+)|')
@@ -135,27 +126,28 @@ return 1
 # --- generation registry -----------------------------------------------------------------------
 
 
-def sentinel_key(generation: int) -> str:
-    """Present while the generation's cached content is whole; gone after a flush (loss detector)."""
-    return f"{_p()}:count:sentinel:g{generation}"
+def sentinel_keys(generation: int) -> list[str]:
+    """Present while the generation's cached content is whole; gone after a flush (loss detector). One
+    per server of the cache role (node_tags): a Cluster node restarted empty loses its own."""
+    return [tagged(f"{_p()}:count:sentinel:g{generation}", tag) for tag in node_tags()]
 
 
 def sentinel_set(generation: int) -> None:
-    cache_redis().set(sentinel_key(generation), "1")
+    pipe = cache_redis().pipeline(transaction=False)
+    for key in sentinel_keys(generation):
+        pipe.set(key, "1")
+    pipe.execute()
 
 
 def sentinel_present(generation: int) -> bool:
-    return bool(cache_redis().exists(sentinel_key(generation)))
+    """Every server still holds the generation's sentinel."""
+    keys = sentinel_keys(generation)
+    return int(cache_redis().exists(*keys)) == len(keys)
 
 
 def gens_mirror_write(statuses: dict[int, str]) -> None:
     """Replace the registry with `statuses` (generation -> status, from the durable table)."""
-    pipe = cache_redis().pipeline(transaction=True)
-    pipe.delete(gens_key())
-    if statuses:
-        pipe.hset(gens_key(), mapping={str(g): s for g, s in statuses.items()})
-        pipe.pexpire(gens_key(), _ttl_ms(GENS_TTL_S))
-    pipe.execute()
+    hash_replace(gens_key(), {str(g): s for g, s in statuses.items()}, ttl_ms=_ttl_ms(GENS_TTL_S))
 
 
 def gens_mirror_read() -> dict[int, str]:
@@ -168,9 +160,16 @@ def gens_mirror_read() -> dict[int, str]:
 def buckets_write(generation: int, rows: list[tuple[str, int, int, int, int]]) -> list[str]:
     """(video id, bucket, active count, bucket version, route epoch) -> BUCKET_WRITE_LUA verdicts
     ("OK", "STALE_VERSION", "STALE_EPOCH", "GEN_RETIRED", "NO_REGISTRY", ...), pipelined."""
+    from likes_project.generations.models import LIVE
+
     if not rows:
         return []
-    verdicts = scripts_run([(BUCKET_WRITE_LUA, [bucket_key(generation, video_id, vb), gens_key()],
+    registry = gens_mirror_read()
+    status = registry.get(generation)
+    if status is None or status not in LIVE:
+        refusal = "NO_REGISTRY" if not registry else "GEN_UNKNOWN" if status is None else f"GEN_{status}"
+        return [refusal] * len(rows)
+    verdicts = scripts_run([(BUCKET_WRITE_LUA, [bucket_key(generation, video_id, vb)],
                              [generation, count, version, epoch, _ttl_ms(BUCKET_TTL_S)])
                             for video_id, vb, count, version, epoch in rows])
     return [v.decode() if isinstance(v, bytes) else str(v) for v in verdicts]

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_safe
 
 from likes_project import metrics, observability
 from likes_project.middleware import error_response
-from likes_project.redis_client import cache_redis, stream_redis
+from likes_project.redis_client import cache_redis, role_nodes, stream_redis
 
 logger = logging.getLogger(__name__)
 
@@ -120,13 +120,28 @@ def _probe_database(conninfo: dict) -> None:
         conn.execute("SELECT 1")
 
 
+class RedisNodeDown(Exception):
+    """A server of a Redis role did not answer (its address is the message: no secret is in it)."""
+
+
+def _probe_redis(client) -> None:
+    """PING every server of the role: the one server, or each primary of a Cluster (a Cluster with a dead
+    node still answers for the other nodes' slots, so one PING through the client proves little)."""
+    for node in role_nodes(client):
+        try:
+            node.ping()
+        except Exception as exc:
+            kwargs = node.connection_pool.connection_kwargs
+            raise RedisNodeDown(f"{exc.__class__.__name__} at {kwargs.get('host')}:{kwargs.get('port')}") from exc
+
+
 def readiness_checks() -> dict[str, str]:
     """{"db:<alias>" | "redis:cache" | "redis:streams": "ok" | "fail: <exception class>" | "fail: timeout"},
     every probe running at once; returns by READYZ_DEADLINE_S."""
     pool = _probe_pool()
     futures = {f"db:{alias}": pool.submit(_probe_database, probe_conninfo(alias)) for alias in connections}
-    futures["redis:cache"] = pool.submit(cache_redis().ping)
-    futures["redis:streams"] = pool.submit(stream_redis().ping)
+    futures["redis:cache"] = pool.submit(_probe_redis, cache_redis())
+    futures["redis:streams"] = pool.submit(_probe_redis, stream_redis())
     wait(futures.values(), timeout=READYZ_DEADLINE_S)
     checks = {}
     for name, future in futures.items():
@@ -134,7 +149,9 @@ def readiness_checks() -> dict[str, str]:
             future.cancel()  # a queued probe does not run; a running one ends at its own timeout
             checks[name] = "fail: timeout"
         elif future.exception() is not None:
-            checks[name] = f"fail: {future.exception().__class__.__name__}"  # the class only, never a message
+            exc = future.exception()
+            # the class only, never a message (it may hold a URL), but a Redis node's address
+            checks[name] = f"fail: {exc}" if isinstance(exc, RedisNodeDown) else f"fail: {exc.__class__.__name__}"
         else:
             checks[name] = "ok"
     return checks

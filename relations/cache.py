@@ -11,7 +11,7 @@ import random
 
 from django.conf import settings
 
-from likes_project.redis_client import Read, cache_redis, read_now, scripts_run
+from likes_project.redis_client import Read, cache_redis, hash_replace, node_tags, read_now, scripts_run, tagged
 
 
 def _p() -> str:
@@ -48,21 +48,23 @@ def _ttl_ms() -> int:
     return int(base * random.uniform(0.8, 1.2)) + 1
 
 
-def _mget_read(keys: list[str], decode) -> Read:
-    """One MGET of `keys` (no command for none); `decode(index, raw)` -> (name, value) of each hit."""
+def _gets_read(keys: list[str], decode) -> Read:
+    """A GET of each of `keys` (not one MGET: the keys hash to different slots, and a Cluster pipeline
+    sends each node its own GETs, the nodes side by side; SNAP-2); `decode(index, raw)` -> (name, value)
+    of each hit."""
     def parse(replies: list) -> dict:
-        return dict(decode(i, raw) for i, raw in enumerate(replies[0] if replies else ()) if raw is not None)
+        return dict(decode(i, raw) for i, raw in enumerate(replies) if raw is not None)
 
     def queue(pipe) -> None:
-        if keys:
-            pipe.mget(keys)
+        for key in keys:
+            pipe.get(key)
 
-    return Read(1 if keys else 0, queue, parse)
+    return Read(len(keys), queue, parse)
 
 
 def visibility_read(video_ids: list[str]) -> Read[dict[str, dict]]:
     """Cached snapshot dicts (or {"missing": True}) of the videos that are cached."""
-    return _mget_read([visibility_key(v) for v in video_ids],
+    return _gets_read([visibility_key(v) for v in video_ids],
                       lambda i, raw: (video_ids[i], json.loads(raw.decode().partition("|")[2])))
 
 
@@ -89,7 +91,7 @@ def visibility_cache_put(video_id: str, version: int, snapshot: dict) -> None:
 
 def edge_read(pairs: list[tuple[int, int]]) -> Read[dict[tuple[int, int], dict]]:
     """(author, user) -> {"f": friends, "b": author blocks user} for the cached pairs."""
-    return _mget_read([edge_key(a, u) for a, u in pairs], lambda i, raw: (pairs[i], json.loads(raw)))
+    return _gets_read([edge_key(a, u) for a, u in pairs], lambda i, raw: (pairs[i], json.loads(raw)))
 
 
 def edge_cache_get_many(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict]:
@@ -196,9 +198,10 @@ def relation_generations_key() -> str:
     return f"{_p()}:rel:gens"
 
 
-def relation_sentinel_key(generation: int) -> str:
-    """Present while generation's cache content is intact; gone after a flush (loss detector)."""
-    return f"{_p()}:rel:sentinel:g{generation}"
+def relation_sentinel_keys(generation: int) -> list[str]:
+    """Present while generation's cache content is intact; gone after a flush (loss detector). One
+    per server of the cache role (node_tags): a Cluster node restarted empty loses its own."""
+    return [tagged(f"{_p()}:rel:sentinel:g{generation}", tag) for tag in node_tags()]
 
 
 def _relation_ttl_ms() -> int:
@@ -206,13 +209,10 @@ def _relation_ttl_ms() -> int:
     return int(base * random.uniform(0.8, 1.2)) + 1
 
 
-# KEYS[1] relation hash, KEYS[2] generation registry. ARGV: generation, video id, state, version, ttl ms.
-# Returns 1 written, 0 refused (a higher version is cached), -1 refused (the generation is not live: ACTIVE,
-# or building: SHADOW, BACKFILLING, CATCHING_UP, VERIFYING; see likes_project.generations).
+# KEYS[1] relation hash. ARGV: generation, video id, state, version, ttl ms. Returns 1 written, 0 refused
+# (a higher version is cached). The generation check (-1: not live) is made by `relation_cache_write`
+# before the script runs: the registry hashes to another slot than the relation keys (D93).
 RELATION_WRITE = """
-local status = redis.call('HGET', KEYS[2], ARGV[1])
-if status ~= 'ACTIVE' and status ~= 'SHADOW' and status ~= 'BACKFILLING' and status ~= 'CATCHING_UP'
-   and status ~= 'VERIFYING' then return -1 end
 local cur = redis.call('HGET', KEYS[1], ARGV[2])
 if cur then
   local v = tonumber(string.match(cur, '^[A-Z]+|(%d+)|'))
@@ -226,12 +226,18 @@ return 1
 
 def relation_cache_write(generation: int, entries: list[tuple[int, str, str, int]]) -> list[int]:
     """Write (user_id, video_id, state, version) values of one generation through the script, in one
-    pipelined round trip. Returns the script's verdict for each."""
+    pipelined round trip, when the registry names the generation live (ACTIVE, or building: SHADOW,
+    BACKFILLING, CATCHING_UP, VERIFYING; see likes_project.generations); -1 for every entry otherwise.
+    Returns the verdict for each (1 written, 0 a higher version is cached)."""
+    from likes_project.generations.models import LIVE
+
     if not entries:
         return []
-    reg = relation_generations_key()
+    status = cache_redis().hget(relation_generations_key(), str(generation))
+    if status is None or status.decode() not in LIVE:
+        return [-1] * len(entries)
     return [int(r) for r in scripts_run([
-        (RELATION_WRITE, [relation_key(generation, user_id, video_id), reg],
+        (RELATION_WRITE, [relation_key(generation, user_id, video_id)],
          [generation, video_id, state, version, _relation_ttl_ms()])
         for user_id, video_id, state, version in entries])]
 
@@ -268,18 +274,19 @@ def relation_cache_read(generation: int, user_id: int, video_ids: list[str]) -> 
 def relation_generations_mirror(statuses: dict[int, str], live_sentinels: list[int]) -> None:
     """Replace the Redis mirror of the durable generation statuses; (re)create the sentinels of the
     generations whose content is known to be intact."""
-    client = cache_redis()
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(relation_generations_key())
-    if statuses:
-        pipe.hset(relation_generations_key(), mapping={str(g): s for g, s in statuses.items()})
-    for g in live_sentinels:
-        pipe.set(relation_sentinel_key(g), "1")
-    pipe.execute()
+    hash_replace(relation_generations_key(), {str(g): s for g, s in statuses.items()})
+    keys = [key for g in live_sentinels for key in relation_sentinel_keys(g)]
+    if keys:
+        pipe = cache_redis().pipeline(transaction=False)
+        for key in keys:
+            pipe.set(key, "1")
+        pipe.execute()
 
 
 def relation_sentinel_present(generation: int) -> bool:
-    return bool(cache_redis().exists(relation_sentinel_key(generation)))
+    """Every server still holds the generation's sentinel."""
+    keys = relation_sentinel_keys(generation)
+    return int(cache_redis().exists(*keys)) == len(keys)
 
 
 def relation_registry_present() -> bool:

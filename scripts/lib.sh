@@ -9,6 +9,12 @@ DATA="$ROOT/.data"
 VENV="$ROOT/.venv"
 PRIVATE_PG_PORT="${PRIVATE_PG_PORT:-55432}"
 PRIVATE_REDIS_PORT="${PRIVATE_REDIS_PORT:-56379}"
+# LIKES_TOPOLOGY=single (default): every database on one PostgreSQL server, all of Redis on one node.
+# LIKES_TOPOLOGY=scaled (issue 16): a second PostgreSQL server holds rel_01 and cnt_01, caches and event
+# streams live on a three-node Redis Cluster, and the Celery broker stays on the plain Redis.
+LIKES_TOPOLOGY="${LIKES_TOPOLOGY:-single}"
+PRIVATE_PG2_PORT="${PRIVATE_PG2_PORT:-55433}"
+PRIVATE_CLUSTER_PORTS="${PRIVATE_CLUSTER_PORTS:-47001 47002 47003}"  # + 10000: each node's bus port
 mkdir -p "$DATA"
 
 log() { echo "[setup] $*" >&2; }
@@ -54,30 +60,39 @@ ensure_venv() {
 
 probe() { "$VENV/bin/python" "$ROOT/scripts/probe.py" "$@" 2>/dev/null; }
 
-start_private_pg() {
+pg_bindir() {
   local bindir
   bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
   if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
     apt_install postgresql
     bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
   fi
-  local pgdata="$DATA/pg" as=()
+  echo "$bindir"
+}
+
+# pg_cluster_up DIR PORT: a private PostgreSQL server in .data/DIR on 127.0.0.1:PORT (made the first time).
+pg_cluster_up() {
+  local dir=$1 port=$2 bindir as=()
+  bindir="$(pg_bindir)"
+  local pgdata="$DATA/$dir"
   if [ "$(id -u)" = "0" ]; then
     id postgres >/dev/null 2>&1 || useradd --system --home "$pgdata" postgres
     as=(runuser -u postgres --)
   fi
   if [ ! -f "$pgdata/PG_VERSION" ]; then
-    log "initialising a private PostgreSQL in .data/pg"
+    log "initialising a private PostgreSQL in .data/$dir"
     mkdir -p "$pgdata"
     [ "$(id -u)" = "0" ] && chown postgres "$pgdata"
     "${as[@]}" "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 >/dev/null
   fi
   if ! "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
-    log "starting the private PostgreSQL on 127.0.0.1:$PRIVATE_PG_PORT"
+    log "starting the private PostgreSQL of .data/$dir on 127.0.0.1:$port"
     "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
-      -o "-p $PRIVATE_PG_PORT -c listen_addresses=127.0.0.1 -k $pgdata -c max_connections=200" start >/dev/null
+      -o "-p $port -c listen_addresses=127.0.0.1 -k $pgdata -c max_connections=200" start >/dev/null
   fi
 }
+
+start_private_pg() { pg_cluster_up pg "$PRIVATE_PG_PORT"; }
 
 start_private_redis() {
   command -v redis-server >/dev/null || apt_install redis-server
@@ -143,6 +158,85 @@ ensure_chromium() {
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
       chromium >/dev/null || log "installing chromium failed: the browser tests will fail"
   ) 9>"${TMPDIR:-/tmp}/likes-chromium-install.lock"
+}
+
+# --- the scaled topology (LIKES_TOPOLOGY=scaled, issue 16) ------------------------------------------
+
+# The second PostgreSQL server: LIKES_PG2_URL when set (it must answer), else a private one in .data/pg2.
+ensure_second_postgres() {
+  if [ -n "${LIKES_PG2_URL:-}" ]; then
+    probe pg "$LIKES_PG2_URL" || die "LIKES_PG2_URL is set but its server does not answer"
+    return
+  fi
+  pg_cluster_up pg2 "$PRIVATE_PG2_PORT"
+  LIKES_PG2_URL="postgres://postgres@127.0.0.1:$PRIVATE_PG2_PORT/likes"
+  probe pg "$LIKES_PG2_URL" || die "the second private PostgreSQL did not come up (see .data/pg2/server.log)"
+  export LIKES_PG2_URL
+}
+
+# The three-node Redis Cluster: LIKES_REDIS_CLUSTER_URL when set, else three private nodes in .data/cluster.
+ensure_redis_cluster() {
+  if [ -n "${LIKES_REDIS_CLUSTER_URL:-}" ]; then
+    probe redis "$LIKES_REDIS_CLUSTER_URL" || die "LIKES_REDIS_CLUSTER_URL is set but the cluster does not answer"
+    return
+  fi
+  command -v redis-server >/dev/null || apt_install redis-server
+  local port nodes=() first
+  for port in $PRIVATE_CLUSTER_PORTS; do
+    nodes+=("127.0.0.1:$port")
+    mkdir -p "$DATA/cluster/$port"
+    if ! redis-cli -p "$port" ping >/dev/null 2>&1; then
+      log "starting Redis Cluster node 127.0.0.1:$port"
+      redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --dir "$DATA/cluster/$port" \
+        --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+        --pidfile "$DATA/cluster/$port/redis.pid" --logfile "$DATA/cluster/$port/redis.log" --save "" --appendonly no
+      for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    fi
+  done
+  first=${PRIVATE_CLUSTER_PORTS%% *}
+  if ! redis-cli -p "$first" cluster info 2>/dev/null | grep -q "cluster_state:ok"; then
+    if [ "$(redis-cli -p "$first" cluster info 2>/dev/null | sed -n 's/^cluster_slots_assigned:\([0-9]*\).*/\1/p')" = "0" ]; then
+      log "joining ${nodes[*]} into a Redis Cluster"
+      redis-cli --cluster create "${nodes[@]}" --cluster-yes >/dev/null
+    fi
+    for _ in $(seq 1 100); do redis-cli -p "$first" cluster info 2>/dev/null | grep -q "cluster_state:ok" && break; sleep 0.1; done
+    redis-cli -p "$first" cluster info 2>/dev/null | grep -q "cluster_state:ok" \
+      || die "the private Redis Cluster is not ok (see .data/cluster/*/redis.log; ./scripts/stop-private.sh resets it)"
+  fi
+  LIKES_REDIS_CLUSTER_URL="redis+cluster://$(IFS=,; echo "${nodes[*]}")/0"
+  export LIKES_REDIS_CLUSTER_URL
+}
+
+# scaled_urls DB_NAME N: N comma-separated URLs of databases DB_NAME_00.., alternating between the two
+# servers (index 0 on the first, 1 on the second, ...).
+scaled_urls() {
+  local name=$1 n=$2 i url out=()
+  for ((i = 0; i < n; i++)); do
+    if ((i % 2 == 0)); then url=$DATABASE_URL; else url=$LIKES_PG2_URL; fi
+    out+=("${url%/*}/$(printf '%s_%02d' "$name" "$i")")
+  done
+  (IFS=,; echo "${out[*]}")
+}
+
+# Point the stores at the topology: the Redis roles (REDIS_URL cache, REDIS_STREAMS_URL event log,
+# CELERY_BROKER_URL) and, when scaled, the shard and partition URLs (COUNT_PARTITIONS of them).
+apply_topology() {
+  local base; base="$(basename "${DATABASE_URL%%\?*}")"
+  case "$LIKES_TOPOLOGY" in
+    single) ;;
+    scaled)
+      ensure_second_postgres
+      ensure_redis_cluster
+      export RELATION_SHARD_URLS="${RELATION_SHARD_URLS:-$(scaled_urls "${base}_rel" "${RELATION_SHARDS:-2}")}"
+      export COUNT_PARTITION_URLS="${COUNT_PARTITION_URLS:-$(scaled_urls "${base}_cnt" "${COUNT_PARTITIONS:-2}")}"
+      export CELERY_BROKER_URL="${CELERY_BROKER_URL:-$REDIS_URL}"
+      export REDIS_URL="$LIKES_REDIS_CLUSTER_URL" REDIS_STREAMS_URL="$LIKES_REDIS_CLUSTER_URL"
+      log "scaled topology: databases on ${DATABASE_URL%/*} and ${LIKES_PG2_URL%/*}, caches and streams on" \
+        "the Redis Cluster ${LIKES_REDIS_CLUSTER_URL}, the Celery broker on ${CELERY_BROKER_URL##*@}"
+      ;;
+    *) die "LIKES_TOPOLOGY must be single or scaled (it is '$LIKES_TOPOLOGY')" ;;
+  esac
+  export LIKES_TOPOLOGY
 }
 
 setup_all() {

@@ -16,8 +16,17 @@ def main() -> int:
                 conn.execute("SELECT 1")
         elif kind == "redis":
             import redis
+            import redis.cluster
 
-            redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
+            if url.startswith("redis+cluster://"):  # startup nodes host:port,host:port (redis_client)
+                nodes = [n.rpartition(":") for n in url.split("://", 1)[1].split("/", 1)[0].split(",")]
+                client = redis.cluster.RedisCluster(
+                    startup_nodes=[redis.cluster.ClusterNode(h, int(p)) for h, _, p in nodes],
+                    socket_connect_timeout=2, socket_timeout=2)
+                if client.cluster_info().get("cluster_state") != "ok":
+                    raise RuntimeError("cluster_state is not ok")
+            else:
+                redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
         else:
             return 2
     except Exception as exc:  # noqa: BLE001 - any failure means "not usable"

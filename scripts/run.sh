@@ -3,6 +3,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 setup_all
+apply_topology  # LIKES_TOPOLOGY=single (default) | scaled: a second PostgreSQL server and a Redis Cluster
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-likes_project.settings.dev}"
 export PORT="${PORT:-8000}"
 # Private secrets of this checkout, made once under .data/ (never the public development defaults).

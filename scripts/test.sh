@@ -1,21 +1,55 @@
 #!/usr/bin/env bash
 # The whole test suite, with its own setup: ./scripts/test.sh [pytest args]
+#
+# With LIKES_TOPOLOGY unset it runs the suite on both topologies (issue 16): `single` (every database on
+# one PostgreSQL server, Redis on one node), fresh and on upgraded databases, then `scaled` (a second
+# PostgreSQL server, a three-node Redis Cluster). LIKES_TOPOLOGY=single|scaled runs that one only; with
+# pytest arguments, only those, on LIKES_TOPOLOGY (default single).
 set -euo pipefail
+TOPOLOGY_REQUESTED="${LIKES_TOPOLOGY:-}"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 setup_all
-# Tests keep to their own Redis database and key prefix.
+# Tests keep to their own Redis database and key prefix on the plain Redis (the Celery broker's, and on
+# `single` every role's); a Cluster has database 0 only, where the key prefix keeps them apart.
 export REDIS_URL="${TEST_REDIS_URL:-${REDIS_URL%/*}/15}"
 export DJANGO_SETTINGS_MODULE=likes_project.settings.test
+# Three count partitions (the third is where a bucket migration scales out to; settings/test.py).
+export COUNT_PARTITIONS="${COUNT_PARTITIONS:-3}"
 echo "[test] ruff check"
 "$VENV/bin/ruff" check .
-echo "[test] pytest"
 # Test databases and the test Redis prefix are shared per server (across checkouts): one run at a time.
 LOCK="${TMPDIR:-/tmp}/likes-test-$(printf '%s' "$DATABASE_URL" | sha1sum | cut -c1-12).lock"
+
+# on TOPOLOGY PYTEST-ARGS...: one pytest run on a topology, in a subshell (the topology's URLs stay there).
+on() {
+  local topology=$1
+  shift
+  (
+    LIKES_TOPOLOGY=$topology
+    apply_topology
+    flock "$LOCK" "$VENV/bin/python" -m pytest "$@"
+  )
+}
+
 if [ "$#" -gt 0 ]; then
-  exec flock "$LOCK" "$VENV/bin/python" -m pytest "$@"
+  on "$LIKES_TOPOLOGY" "$@"
+  exit
 fi
-flock "$LOCK" "$VENV/bin/python" -m pytest
-# The whole suite again, on databases created by the migrations as they were before the layers issue
-# squashed them (tests/legacy) and migrated forward in place.
-echo "[test] pytest on upgraded databases"
-LIKES_TEST_DATABASES=upgraded exec flock "$LOCK" "$VENV/bin/python" -m pytest -q --deselect tests/test_upgrade.py
+run_single() {
+  echo "[test] pytest (single)"
+  on single
+  # The whole suite again, on databases created by the migrations as they were before the layers issue
+  # squashed them (tests/legacy) and migrated forward in place.
+  echo "[test] pytest on upgraded databases (single)"
+  LIKES_TEST_DATABASES=upgraded on single -q --deselect tests/test_upgrade.py
+}
+run_scaled() {
+  echo "[test] pytest (scaled: two PostgreSQL servers, a three-node Redis Cluster)"
+  on scaled
+}
+case "$TOPOLOGY_REQUESTED" in
+  single) run_single ;;
+  scaled) run_scaled ;;
+  "") run_single; run_scaled ;;
+  *) die "LIKES_TOPOLOGY must be single or scaled (it is '$TOPOLOGY_REQUESTED')" ;;
+esac

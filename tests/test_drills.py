@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
@@ -20,7 +21,7 @@ from counting import cache as count_cache
 from counting.selectors import count_cache_generations_get
 from counting.services.count_cache.layers import count_cache_generations_mirror
 from likes_project import l1cache
-from likes_project.redis_client import reset_clients
+from likes_project.redis_client import is_cluster_url, reset_clients
 from opsconsole.drills import DRILLS, drill_run
 from tests import drills
 from tests.conftest import ensure_contracts
@@ -115,6 +116,30 @@ def test_cache_redis_down(drills_on, private_cache):
     assert not any(key.split()[1].startswith("5") and "503" not in key for key in fault["reads"])  # no 500s
     for kind in ("like-relation", "batch-query", "like-count"):
         assert fault["reads"].get(f"{kind} 200", 0) > 0  # answered from the databases
+
+
+@pytest.mark.skipif(not is_cluster_url(settings.REDIS_URL), reason="needs the Redis Cluster of LIKES_TOPOLOGY=scaled")
+def test_cluster_node_restart(drills_on):
+    """Issue 16: a Cluster node (caches and stream partitions, no replica) is killed and comes back empty."""
+    from counting.models import CountCacheGeneration
+    from relations.models import RelationCacheGeneration
+
+    def active(model) -> int:
+        return model.objects.filter(status="ACTIVE").values_list("generation", flat=True).get()
+
+    before = active(RelationCacheGeneration), active(CountCacheGeneration)
+    verdict = run("cluster-node-restart")
+    assert verdict.fault_confirmed is True  # the node really was down
+    assert "SHUTDOWN NOSAVE" in verdict.injected[0]
+    assert set(_fault(verdict)["commands"]) == {"200"}  # the outbox takes every command meanwhile
+    # Its caches were found lost (the node's own sentinels) and rebuilt as new generations.
+    pipeline = drills.Pipeline().start()
+    try:
+        drills.wait_for(lambda: (active(RelationCacheGeneration) > before[0]
+                                 and active(CountCacheGeneration) > before[1]),
+                        timeout_s=120, what="the lost caches to be rebuilt as new generations")
+    finally:
+        pipeline.stop()
 
 
 # --- the command's refusals -----------------------------------------------------------------------

@@ -63,8 +63,13 @@ def _dropped_connection():
     with connections["cnt_01"].cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    with connections["cnt_00"].cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    cfg = connections["cnt_01"].settings_dict  # a second session on the same server (shards may be on two)
+    killer = load_backend(cfg["ENGINE"]).DatabaseWrapper(cfg, "killer")
+    try:
+        with killer.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        killer.close()
     try:
         _sql("SELECT 1")
     finally:
@@ -83,9 +88,10 @@ def _redis_refused():
 
 
 def _redis_timeout():
-    from django.conf import settings
+    from likes_project.redis_client import cache_redis, role_nodes
 
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.05)
+    server = role_nodes(cache_redis())[0].connection_pool.connection_kwargs  # a server of the cache role
+    client = redis.Redis(host=server["host"], port=server["port"], db=server.get("db", 0), socket_timeout=0.05)
     client.execute_command("DEBUG", "SLEEP", "0.3")
 
 

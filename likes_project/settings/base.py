@@ -133,7 +133,7 @@ REDIS_SOCKET_TIMEOUT_S = env_float("REDIS_SOCKET_TIMEOUT_S", 0.5)
 STREAM_PARTITIONS = env_int("STREAM_PARTITIONS", 8)
 # Both Redis roles are django-redis cache entries (`default` = cache role, `streams` = event log); code
 # takes their raw clients from likes_project.redis_client (issue 10 §7, decision D52).
-from likes_project.redis_client import redis_caches  # noqa: E402
+from likes_project.redis_client import is_cluster_url, redis_caches  # noqa: E402
 
 CACHES = redis_caches(cache_url=REDIS_URL, streams_url=REDIS_STREAMS_URL, timeout_s=REDIS_SOCKET_TIMEOUT_S,
                       prefix=LIKES_REDIS_PREFIX)
@@ -141,6 +141,11 @@ DJANGO_REDIS_CONNECTION_FACTORY = "likes_project.redis_client.RoleConnectionFact
 
 # --- Celery ------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_STREAMS_URL)
+if is_cluster_url(CELERY_BROKER_URL):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("CELERY_BROKER_URL names a Redis Cluster, which Celery's Redis transport does not "
+                               "speak: point it at a plain Redis (REDIS_STREAMS_URL is a Cluster, so set it apart)")
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -3,9 +3,13 @@ when injecting it here would hit more than the drill means to."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
-from dataclasses import dataclass
+import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,7 +19,7 @@ from django.conf import settings
 from django.db import connections
 from psycopg import sql
 
-from likes_project.redis_client import cache_redis, stream_redis
+from likes_project.redis_client import cache_redis, cluster_startup_nodes, is_cluster_url, role_nodes, stream_redis
 
 
 class DrillRefused(Exception):
@@ -120,16 +124,21 @@ def _run_id(client: redis.Redis) -> str | None:
 
 
 def redis_roles_sharing(url: str) -> dict[str, str]:
-    """Other Redis roles on the same server as `url`: role -> "same database" | "same server"."""
-    host, port, db = _redis_place(url)
-    mine = redis.Redis.from_url(url, socket_timeout=2)
+    """Other Redis roles on the same server as `url`: role -> "same database" | "same server". A Cluster
+    role (`redis+cluster://`) is on each of its startup nodes, database 0."""
     out = {}
     for role, other in (("cache", settings.REDIS_URL), ("event log", settings.REDIS_STREAMS_URL),
                         ("Celery broker", settings.CELERY_BROKER_URL)):
         if other == url:
             out[role] = "same database"
             continue
-        o_host, o_port, o_db = _redis_place(other)
+        if is_cluster_url(url) or is_cluster_url(other):
+            common = {(h, p) for h, p, _db in _redis_places(url)} & {(h, p) for h, p, _db in _redis_places(other)}
+            if common:
+                out[role] = "same server"
+            continue
+        (host, port, db), (o_host, o_port, o_db) = _redis_place(url), _redis_place(other)
+        mine = redis.Redis.from_url(url, socket_timeout=2)
         same_server = (o_host, o_port) == (host, port) or (
             _run_id(mine) is not None and _run_id(mine) == _run_id(redis.Redis.from_url(other, socket_timeout=2)))
         if same_server:
@@ -137,14 +146,21 @@ def redis_roles_sharing(url: str) -> dict[str, str]:
     return out
 
 
+def _redis_places(url: str) -> list[tuple[str, int, int]]:
+    if is_cluster_url(url):
+        return [(host, port, 0) for host, port in cluster_startup_nodes(url)]
+    return [_redis_place(url)]
+
+
 def eventlog_flush() -> str:
     """FLUSHDB on the event log's database; says which other roles lived there too."""
     url = settings.REDIS_STREAMS_URL
     others = {r: w for r, w in redis_roles_sharing(url).items() if r != "event log" and w == "same database"}
-    stream_redis().flushdb()
-    host, port, db = _redis_place(url)
+    for node in role_nodes(stream_redis()):  # the one server, or every primary of a Cluster
+        node.flushdb()
+    where = ", ".join(f"{h}:{p}/{db}" for h, p, db in _redis_places(url))
     also = f" (also flushed: {', '.join(others)}, same database)" if others else ""
-    return f"FLUSHDB on the event-log Redis {host}:{port}/{db}{also}"
+    return f"FLUSHDB on the event-log Redis {where}{also}"
 
 
 @dataclass
@@ -157,6 +173,9 @@ class CachePause:
     seconds: float
 
     def check(self) -> None:
+        if is_cluster_url(settings.REDIS_URL) and settings.REDIS_URL != settings.REDIS_STREAMS_URL:
+            raise DrillRefused("cache-redis-down pauses one Redis server, and the cache role is a Redis Cluster; "
+                               "run cluster-node-restart (it kills one node and brings it back empty)")
         shared = {r: w for r, w in redis_roles_sharing(settings.REDIS_URL).items() if r != "cache"}
         if shared:
             raise DrillRefused(
@@ -185,6 +204,72 @@ class CachePause:
         self._client().flushdb()  # queued behind the pause: runs when it ends
         host, port, db = _redis_place(settings.REDIS_URL)
         return f"pause over; FLUSHDB on the cache database {host}:{port}/{db} (back empty)"
+
+
+# --- a Redis Cluster node restarted empty (issue 16) --------------------------------------------------
+
+# What the restarted node is started with: the settings it ran with, read before it goes down. Its
+# cluster-config-file (nodes.conf) survives in its `dir`, so it comes back with its node id and slots
+# and without data: a node that crashed and lost its memory, with no replica to promote.
+_NODE_SETTINGS = ("port", "bind", "dir", "cluster-config-file", "cluster-node-timeout",
+                  "cluster-require-full-coverage", "logfile", "maxmemory", "maxmemory-policy")
+
+
+@dataclass
+class ClusterNodeRestart:
+    """SHUTDOWN NOSAVE of one primary of the Redis Cluster holding the cache role and the event log, and a
+    `redis-server` on this host started again with its settings (empty). Refused unless both roles live
+    on one Cluster, the node is on this host and redis-server is installed here."""
+
+    node: str | None = None  # host:port; default: the last primary
+    settings_: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> None:
+        client = cache_redis()
+        if len(role_nodes(client)) < 2 or settings.REDIS_URL != settings.REDIS_STREAMS_URL:
+            raise DrillRefused("cluster-node-restart needs the cache role and the event log on one Redis Cluster "
+                               "(REDIS_URL = REDIS_STREAMS_URL = redis+cluster://...; LIKES_TOPOLOGY=scaled)")
+        names = sorted(n.name for n in client.get_primaries())
+        self.node = self.node or names[-1]
+        if self.node not in names:
+            raise DrillRefused(f"{self.node} is not a primary of the cluster ({', '.join(names)})")
+        if self.node.rpartition(":")[0] not in ("127.0.0.1", "localhost") or not shutil.which("redis-server"):
+            raise DrillRefused(f"{self.node} must run on this host (127.0.0.1) with redis-server installed here, "
+                               f"so that the drill can start it again")
+
+    def _client(self) -> redis.Redis:
+        host, _, port = self.node.rpartition(":")
+        return redis.Redis(host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1)
+
+    def begin(self) -> str:
+        conn = self._client()
+        found = {}
+        for name in _NODE_SETTINGS:
+            found.update({k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+                          for k, v in conn.config_get(name).items()})
+        self.settings_ = {k: v for k, v in found.items() if v != ""}
+        keys = int(conn.dbsize())
+        with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it goes down
+            conn.shutdown(nosave=True)
+        return f"SHUTDOWN NOSAVE of Redis Cluster node {self.node} ({keys} keys: caches and stream partitions)"
+
+    def down(self) -> bool:
+        try:
+            self._client().ping()
+        except redis.RedisError:
+            return True
+        return False
+
+    def end(self) -> str:
+        argv = ["redis-server", "--daemonize", "yes", "--cluster-enabled", "yes", "--save", "", "--appendonly", "no"]
+        for name, value in self.settings_.items():
+            argv += [f"--{name}", *value.split()] if name == "bind" else [f"--{name}", value]
+        subprocess.run(argv, check=True, timeout=30, capture_output=True)
+        for _ in range(100):
+            if not self.down():
+                break
+            time.sleep(0.1)  # the server is starting: nothing to subscribe to
+        return f"redis-server {self.node} started again, empty (node id and slots from its nodes.conf)"
 
 
 # --- local Celery workers ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from opsconsole.drills.api import Answer
 from opsconsole.drills.checks import leases_held
-from opsconsole.drills.faults import DatabaseRefusal, DrillRefused, eventlog_flush
+from opsconsole.drills.faults import ClusterNodeRestart, DatabaseRefusal, DrillRefused, eventlog_flush
 from opsconsole.drills.population import DrillUser
 from opsconsole.drills.stage import CacheOutage, Stage
 from opsconsole.drills.traffic import PhaseTally, Rule, Traffic, strict
@@ -190,6 +190,14 @@ class WorkerKill(Drill):
         return restarted
 
 
+def _degraded_reads_allowed(ctx) -> Rule:
+    def judged(kind: str, user: DrillUser, answer: Answer) -> str | None:
+        if kind != "command" and answer.status == 503 and answer.code == "degraded_overloaded":
+            return None  # D26: the bounded database fallback is saturated
+        return strict(kind, user, answer)
+    return judged
+
+
 class CacheRedisDown(Drill):
     name = "cache-redis-down"
     summary = "the cache Redis is down, then back empty: reads degrade (D26), commands work, reads end correct"
@@ -209,12 +217,7 @@ class CacheRedisDown(Drill):
     def recover(self, ctx):
         return self.outage.end()
 
-    def rule(self, ctx) -> Rule:
-        def judged(kind: str, user: DrillUser, answer: Answer) -> str | None:
-            if kind != "command" and answer.status == 503 and answer.code == "degraded_overloaded":
-                return None  # D26: the bounded database fallback is saturated
-            return strict(kind, user, answer)
-        return judged
+    rule = staticmethod(_degraded_reads_allowed)
 
     def judge(self, ctx, fault):
         failures = super().judge(ctx, fault)
@@ -222,6 +225,34 @@ class CacheRedisDown(Drill):
             if fault.reads.get(f"{kind} 200", 0) == 0:
                 failures.append(f"no {kind} read was answered (200) from the databases while the cache was down")
         return failures
+
+
+class ClusterNodeDown(Drill):
+    """Issue 16: no replica to promote, so the node comes back empty. Its caches must be detected as lost
+    and rebuilt (the per-node sentinels, D93), its stream partitions republished from the outbox (the
+    lost-tail check), and counts, likers and myState converge exactly."""
+
+    name = "cluster-node-restart"
+    summary = ("one Redis Cluster node (caches, stream partitions) is killed and restarted empty: commands work, "
+               "reads degrade, lost caches are rebuilt and lost partitions republished; exact convergence")
+    commands_succeed_while = "a Redis Cluster node was down"
+    pause_at_switch = True
+    default_fault_s = 10.0
+
+    def prepare(self, ctx):
+        self.fault = ClusterNodeRestart(node=ctx.alias)  # --alias host:port names the node (default: the last)
+        self.fault.check()
+
+    def inject(self, ctx):
+        return self.fault.begin()
+
+    def in_effect(self, ctx):
+        return self.fault.down()
+
+    def recover(self, ctx):
+        return self.fault.end()
+
+    rule = staticmethod(_degraded_reads_allowed)
 
 
 class SnapshotRebalance(Drill):
@@ -376,4 +407,4 @@ class MigrationWorkerKill(Drill):
 # name -> the drill's class; a run makes its own instance (it keeps the run's injector).
 DRILLS: dict[str, type[Drill]] = {d.name: d for d in (CountPartitionDown, RelationShardDown, EventlogFlush,
                                                         WorkerKill, CacheRedisDown, SnapshotRebalance,
-                                                        MigrationWorkerKill)}
+                                                        MigrationWorkerKill, ClusterNodeDown)}

@@ -184,7 +184,7 @@ def test_t16_a_flushed_count_cache_is_rebuilt_from_the_durable_buckets_without_t
     # reads now come from generation 2's views, in one round trip
     selectors.reset_generation_cache()
     count_cache_generations_get()
-    round_trips.sent.clear()
+    round_trips.clear()
     got = display_counts_get(video_ids=list(expected))
     assert len(round_trips) == 1
     assert {v: (c.display_count, c.source) for v, c in got.items()} == {v: (n, "redis") for v, n in expected.items()}

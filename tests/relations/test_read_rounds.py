@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 import redis
 import redis.client
+import redis.cluster
 
 from counting import selectors as count_selectors
 from counting.tasks import display_snapshot_task
@@ -28,24 +29,28 @@ pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 @contextlib.contextmanager
 def round_trips():
-    """Count the cache role's round trips: pipeline executions and direct commands."""
+    """Count the cache role's round trips: pipeline executions and direct commands (on a Cluster, a
+    pipeline's execution sends each node it touches its part at once: one round trip, side by side)."""
     seen: Counter = Counter()
-    original_pipe, original_cmd = redis.client.Pipeline.execute, redis.Redis.execute_command
+    patched = [(redis.client.Pipeline, "execute", "pipelines"),
+               (redis.cluster.ClusterPipeline, "execute", "pipelines"),
+               (redis.Redis, "execute_command", "commands"),
+               (redis.cluster.RedisCluster, "execute_command", "commands")]
+    originals = [(cls, name, cls.__dict__[name]) for cls, name, _kind in patched]
 
-    def pipe_execute(self, *args, **kwargs):
-        seen["pipelines"] += 1
-        return original_pipe(self, *args, **kwargs)
+    def spy(original, kind):
+        def counted(self, *args, **kwargs):
+            seen[kind] += 1
+            return original(self, *args, **kwargs)
+        return counted
 
-    def command(self, *args, **kwargs):
-        seen["commands"] += 1
-        return original_cmd(self, *args, **kwargs)
-
-    redis.client.Pipeline.execute = pipe_execute
-    redis.Redis.execute_command = command
+    for (cls, name, kind), (_c, _n, original) in zip(patched, originals, strict=True):
+        setattr(cls, name, spy(original, kind))
     try:
         yield seen
     finally:
-        redis.client.Pipeline.execute, redis.Redis.execute_command = original_pipe, original_cmd
+        for cls, name, original in originals:
+            setattr(cls, name, original)
 
 
 def _feed(make_user, author, n=20):

@@ -16,7 +16,8 @@ class Command(DomainCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name", nargs="?", help="The drill: " + ", ".join(DRILLS) + ".")
-        parser.add_argument("--alias", help="The relation shard / count partition to take down (default: the last).")
+        parser.add_argument("--alias", help="The relation shard / count partition to take down, or the Redis Cluster "
+                                 "node (host:port) cluster-node-restart restarts (default: the last).")
         parser.add_argument("--fault-seconds", type=float, default=None,
                             help="How long the fault holds (default: 20; eventlog-flush 10; worker-kill 5).")
         parser.add_argument("--heal-timeout", type=float, default=120.0,
