@@ -168,8 +168,9 @@ ensure_second_postgres() {
     probe pg "$LIKES_PG2_URL" || die "LIKES_PG2_URL is set but its server does not answer"
     return
   fi
-  pg_cluster_up pg2 "$PRIVATE_PG2_PORT"
   LIKES_PG2_URL="postgres://postgres@127.0.0.1:$PRIVATE_PG2_PORT/likes"
+  # One answering there already (another checkout's, or this one's) is used as it is.
+  probe pg "$LIKES_PG2_URL" || pg_cluster_up pg2 "$PRIVATE_PG2_PORT"
   probe pg "$LIKES_PG2_URL" || die "the second private PostgreSQL did not come up (see .data/pg2/server.log)"
   export LIKES_PG2_URL
 }

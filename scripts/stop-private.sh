@@ -3,12 +3,21 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="$ROOT/.data"
-if [ -f "$DATA/pg/PG_VERSION" ]; then
-  bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
-  as=(); [ "$(id -u)" = "0" ] && as=(runuser -u postgres --)
-  "${as[@]}" "$bindir/pg_ctl" -D "$DATA/pg" stop -m fast && echo "private PostgreSQL stopped"
-fi
+bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+as=(); [ "$(id -u)" = "0" ] && as=(runuser -u postgres --)
+for dir in pg pg2; do  # pg2: the second server of LIKES_TOPOLOGY=scaled
+  if [ -f "$DATA/$dir/PG_VERSION" ]; then
+    "${as[@]}" "$bindir/pg_ctl" -D "$DATA/$dir" stop -m fast && echo "private PostgreSQL of .data/$dir stopped"
+  fi
+done
 if [ -f "$DATA/redis/redis.pid" ]; then
   redis-cli -p "${PRIVATE_REDIS_PORT:-56379}" shutdown nosave 2>/dev/null && echo "private Redis stopped"
 fi
+# The Redis Cluster of LIKES_TOPOLOGY=scaled: its nodes, and their cluster state (the next run creates it anew).
+for dir in "$DATA"/cluster/*/; do
+  [ -d "$dir" ] || continue
+  port="$(basename "$dir")"
+  redis-cli -p "$port" shutdown nosave 2>/dev/null && echo "private Redis Cluster node $port stopped"
+done
+rm -rf "$DATA/cluster"
 exit 0

@@ -212,7 +212,7 @@ class CachePause:
 # cluster-config-file (nodes.conf) survives in its `dir`, so it comes back with its node id and slots
 # and without data: a node that crashed and lost its memory, with no replica to promote.
 _NODE_SETTINGS = ("port", "bind", "dir", "cluster-config-file", "cluster-node-timeout",
-                  "cluster-require-full-coverage", "logfile", "maxmemory", "maxmemory-policy")
+                  "cluster-require-full-coverage", "logfile", "pidfile", "maxmemory", "maxmemory-policy")
 
 
 @dataclass
