@@ -78,17 +78,23 @@ pg_cluster_up() {
   if [ "$(id -u)" = "0" ]; then
     id postgres >/dev/null 2>&1 || useradd --system --home "$pgdata" postgres
     as=(runuser -u postgres --)
+    mkdir -p "$DATA"
+    # The server runs as `postgres`, which may not reach a checkout under a private home (/root is 0700):
+    # then its data lives in /var/tmp, named after the checkout.
+    if ! runuser -u postgres -- test -x "$DATA"; then
+      pgdata="/var/tmp/likes-$(printf '%s' "$ROOT" | sha1sum | cut -c1-10)/$dir"
+    fi
   fi
   if [ ! -f "$pgdata/PG_VERSION" ]; then
-    log "initialising a private PostgreSQL in .data/$dir"
+    log "initialising a private PostgreSQL in $pgdata"
     mkdir -p "$pgdata"
     [ "$(id -u)" = "0" ] && chown postgres "$pgdata"
-    "${as[@]}" "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 >/dev/null
+    (cd / && "${as[@]}" "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 >/dev/null)
   fi
-  if ! "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
-    log "starting the private PostgreSQL of .data/$dir on 127.0.0.1:$port"
-    "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
-      -o "-p $port -c listen_addresses=127.0.0.1 -k $pgdata -c max_connections=200" start >/dev/null
+  if ! (cd / && "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" status >/dev/null 2>&1); then
+    log "starting the private PostgreSQL of $pgdata on 127.0.0.1:$port"
+    (cd / && "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
+      -o "-p $port -c listen_addresses=127.0.0.1 -k $pgdata -c max_connections=200" start >/dev/null)
   fi
 }
 
@@ -171,7 +177,7 @@ ensure_second_postgres() {
   LIKES_PG2_URL="postgres://postgres@127.0.0.1:$PRIVATE_PG2_PORT/likes"
   # One answering there already (another checkout's, or this one's) is used as it is.
   probe pg "$LIKES_PG2_URL" || pg_cluster_up pg2 "$PRIVATE_PG2_PORT"
-  probe pg "$LIKES_PG2_URL" || die "the second private PostgreSQL did not come up (see .data/pg2/server.log)"
+  probe pg "$LIKES_PG2_URL" || die "the second private PostgreSQL did not come up (see its server.log)"
   export LIKES_PG2_URL
 }
 

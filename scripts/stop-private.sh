@@ -5,9 +5,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="$ROOT/.data"
 bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
 as=(); [ "$(id -u)" = "0" ] && as=(runuser -u postgres --)
-for dir in pg pg2; do  # pg2: the second server of LIKES_TOPOLOGY=scaled
-  if [ -f "$DATA/$dir/PG_VERSION" ]; then
-    "${as[@]}" "$bindir/pg_ctl" -D "$DATA/$dir" stop -m fast && echo "private PostgreSQL of .data/$dir stopped"
+# pg2: the second server of LIKES_TOPOLOGY=scaled; /var/tmp/likes-*: where lib.sh puts them when the
+# postgres user cannot reach this checkout.
+for pgdata in "$DATA/pg" "$DATA/pg2" "/var/tmp/likes-$(printf '%s' "$ROOT" | sha1sum | cut -c1-10)"/pg*; do
+  if [ -f "$pgdata/PG_VERSION" ]; then
+    (cd / && "${as[@]}" "$bindir/pg_ctl" -D "$pgdata" stop -m fast) && echo "private PostgreSQL of $pgdata stopped"
   fi
 done
 if [ -f "$DATA/redis/redis.pid" ]; then
