@@ -132,7 +132,9 @@ def machine_spec() -> dict:
             cur.execute(f"SHOW {name}")
             spec[f"pg_{name}"] = cur.fetchone()[0]
     try:
-        spec["redis"] = cache_redis().info("server").get("redis_version")
+        from likes_project.redis_client import role_nodes
+
+        spec["redis"] = role_nodes(cache_redis())[0].info("server").get("redis_version")
     except Exception as exc:
         spec["redis"] = f"unknown ({exc.__class__.__name__})"
     import django

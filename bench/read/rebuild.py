@@ -17,10 +17,11 @@ REB_PER_USER = 50
 
 
 def _redis_memory() -> dict:
-    from likes_project.redis_client import cache_redis
+    from likes_project.redis_client import cache_redis, role_nodes
 
-    info = cache_redis().info("memory")
-    return {"used_memory": int(info["used_memory"]), "dbsize": int(cache_redis().dbsize())}
+    nodes = role_nodes(cache_redis())  # the one server, or every primary of a Cluster: summed
+    return {"used_memory": sum(int(n.info("memory")["used_memory"]) for n in nodes),
+            "dbsize": sum(int(n.dbsize()) for n in nodes)}
 
 
 def truncate_floors() -> None:
@@ -76,14 +77,11 @@ def _gen_keys_memory(generation: int, sample: int = 2000) -> dict:
 
     client = cache_redis()
     pattern = f"{settings.LIKES_REDIS_PREFIX}:rel:g{generation}:*"
-    keys, sampled, cursor = 0, [], 0
-    for _ in range(100_000):  # bounded SCAN
-        cursor, batch = client.scan(cursor=cursor, match=pattern, count=5000)
-        keys += len(batch)
+    keys, sampled = 0, []
+    for key in client.scan_iter(match=pattern, count=5000):  # every node of a Cluster
+        keys += 1
         if len(sampled) < sample:
-            sampled.extend(batch[:sample - len(sampled)])
-        if cursor == 0:
-            break
+            sampled.append(key)
     pipe = client.pipeline(transaction=False)
     for k in sampled:
         pipe.memory_usage(k, samples=0)
