@@ -190,23 +190,12 @@ class WorkerKill(Drill):
         return restarted
 
 
-def _degraded_reads_allowed(ctx) -> Rule:
-    def judged(kind: str, user: DrillUser, answer: Answer) -> str | None:
-        if kind != "command" and answer.status == 503 and answer.code == "degraded_overloaded":
-            return None  # D26: the bounded database fallback is saturated
-        return strict(kind, user, answer)
-    return judged
+class RedisOutage(Drill):
+    """A Redis server goes down and comes back empty (`outage`: check, begin, down, end): commands keep
+    succeeding (the outbox holds their events), reads may degrade to 503 `degraded_overloaded` (D26)."""
 
-
-class CacheRedisDown(Drill):
-    name = "cache-redis-down"
-    summary = "the cache Redis is down, then back empty: reads degrade (D26), commands work, reads end correct"
-    commands_succeed_while = "the cache Redis was down"
     pause_at_switch = True
-
-    def prepare(self, ctx):
-        self.outage: CacheOutage = ctx.stage.cache_outage(seconds=ctx.fault_s)
-        self.outage.check()
+    outage: CacheOutage
 
     def inject(self, ctx):
         return self.outage.begin()
@@ -217,7 +206,22 @@ class CacheRedisDown(Drill):
     def recover(self, ctx):
         return self.outage.end()
 
-    rule = staticmethod(_degraded_reads_allowed)
+    def rule(self, ctx) -> Rule:
+        def judged(kind: str, user: DrillUser, answer: Answer) -> str | None:
+            if kind != "command" and answer.status == 503 and answer.code == "degraded_overloaded":
+                return None  # D26: the bounded database fallback is saturated
+            return strict(kind, user, answer)
+        return judged
+
+
+class CacheRedisDown(RedisOutage):
+    name = "cache-redis-down"
+    summary = "the cache Redis is down, then back empty: reads degrade (D26), commands work, reads end correct"
+    commands_succeed_while = "the cache Redis was down"
+
+    def prepare(self, ctx):
+        self.outage = ctx.stage.cache_outage(seconds=ctx.fault_s)
+        self.outage.check()
 
     def judge(self, ctx, fault):
         failures = super().judge(ctx, fault)
@@ -227,7 +231,7 @@ class CacheRedisDown(Drill):
         return failures
 
 
-class ClusterNodeDown(Drill):
+class ClusterNodeDown(RedisOutage):
     """Issue 16: no replica to promote, so the node comes back empty. Its caches must be detected as lost
     and rebuilt (the per-node sentinels, D93), its stream partitions republished from the outbox (the
     lost-tail check), and counts, likers and myState converge exactly."""
@@ -236,23 +240,11 @@ class ClusterNodeDown(Drill):
     summary = ("one Redis Cluster node (caches, stream partitions) is killed and restarted empty: commands work, "
                "reads degrade, lost caches are rebuilt and lost partitions republished; exact convergence")
     commands_succeed_while = "a Redis Cluster node was down"
-    pause_at_switch = True
     default_fault_s = 10.0
 
     def prepare(self, ctx):
-        self.fault = ClusterNodeRestart(node=ctx.alias)  # --alias host:port names the node (default: the last)
-        self.fault.check()
-
-    def inject(self, ctx):
-        return self.fault.begin()
-
-    def in_effect(self, ctx):
-        return self.fault.down()
-
-    def recover(self, ctx):
-        return self.fault.end()
-
-    rule = staticmethod(_degraded_reads_allowed)
+        self.outage = ClusterNodeRestart(node=ctx.alias)  # --alias host:port names the node (default: the last)
+        self.outage.check()
 
 
 class SnapshotRebalance(Drill):
