@@ -425,3 +425,121 @@ class OutboxPublisherSwitch(PauseSwitch):
 
     def __str__(self) -> str:
         return f"publisher of {self.shard}: {'paused' if self.paused else 'running'}"
+
+
+# --- relation slot moves (issue 16 §3; docs/slot-moves.md) ------------------------------------------
+
+
+class SlotMoveState(models.TextChoices):
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    PREPARE = "PREPARE"
+    COPYING = "COPYING"
+    CATCHING_UP = "CATCHING_UP"
+    CUTOVER = "CUTOVER"
+    VERIFY = "VERIFY"
+    RETIRED = "RETIRED"
+    ABORTED = "ABORTED"
+    FAILED = "FAILED"
+
+
+class RelationSlotMove(models.Model):
+    """The ledger of one move of logical relation slots from one shard to another (control plane). The
+    slots, source and contract are frozen at the plan; every cursor the protocol needs to resume is here."""
+
+    state = models.CharField(max_length=20, choices=SlotMoveState.choices, default=SlotMoveState.AWAITING_APPROVAL,
+                             db_index=True)
+    slots = models.JSONField(default=list)  # sorted logical slots
+    source_alias = models.CharField(max_length=32)
+    target_alias = models.CharField(max_length=32)
+    contract_version = models.PositiveIntegerField()  # the active contract the plan froze
+    new_contract_version = models.PositiveIntegerField(null=True, blank=True)  # created by the cutover
+    rows_to_copy = models.BigIntegerField(default=0)  # relations + commands of the slots' users at the plan
+    # Progress: the copy's keyset {"relations": last id, "commands": last id, "relations_end": .., ...}, the
+    # capture ids the catch-up applied, and what each step measured.
+    copy_cursor = models.JSONField(default=dict, blank=True)
+    copied_rows = models.BigIntegerField(default=0)
+    captured_applied = models.BigIntegerField(default=0)
+    catchup_passes = models.PositiveIntegerField(default=0)
+    write_pause_ms = models.FloatField(null=True, blank=True)  # the slots' exclusive locks taken -> released
+    verify_result = models.JSONField(default=dict, blank=True)
+    reason = models.TextField()
+    requested_by = models.CharField(max_length=150)
+    requested_channel = models.CharField(max_length=16, default="cli")
+    approved_by = models.CharField(max_length=150, blank=True, default="")
+    abort_reason = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    cutover_at = models.DateTimeField(null=True, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    source_cleanup_after = models.DateTimeField(null=True, blank=True)
+    source_cleaned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pk"]
+        permissions = [
+            ("plan_relationslotmove", "Can plan a relation slot move"),
+            ("approve_relationslotmove", "Can approve, resume or abort a relation slot move"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=models.F("requested_by")),
+                                   name="slot_move_not_approved_by_requester"),
+            models.CheckConstraint(condition=~Q(source_alias=models.F("target_alias")),
+                                   name="slot_move_source_not_target"),
+        ]
+
+    def __str__(self) -> str:
+        return f"slot move {self.pk}: {len(self.slots)} slots {self.source_alias} -> {self.target_alias} ({self.state})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in SLOT_MOVE_TERMINAL
+
+
+SLOT_MOVE_TERMINAL = frozenset({SlotMoveState.RETIRED, SlotMoveState.ABORTED, SlotMoveState.FAILED})
+
+
+class SlotFenceState(models.TextChoices):
+    CAPTURING = "CAPTURING"  # source, before the switch: writes go on and are captured
+    INCOMING = "INCOMING"  # target, before the switch: not the owner, writes refused (`moved`)
+    MOVED_OUT = "MOVED_OUT"  # source, after the switch: not the owner any more, writes refused for good
+
+
+class RelationSlotState(models.Model):
+    """On a relation shard: a logical slot a move is taking through this shard. No row: the shard is what the
+    active contract says it is for the slot. Read by `likes_relation_apply` and the capture trigger
+    (relations migration 0014)."""
+
+    db_family = RELATION_SHARD
+
+    slot = models.IntegerField(primary_key=True)
+    state = models.CharField(max_length=12, choices=SlotFenceState.choices)
+    move_id = models.BigIntegerField()
+    hash_seed = models.CharField(max_length=64)
+    logical_slots = models.IntegerField()
+    changed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"slot {self.slot}: {self.state} (move {self.move_id})"
+
+
+class RelationSlotChange(models.Model):
+    """On a source relation shard: the key of a relation or command row of a CAPTURING slot written since the
+    capture began (the trigger of relations migration 0014). The catch-up re-copies the row and deletes this."""
+
+    db_family = RELATION_SHARD
+
+    id = models.BigAutoField(primary_key=True)
+    move_id = models.BigIntegerField()
+    kind = models.CharField(max_length=3)  # "rel" (key: video_id) or "cmd" (key: operation_id)
+    user_id = models.BigIntegerField()
+    key = models.CharField(max_length=128)
+
+    class Meta:
+        indexes = [models.Index(fields=["move_id", "id"], name="slotchange_move_idx")]
+
+    def __str__(self) -> str:
+        return f"move {self.move_id}: {self.kind} {self.user_id}/{self.key}"

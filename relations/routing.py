@@ -1,7 +1,12 @@
 """user_id -> relation shard alias, through the frozen contract stored in `default` (architecture §7).
 
-The only module that knows which relation shard holds a user. The contract is immutable once
-created, so it is cached in-process for the life of the process.
+The only module that knows which relation shard holds a user. A contract version is immutable once
+created; a slot move (issue 16 §3) activates a new version with the same hash and some slots on another
+shard. Every process reloads the active version every RELATION_CONTRACT_REFRESH_S, and a write that reaches
+a shard which no longer owns its slot is answered `moved` and reloads it at once (`reset_cache`).
+
+While a move is under way (or its source rows are kept), a user's rows exist on two shards. A scan of a whole
+shard counts a row only where the contract it read puts the user: `owned_filter(alias)` (docs/slot-moves.md).
 """
 
 from __future__ import annotations
@@ -69,7 +74,8 @@ def _load_active() -> ShardContract:
     )
 
 
-_ACTIVE = RefreshedValue("relation_shard_contract", _load_active, refresh_s=float("inf"))
+_ACTIVE = RefreshedValue("relation_shard_contract", _load_active,
+                         refresh_s=lambda: settings.RELATION_CONTRACT_REFRESH_S)
 
 
 def active_contract() -> ShardContract:
@@ -83,6 +89,52 @@ def reset_cache() -> None:
 def alias_for_user(user_id: int) -> str:
     contract = active_contract()
     return contract.slot_aliases[slot_for_user(contract, user_id)]
+
+
+def placement(user_id: int) -> tuple[str, int]:
+    """(alias, logical slot) of a user under the active contract: a writer passes the slot to the shard's fence."""
+    contract = active_contract()
+    slot = slot_for_user(contract, user_id)
+    return contract.slot_aliases[slot], slot
+
+
+# --- rows of users a shard does not own (a slot move's two copies) --------------------------------
+
+
+@dataclass(frozen=True)
+class OwnedFilter:
+    """Which rows of one shard count, under one contract: None when every row does (no move ever touched the
+    shard); else the logical slots whose rows on this shard belong to another shard now (`foreign`)."""
+
+    alias: str
+    contract: ShardContract
+    foreign: frozenset[int]
+
+    def owns(self, user_id: int) -> bool:
+        return not self.foreign or slot_for_user(self.contract, user_id) not in self.foreign
+
+    def sql(self, column: str = "user_id") -> tuple[str, list]:
+        """A condition for a WHERE clause (" AND ..."), empty when every row counts; `likes_slot_of` is the
+        contract's slot in SQL (relations migration 0014)."""
+        if not self.foreign:
+            return "", []
+        return (f" AND likes_slot_of({column}, %s, %s) <> ALL(%s)",
+                [self.contract.hash_seed, self.contract.logical_slots, sorted(self.foreign)])
+
+
+def owned_filter(alias: str, contract: ShardContract | None = None) -> OwnedFilter:
+    """The rows of `alias` that count under `contract` (default: the active one, reloaded). A shard holds rows
+    of a slot it does not own only while its `relations_slotstate` names the slot (INCOMING before a switch,
+    MOVED_OUT after), so one small read of that table tells."""
+    from django.db import connections
+
+    from relations.models import RelationSlotState
+
+    contract = contract or _ACTIVE.get(fresh=True)
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT slot FROM {RelationSlotState._meta.db_table}")
+        present = {row[0] for row in cursor.fetchall()}
+    return OwnedFilter(alias, contract, frozenset(s for s in present if contract.slot_aliases[s] != alias))
 
 
 def all_aliases() -> list[str]:

@@ -260,11 +260,12 @@ def command_plan(plan: Plan, users: Users, n: int, rng: random.Random, runs: int
     for _ in range(runs):
         uid = users.core[rng.randrange(plan.core_users_complete(n))]
         vid = video_id(rng.randrange(plan.catalog(n)))
-        alias = routing.alias_for_user(uid)
+        alias, slot = routing.placement(uid)
         params = [uid, vid, "LIKED", f"{PREFIX}explain-{uuid.uuid4().hex[:12]}", None, "bench", None,
                   timezone.now(), alias, uuid.uuid4(), events.aggregate_key(uid, vid), events.EVENT_TYPE,
                   events.EVENT_SCHEMA_VERSION,
-                  settings.LIKE_STALE_BASE_POLICY != commands.STALE_POLICY_LAST_COMMIT_WINS, True, g_ns, v_ns]
+                  settings.LIKE_STALE_BASE_POLICY != commands.STALE_POLICY_LAST_COMMIT_WINS, True, g_ns, v_ns,
+                  write_barrier.SLOT_NS, slot]
         done.append(explain(alias, commands._APPLY_FUNCTION_SQL, params, rollback=True))
     done.sort(key=lambda p: p["execution_ms"] or 0)
     out = dict(done[len(done) // 2])

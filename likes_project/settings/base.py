@@ -424,6 +424,23 @@ BUCKET_MIGRATION_CATCHUP_PASSES = env_int("BUCKET_MIGRATION_CATCHUP_PASSES", 20)
 # MIG-5: the source's read-only copy is kept this long after VERIFY passed, then deleted.
 BUCKET_MIGRATION_RETENTION_S = env_float("BUCKET_MIGRATION_RETENTION_S", 24 * 3600.0)
 
+# --- relation slot moves (issue 16 §3, relations.services.slot_moves) ---------------------------------
+# Contract v1 spreads its 256 logical slots over these relation shards (default: every configured one); a shard
+# configured beyond them starts empty and receives slots by a move.
+RELATION_CONTRACT_SHARDS = env_list("RELATION_CONTRACT_SHARDS") or list(RELATION_SHARD_ALIASES)
+# Every process reloads the active contract this often (a slot move's switch); a write learns it at once (`moved`).
+RELATION_CONTRACT_REFRESH_S = env_float("RELATION_CONTRACT_REFRESH_S", 1.0)
+# A command of a moving slot waits at most this long at the cutover, then gets 503 `write_barrier`.
+RELATION_MOVE_MAX_PAUSE_MS = env_int("RELATION_MOVE_MAX_PAUSE_MS", 2000)
+RELATION_MOVE_COPY_CHUNK = env_int("RELATION_MOVE_COPY_CHUNK", 5000)  # source ids scanned per copy statement
+# The catch-up applies captured changes until a pass applies at most this many, then cuts over.
+RELATION_MOVE_CUTOVER_LAG = env_int("RELATION_MOVE_CUTOVER_LAG", 500)
+RELATION_MOVE_CATCHUP_PASSES = env_int("RELATION_MOVE_CATCHUP_PASSES", 20)  # then cut over anyway
+# The cutover waits this long for the slots' commands in flight (their exclusive locks), else it retries later.
+RELATION_MOVE_LOCK_TIMEOUT_MS = env_int("RELATION_MOVE_LOCK_TIMEOUT_MS", 1000)
+# The source's rows of the moved slots are kept this long after VERIFY passed, then deleted.
+RELATION_MOVE_RETENTION_S = env_float("RELATION_MOVE_RETENTION_S", 24 * 3600.0)
+
 _SNAPSHOT_STORAGE = (
     {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
         "bucket_name": os.environ.get("SNAPSHOT_S3_BUCKET", ""),

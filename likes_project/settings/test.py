@@ -24,6 +24,9 @@ for _cfg in DATABASES.values():
 
 LIKES_REDIS_PREFIX = "likes-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The relation shard contract is reloaded only when a test (or a `moved` answer) resets it: a timed reload would
+# add statements to the tests that count them. Processes a test starts set their own.
+RELATION_CONTRACT_REFRESH_S = float(os.environ.get("RELATION_CONTRACT_REFRESH_S", "inf"))
 VIDEO_SERVICE_TOKEN = "test-video-service-token"
 # Test-only values of their own (DEBUG is false here, so the public development values are refused).
 SECRET_KEY = "test-only-secret-key-not-for-any-deployment"

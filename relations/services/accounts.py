@@ -64,11 +64,10 @@ def _unlike(*, user_id: int, video_id: str) -> bool:
     durable transaction as any unlike is applied (`commands._apply`: CAS, versioned UNLIKED outbox event,
     command record under the system id), so projections converge as for any unlike (PRIV-5).
     """
-    alias = routing.alias_for_user(user_id)
     try:
-        out = commands._apply(alias=alias, user_id=user_id, video_id=video_id, desired_state=RelationState.UNLIKED,
-                              operation_id=delete_operation_id(user_id, video_id), base_version=None, device_id="",
-                              client_sequence=None)
+        alias, out = commands._apply(user_id=user_id, video_id=video_id, desired_state=RelationState.UNLIKED,
+                                     operation_id=delete_operation_id(user_id, video_id), base_version=None,
+                                     device_id="", client_sequence=None)
     except commands._DuplicateOperation:
         return False  # this withdrawal id already committed (a concurrent or earlier run of the deletion)
     metrics.inc("likes_commands_total", outcome="account_delete" if out.changed else "account_delete_noop")

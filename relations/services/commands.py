@@ -188,13 +188,13 @@ def _cas_update(alias: str, rel: _LockedRelation, *, state: str, version: int, o
         return cursor.rowcount
 
 
-def _apply_python(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired_state: str, operation_id: str,
                   base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
     """CMD-5 steps 2-6 inside one durable transaction on `alias`, behind the write barrier (REC-5),
     statement by statement: the readable reference of `likes_relation_apply` (relations migration
     0013), which `_apply_function` runs in one round trip (D84)."""
     with transaction.atomic(using=alias, durable=True):
-        write_barrier.admit(alias, video_id)
+        write_barrier.admit(alias, video_id, slot)
         for _attempt in range(2):
             rel = _lock_relation(alias, user_id, video_id)
             current = RelationView(rel.state, rel.relation_version) if rel else selectors.UNLIKED_V0
@@ -258,7 +258,7 @@ _APPLY_FUNCTION_SQL = (
     "SELECT outcome, result_state, result_version, changed, cmd_video_id, cmd_desired_state, current_state, "
     "current_version, unique_conflicts FROM likes_relation_apply(%s::bigint, %s::text, %s::text, %s::text, "
     "%s::bigint, %s::text, %s::bigint, %s::timestamptz, %s::text, %s::uuid, %s::text, %s::text, %s::integer, "
-    "%s::boolean, %s::boolean, %s::integer, %s::integer)"
+    "%s::boolean, %s::boolean, %s::integer, %s::integer, %s::integer, %s::integer)"
 )
 _DUPLICATE_SQLSTATE = "LK409"  # raised by likes_relation_apply: the operation id was committed first
 
@@ -286,7 +286,7 @@ def _function_execute(conn, params: list) -> tuple:
         raise
 
 
-def _apply_function(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desired_state: str, operation_id: str,
                     base_version: int | None, device_id: str, client_sequence: int | None,
                     lookup: bool = False) -> CommandResult:
     """`_apply_python` in one round trip: the shard's `likes_relation_apply` (relations migration 0013).
@@ -296,16 +296,18 @@ def _apply_function(*, alias: str, user_id: int, video_id: str, desired_state: s
     reject_stale = settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
     row = None
 
-    def try_admit() -> bool:
+    def try_admit() -> str:
         nonlocal row
         row = _function_call(alias, [
             user_id, video_id, desired_state, operation_id, base_version, device_id, client_sequence,
             timezone.now(), alias, event_id, events.aggregate_key(user_id, video_id), events.EVENT_TYPE,
-            events.EVENT_SCHEMA_VERSION, reject_stale, lookup, global_ns, video_ns,
+            events.EVENT_SCHEMA_VERSION, reject_stale, lookup, global_ns, video_ns, write_barrier.SLOT_NS, slot,
         ])
-        return row[0] != "barrier"
+        return row[0]  # "barrier" and "fenced" poll
 
     write_barrier.admit_polling(try_admit)
+    if row[0] == "moved":
+        raise write_barrier.SlotMoved()
     outcome, state, version, changed, cmd_video, cmd_desired, cur_state, cur_version, conflicts = row
     if conflicts:
         metrics.inc("likes_unique_conflicts_total", conflicts)
@@ -330,18 +332,42 @@ def _write_path_is_function() -> bool:
     return settings.LIKE_COMMAND_WRITE_PATH != WRITE_PATH_PYTHON
 
 
-def _apply(*, alias: str, user_id: int, video_id: str, desired_state: str, operation_id: str,
+def _apply(*, user_id: int, video_id: str, desired_state: str, operation_id: str,
            base_version: int | None, device_id: str, client_sequence: int | None,
-           lookup: bool = False) -> CommandResult:
-    """CMD-5 steps 2-6 on `alias` by the configured write path (LIKE_COMMAND_WRITE_PATH, D84). Raises
-    _DuplicateOperation when a concurrent transaction committed the operation id first, and with
-    `lookup` (function path only) _Replayed when it was recorded before."""
-    kwargs = {"alias": alias, "user_id": user_id, "video_id": video_id, "desired_state": desired_state,
-              "operation_id": operation_id, "base_version": base_version, "device_id": device_id,
-              "client_sequence": client_sequence}
-    if _write_path_is_function():
-        return _apply_function(**kwargs, lookup=lookup)
-    return _apply_python(**kwargs)
+           lookup: bool = False) -> tuple[str, CommandResult]:
+    """CMD-5 steps 2-6 on the user's shard by the configured write path (LIKE_COMMAND_WRITE_PATH, D84);
+    returns (the shard written, the result). Raises _DuplicateOperation when a concurrent transaction
+    committed the operation id first, and with `lookup` (function path only) _Replayed when it was
+    recorded before. A shard that no longer owns the user's slot (a slot move switched it, issue 16 §3)
+    answers `moved`: the contract is reloaded and the command goes where it points, within
+    RELATION_MOVE_MAX_PAUSE_MS (then 503 `write_barrier`)."""
+    def try_once() -> CommandResult | str:
+        nonlocal alias
+        alias, slot = routing.placement(user_id)
+        kwargs = {"alias": alias, "slot": slot, "user_id": user_id, "video_id": video_id,
+                  "desired_state": desired_state, "operation_id": operation_id, "base_version": base_version,
+                  "device_id": device_id, "client_sequence": client_sequence}
+        try:
+            if _write_path_is_function():
+                return _apply_function(**kwargs, lookup=lookup)
+            return _apply_python(**kwargs)
+        except write_barrier.SlotMoved:
+            metrics.inc("likes_commands_total", outcome="slot_moved")
+            routing.reset_cache()
+            return write_barrier.FENCED  # the switch is being committed: poll, bounded like a cutover's pause
+
+    alias, result = "", None
+
+    def admitted() -> bool | str:
+        nonlocal result
+        outcome = try_once()
+        if isinstance(outcome, str):
+            return outcome
+        result = outcome
+        return True
+
+    write_barrier.admit_polling(admitted)
+    return alias, result
 
 
 @logs.bound_kwargs("operation_id", "user_id")  # every line the command logs names its operation
@@ -362,7 +388,6 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
         retry_after = settings.READ_ONLY_RETRY_AFTER_S
         raise LikesReadOnly(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after,
                             currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
-    alias = routing.alias_for_user(user_id)
     # The function path looks the operation id up inside its one statement; a refusal before it
     # (authorisation, limits) first checks for a stored verdict, which a retry always gets back.
     in_statement = _write_path_is_function()
@@ -401,9 +426,9 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
             )
 
     try:
-        outcome = _apply(alias=alias, user_id=user_id, video_id=video_id, desired_state=desired_state,
-                         operation_id=operation_id, base_version=base_version, device_id=device_id,
-                         client_sequence=client_sequence, lookup=in_statement)
+        alias, outcome = _apply(user_id=user_id, video_id=video_id, desired_state=desired_state,
+                                operation_id=operation_id, base_version=base_version, device_id=device_id,
+                                client_sequence=client_sequence, lookup=in_statement)
     except _Replayed as found:
         metrics.inc("likes_commands_total", outcome="replayed")
         return _replay(found.record, video_id=video_id, desired_state=desired_state, current=found.current)

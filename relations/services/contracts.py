@@ -22,7 +22,7 @@ class ContractEnsured:
 
 
 def relation_shard_contract_ensure() -> ContractEnsured:
-    """Create contract v1 (256 logical slots spread round-robin over the configured relation shards)
+    """Create contract v1 (256 logical slots spread round-robin over RELATION_CONTRACT_SHARDS)
     if no contract exists; otherwise check that the active one only names configured aliases.
 
     Transaction: one durable transaction on `default`.
@@ -36,9 +36,10 @@ def relation_shard_contract_ensure() -> ContractEnsured:
         except routing.ContractMissing as exc:
             raise ImproperlyConfigured(str(exc)) from exc
         return ContractEnsured(version=active.version, created=False)
-    aliases = list(settings.RELATION_SHARD_ALIASES)
-    if not aliases:
-        raise ImproperlyConfigured("no relation shard aliases are configured")
+    aliases = list(settings.RELATION_CONTRACT_SHARDS)
+    if not aliases or set(aliases) - set(settings.RELATION_SHARD_ALIASES):
+        raise ImproperlyConfigured(f"RELATION_CONTRACT_SHARDS {aliases} must name configured relation shards "
+                                   f"({', '.join(settings.RELATION_SHARD_ALIASES)})")
     try:
         with transaction.atomic(using="default", durable=True):
             RelationShardContract.objects.create(

@@ -34,10 +34,15 @@ from likes_project.errors import ServiceUnavailable
 # hashtext(video_id)) a video's key. A hash collision only makes a barrier hold one more video.
 _GLOBAL_NS = 0x4C4B4252  # "LKBR"
 _VIDEO_NS = _GLOBAL_NS + 1
+# A logical slot's fence (issue 16 §3): (namespace, slot), shared by every write of the slot's users, exclusive
+# for a slot move's write pause (relations.services.slot_moves).
+SLOT_NS = 0x4C4B534C  # "LKSL"
 _POLL_S = 0.02
 
 _ADMIT_SQL = ("SELECT pg_try_advisory_xact_lock_shared(%s, 0) "
               "AND pg_try_advisory_xact_lock_shared(%s, hashtext(%s))")
+_SLOT_ADMIT_SQL = "SELECT pg_try_advisory_xact_lock_shared(%s, %s)"
+_SLOT_MOVED_SQL = "SELECT EXISTS (SELECT 1 FROM relations_relationslotstate WHERE slot = %s AND state <> 'CAPTURING')"
 
 
 class WriteBarrierHeld(ServiceUnavailable):
@@ -48,31 +53,53 @@ class WriteBarrierHeld(ServiceUnavailable):
 LOCK_NAMESPACES = (_GLOBAL_NS, _VIDEO_NS)  # for callers that take the shared locks in SQL of their own
 
 
-def admit_polling(try_admit: Callable[[], bool]) -> None:
-    """Call `try_admit()` (True: its shared locks were taken) until it succeeds, for at most
-    RECONCILE_BARRIER_MAX_MS; then raise WriteBarrierHeld (503). The one poll loop of the barrier."""
+class SlotMoved(Exception):
+    """The shard does not own the slot (a move's target before its switch, its source after): nothing was
+    written; reload the contract and write where it points."""
+
+
+# What a writer was kept out by -> the setting bounding its wait: a reconciliation barrier, a slot move's cutover.
+BARRIER, FENCED = "barrier", "fenced"
+_MAX_MS = {BARRIER: "RECONCILE_BARRIER_MAX_MS", FENCED: "RELATION_MOVE_MAX_PAUSE_MS"}
+
+
+def admit_polling(try_admit: Callable[[], str | bool]) -> None:
+    """Call `try_admit()` until it is admitted (True, or any value but BARRIER and FENCED), for at most
+    RECONCILE_BARRIER_MAX_MS (a barrier, or False) or RELATION_MOVE_MAX_PAUSE_MS (FENCED, a slot move's
+    write pause), counted from the first refusal; then raise WriteBarrierHeld (503). The one poll loop."""
     deadline = None
-    while not try_admit():
+    while (kept := try_admit()) in (False, BARRIER, FENCED):
         now = time.monotonic()
+        max_ms = getattr(settings, _MAX_MS[FENCED if kept == FENCED else BARRIER])
         if deadline is None:
-            deadline = now + settings.RECONCILE_BARRIER_MAX_MS / 1000.0
+            deadline = now + max_ms / 1000.0
             metrics.inc("likes_write_barrier_waits_total")
         if now >= deadline:
             metrics.inc("likes_write_barrier_refusals_total")
-            retry_after = max(1, round(settings.RECONCILE_BARRIER_MAX_MS / 1000.0))
+            retry_after = max(1, round(max_ms / 1000.0))
             raise WriteBarrierHeld(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after)
-        time.sleep(_POLL_S)  # a barrier is lowered within seconds; poll until RECONCILE_BARRIER_MAX_MS
+        time.sleep(_POLL_S)  # a barrier is lowered (a cutover ends) within seconds; poll until the bound
 
 
-def admit(alias: str, video_id: str) -> None:
+def admit(alias: str, video_id: str, slot: int | None = None) -> None:
     """Inside a relation change's transaction on `alias`, before it reads or writes anything: wait
-    (bounded) while a barrier holds `video_id` or the whole shard. Raises WriteBarrierHeld (503)."""
+    (bounded) while a barrier holds `video_id` or the whole shard, or a slot move's cutover holds `slot`.
+    Raises WriteBarrierHeld (503), or SlotMoved when the shard does not own `slot`."""
     with connections[alias].cursor() as cursor:
-        def try_admit() -> bool:
+        def try_admit() -> str | bool:
             cursor.execute(_ADMIT_SQL, [_GLOBAL_NS, _VIDEO_NS, video_id])
-            return bool(cursor.fetchone()[0])
+            if not cursor.fetchone()[0]:
+                return BARRIER
+            if slot is None:
+                return True
+            cursor.execute(_SLOT_ADMIT_SQL, [SLOT_NS, slot])
+            return True if cursor.fetchone()[0] else FENCED
 
         admit_polling(try_admit)
+        if slot is not None:
+            cursor.execute(_SLOT_MOVED_SQL, [slot])
+            if cursor.fetchone()[0]:
+                raise SlotMoved()
 
 
 class BarrierNotEstablished(Exception):
