@@ -54,6 +54,7 @@ from relations.services.relation_cache_rebuild import REBUILD_PERMISSION
 from relations.services.retention import RETENTION_PERMISSION, command_retention_run
 from relations.services.social import block_set, friendship_set
 from relations.services.videos import video_override_set
+from relations.slot_move_admin import RelationSlotMoveAdmin  # noqa: F401 - registers the slot move ledger
 
 
 def _require_accounts(form: forms.Form, *field_names: str) -> None:

@@ -119,3 +119,11 @@ def command_retention_task() -> dict:
     except retention.RetentionRunning:
         return {"status": "busy"}
     return {"status": "ok", "deleted": report.deleted, "finished": report.finished}
+
+
+@shared_task(name="relations.slot_moves_cleanup", acks_late=True, ignore_result=True)
+def slot_moves_cleanup_task() -> list[int]:
+    """Issue 16 §3: delete the source rows of retired relation slot moves whose retention passed."""
+    from relations.services.slot_moves.protocol import moves_cleanup_due
+
+    return moves_cleanup_due()

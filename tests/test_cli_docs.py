@@ -264,6 +264,9 @@ KNOWN_WRONG: dict[str, str] = {}  # none today; an entry is a doc line awaiting 
 
 # --- placeholders --------------------------------------------------------------------------------
 
+# Slots on the first relation shard under contract v1 (even slots: rel_00), moved onto the second.
+SLOT_MOVE_SLOTS, SLOT_MOVE_TARGET = "0,2", "rel_01"
+
 
 class Stores:
     """Real users, videos, likes, dead letters and outbox rows for the placeholders of one doc line."""
@@ -358,6 +361,21 @@ class Stores:
             OpsJob.objects.filter(pk=m.job_id).update(status="FAILED")
         return str(m.pk)
 
+    def move_id(self, command: str) -> str:
+        """A relation slot move another operator planned (awaiting approval; for `resume`, approved and its job
+        stopped)."""
+        from likes_project.audit.services import Actor
+        from likes_project.opsjobs.models import OpsJob
+        from relations.services.slot_moves import ledger
+
+        requester = get_user_model().objects.create_superuser(f"doc-mover-{uuid.uuid4().hex[:6]}", password="x")
+        m = ledger.move_plan(slots=SLOT_MOVE_SLOTS, target=SLOT_MOVE_TARGET, reason="docs test",
+                             actor=Actor(requester.username, "cli"))
+        if command == "relation_slot_move_resume":
+            m = ledger.move_approve(move_id=m.pk, actor=Actor(self.operator.username, "cli"))
+            OpsJob.objects.filter(pk=m.job_id).update(status="FAILED")
+        return str(m.pk)
+
     def event_id(self) -> str:
         """The event id of the fixture user's like (its outbox row)."""
         from relations.models import OutboxEvent
@@ -408,6 +426,12 @@ class Stores:
             return self.snapshot_id()
         if option is None and word == "MIGRATION_ID":
             return self.migration_id(line.command)
+        if option is None and word == "MOVE_ID":
+            return self.move_id(line.command)
+        if line.command.startswith("relation_slot_move") and option == "--to":
+            return SLOT_MOVE_TARGET
+        if option == "--slots":
+            return SLOT_MOVE_SLOTS
         if option == "--to" and word == "PARTITION":
             return "cnt_02"
         if option == "--buckets" and word == "RANGES":

@@ -181,6 +181,7 @@ CELERY_TASK_ROUTES = {
     "counting.display_snapshot": {"queue": "snapshot"},
     "counting.count_cache_check_loss": {"queue": "maintenance"},
     "counting.bucket_migrations_cleanup": {"queue": "maintenance"},
+    "relations.slot_moves_cleanup": {"queue": "maintenance"},
     "opsjobs.run*": {"queue": "ops"},
     "opsjobs.sweep": {"queue": "maintenance"},
     "eventlog.redrive": {"queue": "maintenance"},
@@ -464,6 +465,7 @@ CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name,
     ("recovery-snapshot-test-restore", "reconciliation.snapshot_test_restore",  SNAPSHOT_TEST_RESTORE_INTERVAL_S),
     ("drop-retired-generations",       "reconciliation.drop_retired_generations", 3600.0),
     ("bucket-migration-cleanup",       "counting.bucket_migrations_cleanup",    600.0),
+    ("relation-slot-move-cleanup",     "relations.slot_moves_cleanup",          600.0),
 )})
 
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a

@@ -17,6 +17,7 @@ from counting import routing
 from counting.models import DirtyVideo, LikeCountProjection, VideoDisplayCount, VideoLikeCountVbucket
 from counting.services.projection import COUNT_CONSUMER
 from likes_project.eventlog.checkpoints import checkpoints_get
+from relations import routing as relation_routing
 from relations.events import aggregate_key
 from relations.models import LikeRelation, OutboxArchive, OutboxEvent
 
@@ -42,10 +43,14 @@ def source_relations(videos: list[str]) -> dict[tuple[int, str], Rel]:
     out: dict[tuple[int, str], Rel] = {}
     if not videos:
         return out
+    contract = relation_routing.active_contract()
     for alias in settings.RELATION_SHARD_ALIASES:
+        # A slot move's rows on a shard that does not own their user (its copy, or the source's kept rows)
+        # are not facts here (D94).
+        owned, owned_params = relation_routing.owned_filter(alias, contract).sql()
         with connections[alias].cursor() as cursor:
             cursor.execute(f"SELECT user_id, video_id, state, relation_version FROM {_t(LikeRelation)} "
-                           "WHERE video_id = ANY(%s)", [list(videos)])
+                           f"WHERE video_id = ANY(%s){owned}", [list(videos), *owned_params])
             for user_id, video_id, state, version in cursor.fetchall():
                 out[(user_id, video_id)] = Rel(state, version)
     return out
@@ -131,8 +136,6 @@ def display_rows(videos: list[str]) -> dict[str, tuple[int, int, int, int]]:
 def outbox_evidence(keys: list[tuple[int, str, int]]) -> dict[tuple[int, str, int], dict]:
     """(user, video, version) -> what the outbox (or its archive) of the user's shard says of that
     version: {"state", "status", "partition", "entryId"}; absent: no event of that version exists."""
-    from relations import routing as relation_routing
-
     by_alias: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
     for key in keys:
         by_alias[relation_routing.alias_for_user(key[0])].append(key)

@@ -11,7 +11,20 @@
 
 from django.db import migrations, models
 
+from likes_project.migration_kit import group_permissions_grant
+
 _SHARD = {"family": "relation_shard"}
+
+
+def roles(apps, schema_editor):
+    # Operators plan slot moves; approvers approve, resume and abort them (another person, as with migrations).
+    view = ("relations", "relationslotmove", "view_relationslotmove", "Can view relation slot move")
+    group_permissions_grant(apps, group="likes-operator", permissions=[
+        ("relations", "relationslotmove", "plan_relationslotmove", "Can plan a relation slot move"), view])
+    group_permissions_grant(apps, group="likes-approver", permissions=[
+        ("relations", "relationslotmove", "approve_relationslotmove",
+         "Can approve, resume or abort a relation slot move"), view])
+    group_permissions_grant(apps, group="likes-viewer", permissions=[view])
 
 SLOT_OF = r"""
 CREATE OR REPLACE FUNCTION likes_slot_of(p_user_id bigint, p_seed text, p_slots integer) RETURNS integer
@@ -310,6 +323,7 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.RunPython(roles, migrations.RunPython.noop),
         migrations.RunSQL(SLOT_OF, "DROP FUNCTION IF EXISTS likes_slot_of(bigint, text, integer)", hints=_SHARD),
         migrations.RunSQL(CAPTURE, CAPTURE_REVERSE, hints=_SHARD),
         migrations.RunSQL([OLD_APPLY, APPLY], NEW_APPLY_DROP, hints=_SHARD),

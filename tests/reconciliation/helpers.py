@@ -242,6 +242,7 @@ ROLE_MIGRATIONS = [
     ("likes_project.eventlog.migrations.0005_consumer_partition_switch", "roles"),
     ("likes_project.audit.migrations.0004_chain_roles", "roles"),
     ("counting.risk.migrations.0002_roles", "roles"),
+    ("relations.migrations.0014_slot_moves", "roles"),
 ]
 
 

@@ -22,6 +22,8 @@ from counting.services import route_switch
 from counting.services.migration import changelog
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
+from likes_project.ledgers import ledger_transition, ledger_wait
+from likes_project.ranges import parse_ranges, ranges_label
 
 S = MigrationState
 PLAN_PERMISSION = "counting.plan_bucketmigration"
@@ -78,55 +80,19 @@ def migration_get(migration_id) -> BucketMigration:
 def transition(m: BucketMigration, to: str, *, actor: Actor, params: dict | None = None, **fields) -> BucketMigration:
     """Move `m` to `to` if the table allows it and the row still is in the state `m` was read in (a
     compare-and-set: two runners cannot both move it). In the caller's transaction on `default`, if any."""
-    if to not in TRANSITIONS[m.state]:
-        raise TransitionRefused(f"migration {m.pk}: {m.state} -> {to} is not a transition of the protocol")
-    now = timezone.now()
-    if to in TERMINAL:
-        fields.setdefault("finished_at", now)
-    with transaction.atomic(using="default"):
-        moved = BucketMigration.objects.filter(pk=m.pk, state=m.state).update(state=to, state_changed_at=now, **fields)
-        if not moved:
-            raise TransitionRefused(f"migration {m.pk} is no longer {m.state}")
-        audit_record(actor=actor, action=f"bucket_migration.{to.lower()}", target_type="bucket_migration",
-                     target_id=str(m.pk), params={"from": m.state, **(params or {})})
-    m.refresh_from_db()
-    return m
+    return ledger_transition(m, to, transitions=TRANSITIONS, terminal=TERMINAL, refused=TransitionRefused,
+                             what=f"migration {m.pk}", target_type="bucket_migration", actor=actor, params=params,
+                             **fields)
 
 
 def parse_buckets(raw: str, virtual_buckets: int) -> list[int]:
     """"0-255", "3", "0-9,100-109" -> sorted buckets; each inside 0..V-1."""
-    out: set[int] = set()
-    for part in (raw or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        if not (lo.strip().isdigit() and (not sep or hi.strip().isdigit())):
-            raise InvalidInput(f"Buckets are given as ranges like 0-255 or 0-9,100-109; {part!r} is not one.",
-                               code="invalid_buckets")
-        a, b = int(lo), int(hi) if sep else int(lo)
-        if a > b or b >= virtual_buckets:
-            raise InvalidInput(f"bucket range {part!r} is not inside 0-{virtual_buckets - 1}.", code="invalid_buckets")
-        out.update(range(a, b + 1))
-    if not out:
-        raise InvalidInput("No bucket is named.", code="invalid_buckets")
-    return sorted(out)
+    return parse_ranges(raw, virtual_buckets, what="buckets", code="invalid_buckets")
 
 
 def buckets_label(buckets: list[int]) -> str:
     """[0, 1, 2, 5] -> "0-2,5"."""
-    runs, start, prev = [], None, None
-    for b in buckets:
-        if start is None:
-            start = prev = b
-        elif b == prev + 1:
-            prev = b
-        else:
-            runs.append((start, prev))
-            start = prev = b
-    if start is not None:
-        runs.append((start, prev))
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+    return ranges_label(buckets)
 
 
 def migration_plan(*, target: str, buckets: str | list[int], reason: str, actor: Actor) -> BucketMigration:
@@ -291,20 +257,7 @@ def _iso(value) -> str | None:
 
 def migration_wait(migration_id: int, *, timeout_s: float, on_change=None) -> BucketMigration:
     """Until the migration is RETIRED, ABORTED or FAILED, or its job ended with it waiting; bounded."""
-    import time
-
-    from likes_project.opsjobs.models import OpsJob
-
-    deadline, seen = time.monotonic() + timeout_s, None
-    while True:
-        m = migration_get(migration_id)
-        if m.state != seen and on_change is not None:
-            on_change(m)
-        seen = m.state
-        job = OpsJob.objects.filter(pk=m.job_id).first()
-        if m.finished or time.monotonic() >= deadline or (job is not None and job.finished):
-            return m
-        time.sleep(0.5)  # following a job on the workers: poll its ledger row, bounded by timeout_s
+    return ledger_wait(lambda: migration_get(migration_id), timeout_s=timeout_s, on_change=on_change)
 
 
 def migrations_in_flight(buckets: list[int] | None = None) -> list[BucketMigration]:

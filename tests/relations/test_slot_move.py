@@ -1,0 +1,315 @@
+"""Relation slot moves (issue 16 §3, docs/slot-moves.md): logical slots of one relation shard moved onto another
+online. A move under a command storm loses no command and counts none twice; a retried operation id across the
+switch replays; a crash at every point resumes; afterwards every user's rows are on exactly one shard and every
+count equals the facts. Refusals, the abort before and after the switch, and the commands."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from likes_project.opsjobs.services import job_run_inline
+from relations import routing
+from relations.models import (
+    LikeCommand,
+    LikeRelation,
+    RelationShardContract,
+    RelationSlotChange,
+    RelationSlotMove,
+    RelationSlotState,
+    SlotMoveState,
+)
+from relations.services.slot_moves import ledger, protocol
+from tests.counting.helpers import drain
+from tests.reconciliation.helpers import (
+    APPROVER,
+    REQUESTER,
+    Background,
+    api_like,
+    api_liked_video,
+    displayed,
+    facts_liked,
+    run_check,
+)
+
+pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+              pytest.mark.usefixtures("close_db_connections")]
+
+S = SlotMoveState
+SOURCE, TARGET = "rel_00", "rel_01"
+
+
+class Crash(Exception):
+    """What a worker killed mid-step leaves: the step stopped where it was."""
+
+
+@pytest.fixture(autouse=True)
+def _retention(settings):
+    settings.RELATION_MOVE_RETENTION_S = 0  # the source rows are deleted right after VERIFY
+    settings.RELATION_MOVE_COPY_CHUNK = 7  # several copy windows and capture batches
+
+
+def _slots_of(alias: str, upto: int = 256) -> list[int]:
+    contract = routing.active_contract()
+    return [s for s in range(upto) if contract.slot_aliases[s] == alias]
+
+
+def _run(slots: list[int], target: str = TARGET) -> RelationSlotMove:
+    m = ledger.move_plan(slots=slots, target=target, reason="test", actor=REQUESTER)
+    m = ledger.move_approve(move_id=m.pk, actor=APPROVER)
+    job_run_inline(m.job_id)
+    return ledger.move_get(m.pk)
+
+
+def _placement_holds() -> None:
+    """Every user's relation and command rows are on exactly one shard: the one the contract names."""
+    routing.reset_cache()
+    for model in (LikeRelation, LikeCommand):
+        seen: dict[tuple, list[str]] = {}
+        for alias in settings.RELATION_SHARD_ALIASES:
+            key = "video_id" if model is LikeRelation else "operation_id"
+            for user_id, k in model.objects.using(alias).values_list("user_id", key):
+                seen.setdefault((user_id, k), []).append(alias)
+        wrong = {k: v for k, v in seen.items() if v != [routing.alias_for_user(k[0])]}
+        assert not wrong, (model.__name__, list(wrong.items())[:5])
+
+
+def _exact(videos: list[str]) -> None:
+    drain()
+    for v in videos:
+        assert displayed(v) == len(facts_liked(v)), v
+    run = run_check("exact", all_videos=True)
+    assert run.status == "PASSED", (run.status, run.refused_because)
+
+
+def _storm(api, make_user, videos: list[str], n: int = 24):
+    users = [make_user() for _ in range(n)]
+
+    def body():
+        acks = []
+        for i, u in enumerate(users):
+            v = videos[i % len(videos)]
+            for desired in ("LIKED", "UNLIKED", "LIKED") if i % 3 == 0 else ("LIKED",):
+                resp = api_like(api, u, v, desired)
+                assert resp.status_code == 200, resp.content
+                acks.append((u.pk, v, desired))
+        return acks
+    return Background(body)
+
+
+def test_a_move_under_a_command_storm_loses_nothing_and_counts_nothing_twice(api, make_user, make_video):
+    videos = [f"slot-storm-{i}" for i in range(3)]
+    for v in videos:
+        api_liked_video(api, make_user, make_video, v, 8)
+    moving = _slots_of(SOURCE, 128)  # 64 slots
+    version = routing.active_contract().version
+    storm = _storm(api, make_user, videos)
+    m = _run(moving)
+    acks = storm.join()
+    assert m.state == S.RETIRED, (m.state, m.error)
+    assert m.copied_rows > 0 and m.verify_result["ok"] and m.source_cleaned_at is not None
+    assert m.write_pause_ms is not None and m.new_contract_version == version + 1
+    contract = routing.active_contract()
+    assert contract.version == version + 1
+    assert all(contract.slot_aliases[s] == TARGET for s in moving)
+    assert RelationShardContract.objects.filter(is_active=True).count() == 1
+    assert set(RelationSlotState.objects.using(SOURCE).values_list("state", flat=True)) == {"MOVED_OUT"}
+    assert not RelationSlotState.objects.using(TARGET).exists()
+    assert not RelationSlotChange.objects.using(SOURCE).filter(move_id=m.pk).exists()
+    _placement_holds()
+    # every acknowledged command's final state is the relation's state now
+    final = {}
+    for user_id, v, desired in acks:
+        final[(user_id, v)] = desired
+    for (user_id, v), desired in final.items():
+        assert LikeRelation.objects.using(routing.alias_for_user(user_id)).get(user_id=user_id,
+                                                                               video_id=v).state == desired
+    _exact(videos)
+
+
+def test_a_retried_operation_id_across_the_switch_replays_its_verdict(api, make_user, make_video):
+    make_video("slot-retry", make_user())
+    user = next(u for u in (make_user() for _ in range(60)) if routing.alias_for_user(u.pk) == SOURCE)
+    slot = routing.placement(user.pk)[1]
+    key = uuid.uuid4().hex
+    first = api_like(api, user, "slot-retry", "LIKED", key)
+    assert first.status_code == 200 and first.json()["changed"] is True
+    m = _run([slot])
+    assert m.state == S.RETIRED, (m.state, m.error)
+    again = api_like(api, user, "slot-retry", "LIKED", key)
+    assert again.status_code == 200, again.content
+    assert again.json()["changed"] is False or again.json()["operationResult"] == first.json()["operationResult"]
+    assert again.json()["operationResult"] == first.json()["operationResult"]
+    assert LikeCommand.objects.using(TARGET).filter(user_id=user.pk).count() == 1
+    assert not LikeCommand.objects.using(SOURCE).filter(user_id=user.pk).exists()
+    assert LikeRelation.objects.using(TARGET).get(user_id=user.pk).relation_version == 1
+    # counter-example: a new operation id is a new command, applied on the target
+    assert api_like(api, user, "slot-retry", "UNLIKED").json()["changed"] is True
+    assert LikeRelation.objects.using(TARGET).get(user_id=user.pk).relation_version == 2
+
+
+POINTS = ["prepare_capturing", "copy_rel", "copy_cmd", "catch_up_applied", "cutover_locked", "cutover_moved_out",
+          "cutover_switched", "verify"]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_user, make_video, point):
+    videos = [f"slot-crash-{i}" for i in range(2)]
+    for v in videos:
+        api_liked_video(api, make_user, make_video, v, 6)
+    moving = _slots_of(SOURCE, 64)
+    late = [u for u in (make_user() for _ in range(200)) if routing.placement(u.pk)[1] in moving][:6]
+    assert late
+    crashed, wrote = [], []
+
+    def crash(m, at):
+        if at == "copy_rel" and not wrote:
+            wrote.append(at)
+            for u in late:  # writes of moving users during the copy: captured, applied by the catch-up
+                assert api_like(api, u, videos[0]).status_code == 200
+        if at == point and not crashed:
+            crashed.append(m.state)
+            raise Crash(f"killed at {at}")
+
+    protocol.step_hook = crash
+    try:
+        m = _run(moving)
+        assert crashed and m.state not in (S.RETIRED, S.ABORTED, S.FAILED), (point, m.state)
+        assert "Crash" in m.error
+        # A command of a moving slot lands once where the contract points; only between the switch and the
+        # target's INCOMING rows' removal (a crash there) is it refused, bounded, until the move is resumed.
+        resp = api_like(api, late[0], videos[1])
+        if point == "cutover_switched":
+            assert resp.status_code == 503 and resp.json()["code"] == "write_barrier", resp.content
+        else:
+            assert resp.status_code == 200, (point, resp.content)
+        # Reconciliation counts each fact once while it is on two shards (the owned filter, D94).
+        drain()
+        run = run_check("exact", all_videos=True)
+        assert run.status == "PASSED", (point, run.status, run.refused_because)
+        m = ledger.move_resume(move_id=m.pk, actor=APPROVER)
+        job_run_inline(m.job_id)
+    finally:
+        protocol.step_hook = None
+    m = ledger.move_get(m.pk)
+    assert m.state == S.RETIRED, (point, m.state, m.error)
+    _placement_holds()
+    _exact(videos)
+
+
+def test_an_abort_before_the_switch_gives_the_source_back_and_one_after_it_is_refused(api, make_user, make_video):
+    api_liked_video(api, make_user, make_video, "slot-abort", 6)
+    moving = _slots_of(SOURCE, 64)
+    stop = []
+
+    def halt(m, at):
+        if at == "cutover_locked" and not stop:
+            stop.append(at)
+            raise Crash("stopped before the switch")
+
+    protocol.step_hook = halt
+    try:
+        m = _run(moving)
+    finally:
+        protocol.step_hook = None
+    assert m.state == S.CUTOVER
+    m = ledger.move_abort(move_id=m.pk, actor=APPROVER, reason="changed our mind")
+    assert m.state == S.ABORTED
+    assert not RelationSlotState.objects.using(SOURCE).exists() and not RelationSlotState.objects.using(TARGET).exists()
+    _placement_holds()  # the target's copy is gone
+    assert all(routing.active_contract().slot_aliases[s] == SOURCE for s in moving)
+    _exact(["slot-abort"])
+    done = _run(moving)
+    assert done.state == S.RETIRED
+    with pytest.raises(ledger.SlotMoveStateConflict) as refused:
+        ledger.move_abort(move_id=done.pk, actor=APPROVER, reason="too late")
+    assert refused.value.code == "slot_move_past_switch"
+
+
+def test_bad_plans_are_refused_with_a_code_and_write_nothing():
+    cases = [
+        ({"slots": "0-3", "target": TARGET}, "several_sources"),  # even slots on rel_00, odd on rel_01
+        ({"slots": "1", "target": TARGET}, "already_on_target"),
+        ({"slots": "0", "target": "rel_99"}, "unknown_shard"),
+        ({"slots": "x", "target": TARGET}, "invalid_slots"),
+        ({"slots": "0-256", "target": TARGET}, "invalid_slots"),
+    ]
+    for kwargs, code in cases:
+        with pytest.raises(Exception) as refused:
+            ledger.move_plan(reason="test", actor=REQUESTER, **kwargs)
+        assert getattr(refused.value, "code", None) == code, (kwargs, refused.value)
+    assert not RelationSlotMove.objects.exists()
+    m = ledger.move_plan(slots="0,2", target=TARGET, reason="test", actor=REQUESTER)
+    with pytest.raises(ledger.SlotMoveOverlap):
+        ledger.move_plan(slots="2,4", target=TARGET, reason="test", actor=REQUESTER)
+    with pytest.raises(ledger.SelfApproval):
+        ledger.move_approve(move_id=m.pk, actor=REQUESTER)
+    assert ledger.move_get(m.pk).state == S.AWAITING_APPROVAL
+
+
+def test_every_edge_of_the_transition_table():
+    m = ledger.move_plan(slots="0", target=TARGET, reason="test", actor=REQUESTER)
+    for to in S.values:
+        if to not in ledger.TRANSITIONS[S.AWAITING_APPROVAL]:
+            with pytest.raises(ledger.TransitionRefused):
+                ledger.transition(m, to, actor=APPROVER)
+    assert ledger.transition(m, S.ABORTED, actor=APPROVER).state == S.ABORTED
+
+
+def test_the_commands_plan_approve_show(capsys, django_user_model):
+    from tests.factories import grant
+
+    for name, perm in (("slot-planner", ledger.PLAN_PERMISSION), ("slot-approver", ledger.APPROVE_PERMISSION)):
+        grant(django_user_model.objects.create_user(name), perm)
+    call_command("relation_slot_move_plan", "--slots", "0,2,4", "--to", TARGET, "--reason", "scale out",
+                 "--actor", "slot-planner", "--json")
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["status"] == "AWAITING_APPROVAL" and planned["slotRange"] == "0,2,4" and planned["source"] == SOURCE
+    call_command("relation_slot_move_approve", str(planned["moveId"]), "--actor", "slot-approver", "--json")
+    approved = json.loads(capsys.readouterr().out)
+    assert approved["status"] == "PREPARE"
+    job_run_inline(ledger.move_get(planned["moveId"]).job_id)
+    call_command("relation_slot_move_show", str(planned["moveId"]), "--json")
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "RETIRED" and shown["verify"]["ok"] and shown["newContractVersion"] == 2
+
+
+def test_the_console_plans_approves_shows_and_aborts_with_permissions_and_a_second_person():
+    from django.urls import reverse
+
+    from tests.factories import grant, staff_client
+
+    plan_url = "/admin/relations/relationslotmove/plan/"
+    planner, planner_client = staff_client("console-planner")
+    grant(planner, ledger.PLAN_PERMISSION, ledger.APPROVE_PERMISSION, "relations.view_relationslotmove")
+    viewer, viewer_client = staff_client("console-viewer")
+    grant(viewer, "relations.view_relationslotmove")
+    approver, approver_client = staff_client("console-approver")
+    grant(approver, ledger.APPROVE_PERMISSION, "relations.view_relationslotmove")
+
+    assert viewer_client.post(plan_url, {"slots": "0", "target": TARGET, "reason": "x"}).status_code == 403
+    refused = planner_client.post(plan_url, {"slots": "0-3", "target": TARGET, "reason": "x"})
+    assert refused.status_code == 200 and b"several_sources" in refused.content
+    assert not RelationSlotMove.objects.exists()  # a refused plan writes nothing
+    resp = planner_client.post(plan_url, {"slots": "0,2", "target": TARGET, "reason": "scale out"})
+    assert resp.status_code == 302, resp.content
+    m = RelationSlotMove.objects.get()
+    page = reverse("admin:relations_relationslotmove_change", args=[m.pk])
+    assert b"slot-move-approve-form" in approver_client.get(page).content
+    assert b"slot-move-own" in planner_client.get(page).content
+    approve = reverse("admin:relations_slot_move_approve", args=[m.pk])
+    assert viewer_client.post(approve).status_code == 403
+    planner_client.post(approve)
+    assert ledger.move_get(m.pk).state == S.AWAITING_APPROVAL  # the requester's approval is refused
+    assert approver_client.post(approve).status_code == 302
+    m = ledger.move_get(m.pk)
+    assert m.state == S.PREPARE and m.job_id
+    abort = reverse("admin:relations_slot_move_abort", args=[m.pk])
+    assert approver_client.post(abort, {"reason": "not today"}).status_code == 302
+    assert ledger.move_get(m.pk).state == S.ABORTED
+    listing = approver_client.get(reverse("admin:relations_relationslotmove_changelist"))
+    assert listing.status_code == 200 and b"ABORTED" in listing.content
