@@ -79,11 +79,17 @@ class Comparison:
                 "partial": self.partial, "errors": self.errors}
 
 
+def _by_owner(population: Population) -> dict[str, list[int]]:
+    """The population's users grouped by the shard the active contract puts them on now (a slot move may
+    have moved some since the population was made)."""
+    return routing.group_users_by_alias(u.user_id for users in population.by_shard.values() for u in users)
+
+
 def _facts(population: Population) -> dict[tuple[int, str], tuple[str, int]]:
     out = {}
-    for alias, users in population.by_shard.items():
+    for alias, users in _by_owner(population).items():
         rows = (LikeRelation.objects.using(alias)
-                .filter(user_id__in=[u.user_id for u in users], video_id__in=population.videos)
+                .filter(user_id__in=users, video_id__in=population.videos)
                 .values_list("user_id", "video_id", "state", "relation_version"))
         out.update({(u, v): (s, ver) for u, v, s, ver in rows})
     return out
@@ -92,8 +98,8 @@ def _facts(population: Population) -> dict[tuple[int, str], tuple[str, int]]:
 def _outbox_versions(population: Population) -> dict[str, int]:
     """aggregate key -> the highest relation version the shard's outbox holds for it."""
     out: dict[str, int] = {}
-    for alias, users in population.by_shard.items():
-        keys = [events.aggregate_key(u.user_id, v) for u in users for v in population.videos]
+    for alias, users in _by_owner(population).items():
+        keys = [events.aggregate_key(u, v) for u in users for v in population.videos]
         rows = (OutboxEvent.objects.using(alias).filter(aggregate_key__in=keys).values("aggregate_key")
                 .annotate(top=Max("relation_version")).values_list("aggregate_key", "top"))
         out.update(dict(rows))
@@ -242,8 +248,8 @@ def retries_get(population: Population, *, since) -> Retries:
                                               video_id__in=population.videos).values_list("consumer", flat=True):
         dead[consumer] = dead.get(consumer, 0) + 1
     retried = retries = dead_rows = 0
-    for alias, users in population.by_shard.items():
-        keys = [events.aggregate_key(u.user_id, v) for u in users for v in population.videos]
+    for alias, users in _by_owner(population).items():
+        keys = [events.aggregate_key(u, v) for u in users for v in population.videos]
         for count, status in OutboxEvent.objects.using(alias).filter(aggregate_key__in=keys).values_list(
                 "retry_count", "status"):
             retried += count > 0

@@ -191,15 +191,19 @@ def video_likers_export(*, video_id: str, purpose: str, out: TextIO, actor: Acto
             cursor.execute(ISOLATION_SQL)
             cursor.execute("SELECT now()")
             as_of = iso_utc(cursor.fetchone()[0])
+            # A slot move leaves a second copy of its users' rows (INCOMING on the target before the switch,
+            # MOVED_OUT on the source after it): a row counts only on the shard the contract puts its user on.
+            owned = routing.owned_filter(alias)
             last = 0
             while True:
                 cursor.execute(_LIKERS_SQL.format(table=table), [video_id, RelationState.LIKED, last, chunk])
                 batch = cursor.fetchall()
-                for user_id, liked_at, version in batch:
+                kept = [row for row in batch if owned.owns(row[0])]
+                for user_id, liked_at, version in kept:
                     _write(out, {"type": "liker", "userId": user_id, "likedAt": iso_utc(liked_at),
                                  "relationVersion": version, "shard": alias})
-                rows += len(batch)
-                if batch and progress is not None:
+                rows += len(kept)
+                if kept and progress is not None:
                     progress(rows)
                 if len(batch) < chunk:
                     break

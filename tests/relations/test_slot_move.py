@@ -131,6 +131,31 @@ def test_a_move_under_a_command_storm_loses_nothing_and_counts_nothing_twice(api
     _exact(videos)
 
 
+def test_while_the_source_keeps_its_copy_every_liker_is_exported_and_counted_once(api, make_user, make_video,
+                                                                                   settings):
+    """Between the switch and the retention's cleanup the source still holds the moved users' rows (MOVED_OUT):
+    the likers export and reconciliation's evidence count a row only on the shard that owns its user."""
+    import io
+
+    from relations.services.export import video_likers_export
+
+    settings.RELATION_MOVE_RETENTION_S = 3600  # the source copy stays
+    api_liked_video(api, make_user, make_video, "slot-kept", 10)
+    moving = _slots_of(SOURCE, 256)
+    m = _run(moving)
+    assert m.state == S.RETIRED and m.verify_result["ok"] and m.source_cleaned_at is None, (m.state, m.error)
+    likers = set(facts_liked("slot-kept"))
+    kept = LikeRelation.objects.using(SOURCE).filter(video_id="slot-kept", state="LIKED").count()
+    assert kept > 0  # counter-example: a scan of every shard would see these users twice
+    out = io.StringIO()
+    result = video_likers_export(video_id="slot-kept", purpose="test", out=out, actor=APPROVER)
+    exported = [json.loads(line) for line in out.getvalue().splitlines()]
+    ids = [x["userId"] for x in exported if x["type"] == "liker"]
+    assert len(ids) == len(set(ids)) == result.row_count == len(likers) == 10
+    assert {x["shard"] for x in exported if x["type"] == "liker"} == {TARGET}
+    _exact(["slot-kept"])
+
+
 def test_a_retried_operation_id_across_the_switch_replays_its_verdict(api, make_user, make_video):
     make_video("slot-retry", make_user())
     user = next(u for u in (make_user() for _ in range(60)) if routing.alias_for_user(u.pk) == SOURCE)
