@@ -27,42 +27,12 @@ export COUNT_PARTITIONS=3
 export COUNT_BOOTSTRAP_PARTITIONS="cnt_00,cnt_01"
 
 MIG_DB="likes_bench_mig"
-DATABASE_URL="$("$PY" - "$DATABASE_URL" "$MIG_DB" <<'PYEOF'
-import sys
-from urllib.parse import urlsplit, urlunsplit
-
-url, name = urlsplit(sys.argv[1]), sys.argv[2]
-if url.hostname not in ("127.0.0.1", "localhost"):
-    sys.exit(f"[migration] ERROR: DATABASE_URL points at {url.hostname!r}; the benchmark only runs against 127.0.0.1")
-print(urlunsplit((url.scheme, url.netloc, "/" + name, url.query, "")))
-PYEOF
-)"
+DATABASE_URL="$("$PY" -m bench.own_databases url "$DATABASE_URL" "$MIG_DB" migration)"
 export DATABASE_URL
 
 # A fresh bootstrap every run: drop this benchmark's own databases (and only those: the exact names
 # likes_bench_mig, likes_bench_mig_rel_NN, likes_bench_mig_cnt_NN); migrate_all (bench_drive) creates them again.
-"$PY" - "$DATABASE_URL" "$MIG_DB" <<'PYEOF'
-import re
-import sys
-from urllib.parse import urlsplit
-
-import psycopg
-from psycopg import sql
-
-url, base = urlsplit(sys.argv[1]), sys.argv[2]
-info = {"host": url.hostname, "port": url.port or 5432, "user": url.username or None, "password": url.password or None,
-        "dbname": "postgres", "connect_timeout": 5, "autocommit": True}
-own = re.compile(rf"^{re.escape(base)}(_(rel|cnt)_[0-9]{{2}})?$")
-with psycopg.connect(**{k: v for k, v in info.items() if v is not None}) as conn:
-    names = [r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall() if own.match(r[0])]
-    for name in sorted(names):
-        busy = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name]).fetchone()[0]
-        if busy:
-            sys.exit(f"[migration] ERROR: {busy} connections to {name}; is another run of bench/migration.sh alive?")
-        conn.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
-print(f"[migration] dropped {len(names)} databases of an earlier run" if names else "[migration] no earlier databases",
-      file=sys.stderr)
-PYEOF
+"$PY" -m bench.own_databases drop "$DATABASE_URL" "$MIG_DB" migration
 echo "[migration] databases: $MIG_DB (+ _rel_NN, _cnt_00.._cnt_02); COUNT_BOOTSTRAP_PARTITIONS=$COUNT_BOOTSTRAP_PARTITIONS" >&2
 
 bench_drive --setsid --stop-wait 150 --name "migration benchmark" bench.migration_bench "$@"
