@@ -194,3 +194,14 @@ def test_migration_worker_kill(drills_on):
     lease so the sweeper finds the dead worker in seconds.)"""
     verdict = run("migration-worker-kill", env={"BUCKET_MIGRATION_COPY_CHUNK": "2", "OPS_JOB_LEASE_S": "5"})
     assert any("killed at" in line for line in verdict.injected), verdict.injected
+
+
+def test_slot_move_worker_kill(drills_on, settings):
+    """Issue 16 §3 on real workers: killed mid-move, the slot move is resumed from its ledger and ends RETIRED
+    and verified, every moved slot on the target; exact convergence. (Small copy chunks so the kill lands inside
+    the copy; a short job lease so the sweeper finds the dead worker in seconds; every process reloads the
+    relation contract each second, as a deployment does.)"""
+    settings.RELATION_CONTRACT_REFRESH_S = 1.0
+    verdict = run("slot-move-worker-kill", env={"RELATION_MOVE_COPY_CHUNK": "2", "OPS_JOB_LEASE_S": "5",
+                                                "RELATION_CONTRACT_REFRESH_S": "1"})
+    assert any("killed at" in line for line in verdict.injected), verdict.injected

@@ -98,11 +98,15 @@ def _facts(population: Population) -> dict[tuple[int, str], tuple[str, int]]:
 def _outbox_versions(population: Population) -> dict[str, int]:
     """aggregate key -> the highest relation version the shard's outbox holds for it."""
     out: dict[str, int] = {}
-    for alias, users in _by_owner(population).items():
-        keys = [events.aggregate_key(u, v) for u in users for v in population.videos]
+    # A slot move copies relations and commands, not the outbox: the rows written before it stay on the source
+    # and drain there. So every shard's outbox is read for every user.
+    keys = [events.aggregate_key(u.user_id, v) for users in population.by_shard.values() for u in users
+            for v in population.videos]
+    for alias in routing.all_aliases():
         rows = (OutboxEvent.objects.using(alias).filter(aggregate_key__in=keys).values("aggregate_key")
                 .annotate(top=Max("relation_version")).values_list("aggregate_key", "top"))
-        out.update(dict(rows))
+        for key, top in rows:
+            out[key] = max(top, out.get(key, top))
     return out
 
 

@@ -396,7 +396,90 @@ class MigrationWorkerKill(Drill):
         return failures
 
 
+class SlotMoveWorkerKill(Drill):
+    """Issue 16 §3 after a crash, on real workers: a relation slot move (every slot of the first relation shard
+    onto the next) runs on the workers while commands flow; the workers are SIGKILLed in the middle of it and
+    restarted. The sweeper finds the job's worker gone, its `abandon` starts the next job, which goes on from the
+    ledger's cursor. The move must end RETIRED with VERIFY passed, every user of those slots owned by the target
+    under the active contract, and the projections converge exactly (the checks read each user where the
+    contract puts it now)."""
+
+    name = "slot-move-worker-kill"
+    summary = "the workers are SIGKILLed during a relation slot move; it resumes from its ledger and ends RETIRED"
+    commands_succeed_while = "the workers running a relation slot move were killed"
+    default_fault_s = 5.0
+
+    def prepare(self, ctx):
+        from relations import routing
+
+        ctx.stage.workers_check()
+        aliases = list(settings.RELATION_SHARD_ALIASES)
+        if len(aliases) < 2:
+            raise DrillRefused("a slot move needs two relation shards at least")
+        routing.reset_cache()
+        contract = routing.active_contract()
+        self.source = next((a for a in aliases if a in contract.slot_aliases), None)
+        self.target = next((a for a in aliases if a != self.source), None)
+        self.slots = [s for s in range(contract.logical_slots) if contract.slot_aliases[s] == self.source]
+        if not self.slots:
+            raise DrillRefused("no relation shard holds slots")
+        self.move_id = None
+
+    def inject(self, ctx):
+        from likes_project.audit.services import system_actor
+        from opsconsole.drills.runner import wait_until
+        from relations.models import RelationSlotMove
+        from relations.services.slot_moves import ledger
+
+        m = ledger.move_plan(slots=self.slots, target=self.target, reason="drill slot-move-worker-kill",
+                             actor=system_actor("drill-planner"))
+        m = ledger.move_approve(move_id=m.pk, actor=system_actor("drill-approver"))
+        self.move_id = m.pk
+
+        def started():
+            row = RelationSlotMove.objects.get(pk=m.pk)
+            return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
+
+        row = wait_until(started, timeout_s=60, poll_s=0.05)
+        at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
+        return f"slot move {m.pk} ({len(self.slots)} slots {self.source} -> {self.target}) killed at {at}: " \
+               f"{ctx.stage.workers_kill()}"
+
+    def recover(self, ctx):
+        from opsconsole.drills.runner import wait_until
+        from relations import routing
+        from relations.models import RelationSlotMove
+
+        restarted = ctx.stage.workers_restart(timeout_s=60)
+        done = wait_until(lambda: RelationSlotMove.objects.filter(pk=self.move_id, state__in=[
+            "RETIRED", "ABORTED", "FAILED"]).first(), timeout_s=240)
+        routing.reset_cache()
+        row = RelationSlotMove.objects.get(pk=self.move_id)
+        return f"{restarted}; slot move {row.pk}: {row.state}" + ("" if done else " (not finished within 240 s)")
+
+    def judge(self, ctx, fault):
+        from likes_project.opsjobs.models import OpsJob
+        from relations import routing
+        from relations.models import RelationSlotMove
+
+        routing.reset_cache()
+        failures = super().judge(ctx, fault)
+        row = RelationSlotMove.objects.get(pk=self.move_id)
+        if row.state != "RETIRED" or not (row.verify_result or {}).get("ok"):
+            failures.append(f"slot move {row.pk} ended {row.state} (verify {row.verify_result}), not RETIRED and "
+                            f"verified: {row.error}")
+        jobs = OpsJob.objects.filter(kind="relations.slot_move", params__moveId=row.pk).count()
+        if jobs < 2:
+            failures.append(f"slot move {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
+        contract = routing.active_contract()
+        elsewhere = [s for s in self.slots if contract.slot_aliases[s] != self.target]
+        if elsewhere:
+            failures.append(f"slots {elsewhere[:10]} are not on {self.target} under contract v{contract.version}")
+        return failures
+
+
 # name -> the drill's class; a run makes its own instance (it keeps the run's injector).
 DRILLS: dict[str, type[Drill]] = {d.name: d for d in (CountPartitionDown, RelationShardDown, EventlogFlush,
                                                         WorkerKill, CacheRedisDown, SnapshotRebalance,
-                                                        MigrationWorkerKill, ClusterNodeDown)}
+                                                        MigrationWorkerKill, SlotMoveWorkerKill,
+                                                        ClusterNodeDown)}
