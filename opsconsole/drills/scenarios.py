@@ -314,22 +314,77 @@ class SnapshotRebalance(Drill):
         return failures
 
 
-class MigrationWorkerKill(Drill):
+class _LedgerWorkerKill(Drill):
+    """A move by an approved ledger (a bucket migration, a relation slot move) runs on the workers while commands
+    flow; the workers are SIGKILLed in the middle of it and restarted. The sweeper finds the job's worker gone, its
+    `abandon` starts the next job, which goes on from the ledger's cursor. The move must end RETIRED, in two jobs
+    at least, and the projections converge exactly. A subclass plans and approves the move (`_start`, returning
+    the ledger row's id) and adds its own checks (`_judge_move`)."""
+
+    default_fault_s = 5.0
+    model = None  # the ledger's model
+    job_kind = ""
+    job_param = ""  # the job's parameter naming the ledger row
+    what = ""
+    row_id: int | None = None
+
+    def _start(self) -> int:
+        raise NotImplementedError
+
+    def _judge_move(self, row) -> list[str]:
+        return []
+
+    def inject(self, ctx):
+        from opsconsole.drills.runner import wait_until
+
+        self.row_id = self._start()
+
+        def started():
+            row = self.model.objects.get(pk=self.row_id)
+            return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
+
+        row = wait_until(started, timeout_s=60, poll_s=0.05)
+        at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
+        return f"{self.what} {self.row_id} ({self.describe()}) killed at {at}: {ctx.stage.workers_kill()}"
+
+    def recover(self, ctx):
+        from opsconsole.drills.runner import wait_until
+
+        restarted = ctx.stage.workers_restart(timeout_s=60)
+        done = wait_until(lambda: self.model.objects.filter(pk=self.row_id, state__in=[
+            "RETIRED", "ABORTED", "FAILED"]).first(), timeout_s=240)
+        row = self.model.objects.get(pk=self.row_id)
+        return f"{restarted}; {self.what} {row.pk}: {row.state}" + ("" if done else " (not finished within 240 s)")
+
+    def judge(self, ctx, fault):
+        from likes_project.opsjobs.models import OpsJob
+
+        failures = super().judge(ctx, fault)
+        row = self.model.objects.get(pk=self.row_id)
+        if row.state != "RETIRED":
+            failures.append(f"{self.what} {row.pk} ended {row.state}, not RETIRED: {row.error}")
+        jobs = OpsJob.objects.filter(kind=self.job_kind, **{f"params__{self.job_param}": row.pk}).count()
+        if jobs < 2:
+            failures.append(f"{self.what} {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
+        return failures + self._judge_move(row)
+
+
+class MigrationWorkerKill(_LedgerWorkerKill):
     """MIG-2 after a crash, on real workers: a bucket migration (every bucket of the first count partition onto
-    the last) runs on the workers while commands flow; the workers are SIGKILLed in the middle of it and
-    restarted. The sweeper finds the job's worker gone, its `abandon` starts the next job, which goes on
-    from the ledger's cursor. The migration must end RETIRED with exactly one partition accepting writes
-    for each moved bucket, and the projections converge exactly."""
+    the last) is the move (see _LedgerWorkerKill); afterwards exactly one partition accepts writes for each moved
+    bucket."""
 
     name = "migration-worker-kill"
     summary = "the workers are SIGKILLed during a bucket migration; it resumes from its ledger and ends RETIRED"
     commands_succeed_while = "the workers running a bucket migration were killed"
-    default_fault_s = 5.0
+    job_kind, job_param, what = "counting.bucket_migration", "migrationId", "migration"
 
     def prepare(self, ctx):
         from counting import routing
+        from counting.models import BucketMigration
 
         ctx.stage.workers_check()
+        self.model = BucketMigration
         aliases = list(settings.COUNT_PARTITION_ALIASES)
         if len(aliases) < 2:
             raise DrillRefused("a bucket migration needs two count partitions at least")
@@ -340,50 +395,22 @@ class MigrationWorkerKill(Drill):
         self.buckets = gen.buckets_on(self.source) if self.source else []
         if not self.buckets:
             raise DrillRefused("no count partition holds buckets")
-        self.migration_id = None
 
-    def inject(self, ctx):
-        from counting.models import BucketMigration
+    def describe(self) -> str:
+        return f"{len(self.buckets)} buckets {self.source} -> {self.target}"
+
+    def _start(self) -> int:
         from counting.services.migration import ledger
         from likes_project.audit.services import system_actor
-        from opsconsole.drills.runner import wait_until
 
         m = ledger.migration_plan(target=self.target, buckets=self.buckets, reason="drill migration-worker-kill",
                                   actor=system_actor("drill-planner"))
-        m = ledger.migration_approve(migration_id=m.pk, actor=system_actor("drill-approver"))
-        self.migration_id = m.pk
+        return ledger.migration_approve(migration_id=m.pk, actor=system_actor("drill-approver")).pk
 
-        def started():
-            row = BucketMigration.objects.get(pk=m.pk)
-            return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
-
-        row = wait_until(started, timeout_s=60, poll_s=0.05)
-        at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
-        return f"migration {m.pk} ({len(self.buckets)} buckets {self.source} -> {self.target}) killed at {at}: " \
-               f"{ctx.stage.workers_kill()}"
-
-    def recover(self, ctx):
-        from counting.models import BucketMigration
-        from opsconsole.drills.runner import wait_until
-
-        restarted = ctx.stage.workers_restart(timeout_s=60)
-        done = wait_until(lambda: BucketMigration.objects.filter(pk=self.migration_id, state__in=[
-            "RETIRED", "ABORTED", "FAILED"]).first(), timeout_s=240)
-        row = BucketMigration.objects.get(pk=self.migration_id)
-        return f"{restarted}; migration {row.pk}: {row.state}" + ("" if done else " (not finished within 240 s)")
-
-    def judge(self, ctx, fault):
+    def _judge_move(self, row) -> list[str]:
         from counting import routing
-        from counting.models import BucketMigration, CountRouteFence
-        from likes_project.opsjobs.models import OpsJob
+        from counting.models import CountRouteFence
 
-        failures = super().judge(ctx, fault)
-        row = BucketMigration.objects.get(pk=self.migration_id)
-        if row.state != "RETIRED":
-            failures.append(f"migration {row.pk} ended {row.state}, not RETIRED: {row.error}")
-        jobs = OpsJob.objects.filter(kind="counting.bucket_migration", params__migrationId=row.pk).count()
-        if jobs < 2:
-            failures.append(f"migration {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
         routing.reset_cache()
         gen = routing.active()
         for vb in self.buckets:
@@ -391,28 +418,27 @@ class MigrationWorkerKill(Drill):
                 bucket_space_version=gen.space.version, virtual_bucket=vb, route_epoch=gen.routes[vb].epoch,
                 state="ACTIVE").exists()]
             if owners != [gen.routes[vb].partition]:
-                failures.append(f"bucket {vb}: partitions accepting writes {owners}, routed to {gen.routes[vb]}")
-                break
-        return failures
+                return [f"bucket {vb}: partitions accepting writes {owners}, routed to {gen.routes[vb]}"]
+        return []
 
 
-class SlotMoveWorkerKill(Drill):
+class SlotMoveWorkerKill(_LedgerWorkerKill):
     """Issue 16 §3 after a crash, on real workers: a relation slot move (every slot of the first relation shard
-    onto the next) runs on the workers while commands flow; the workers are SIGKILLed in the middle of it and
-    restarted. The sweeper finds the job's worker gone, its `abandon` starts the next job, which goes on from the
-    ledger's cursor. The move must end RETIRED with VERIFY passed, every user of those slots owned by the target
-    under the active contract, and the projections converge exactly (the checks read each user where the
-    contract puts it now)."""
+    that holds any onto the next) is the move (see _LedgerWorkerKill); afterwards VERIFY passed and every moved
+    slot is on the target under the active contract. The comparison reads each user where the contract puts it
+    now, and every shard's outbox (the rows written before the move stay on the source and drain there)."""
 
     name = "slot-move-worker-kill"
     summary = "the workers are SIGKILLed during a relation slot move; it resumes from its ledger and ends RETIRED"
     commands_succeed_while = "the workers running a relation slot move were killed"
-    default_fault_s = 5.0
+    job_kind, job_param, what = "relations.slot_move", "moveId", "slot move"
 
     def prepare(self, ctx):
         from relations import routing
+        from relations.models import RelationSlotMove
 
         ctx.stage.workers_check()
+        self.model = RelationSlotMove
         aliases = list(settings.RELATION_SHARD_ALIASES)
         if len(aliases) < 2:
             raise DrillRefused("a slot move needs two relation shards at least")
@@ -423,54 +449,30 @@ class SlotMoveWorkerKill(Drill):
         self.slots = [s for s in range(contract.logical_slots) if contract.slot_aliases[s] == self.source]
         if not self.slots:
             raise DrillRefused("no relation shard holds slots")
-        self.move_id = None
 
-    def inject(self, ctx):
+    def describe(self) -> str:
+        return f"{len(self.slots)} slots {self.source} -> {self.target}"
+
+    def _start(self) -> int:
         from likes_project.audit.services import system_actor
-        from opsconsole.drills.runner import wait_until
-        from relations.models import RelationSlotMove
         from relations.services.slot_moves import ledger
 
         m = ledger.move_plan(slots=self.slots, target=self.target, reason="drill slot-move-worker-kill",
                              actor=system_actor("drill-planner"))
-        m = ledger.move_approve(move_id=m.pk, actor=system_actor("drill-approver"))
-        self.move_id = m.pk
-
-        def started():
-            row = RelationSlotMove.objects.get(pk=m.pk)
-            return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
-
-        row = wait_until(started, timeout_s=60, poll_s=0.05)
-        at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
-        return f"slot move {m.pk} ({len(self.slots)} slots {self.source} -> {self.target}) killed at {at}: " \
-               f"{ctx.stage.workers_kill()}"
+        return ledger.move_approve(move_id=m.pk, actor=system_actor("drill-approver")).pk
 
     def recover(self, ctx):
-        from opsconsole.drills.runner import wait_until
         from relations import routing
-        from relations.models import RelationSlotMove
 
-        restarted = ctx.stage.workers_restart(timeout_s=60)
-        done = wait_until(lambda: RelationSlotMove.objects.filter(pk=self.move_id, state__in=[
-            "RETIRED", "ABORTED", "FAILED"]).first(), timeout_s=240)
-        routing.reset_cache()
-        row = RelationSlotMove.objects.get(pk=self.move_id)
-        return f"{restarted}; slot move {row.pk}: {row.state}" + ("" if done else " (not finished within 240 s)")
+        out = super().recover(ctx)
+        routing.reset_cache()  # this process reads where the contract puts each user now
+        return out
 
-    def judge(self, ctx, fault):
-        from likes_project.opsjobs.models import OpsJob
+    def _judge_move(self, row) -> list[str]:
         from relations import routing
-        from relations.models import RelationSlotMove
 
         routing.reset_cache()
-        failures = super().judge(ctx, fault)
-        row = RelationSlotMove.objects.get(pk=self.move_id)
-        if row.state != "RETIRED" or not (row.verify_result or {}).get("ok"):
-            failures.append(f"slot move {row.pk} ended {row.state} (verify {row.verify_result}), not RETIRED and "
-                            f"verified: {row.error}")
-        jobs = OpsJob.objects.filter(kind="relations.slot_move", params__moveId=row.pk).count()
-        if jobs < 2:
-            failures.append(f"slot move {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
+        failures = [] if (row.verify_result or {}).get("ok") else [f"slot move {row.pk}: verify {row.verify_result}"]
         contract = routing.active_contract()
         elsewhere = [s for s in self.slots if contract.slot_aliases[s] != self.target]
         if elsewhere:
