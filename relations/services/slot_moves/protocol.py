@@ -97,6 +97,27 @@ def _save(m: RelationSlotMove, **fields) -> None:
         tick(m)
 
 
+def _windows(alias: str, table: str, start: int, end: int, m: RelationSlotMove | None = None):
+    """The (lo, hi] id windows of `table` on `alias` over (start, end], RELATION_MOVE_COPY_CHUNK ids wide, each one
+    starting at the next id that exists: an id space thinned by deletes (or far from 0) costs no empty statements.
+    Between windows the job's tick runs (its lease renewed, at most once a second)."""
+    step = settings.RELATION_MOVE_COPY_CHUNK
+    lo = start
+    while lo < end:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"SELECT min(id) FROM {table} WHERE id > %s AND id <= %s", [lo, end])
+            first = cursor.fetchone()[0]
+        if first is None:
+            return
+        lo = first - 1
+        hi = min(lo + step, end)
+        yield lo, hi
+        lo = hi
+        tick = _tick.get()
+        if tick is not None and m is not None:
+            tick(m)
+
+
 def _slot_sql(contract: routing.ShardContract) -> tuple[str, list]:
     return "likes_slot_of(user_id, %s, %s) = ANY(%s)", [contract.hash_seed, contract.logical_slots]
 
@@ -167,7 +188,8 @@ def _states_delete(alias: str, m: RelationSlotMove, state: str | None = None) ->
                        [m.pk, m.slots, *([state] if state else [])])
 
 
-def _users_rows_delete(alias: str, slots: list[int], contract: routing.ShardContract) -> int:
+def _users_rows_delete(alias: str, slots: list[int], contract: routing.ShardContract,
+                       m: RelationSlotMove | None = None) -> int:
     """Every relation and command row of the `slots`' users on `alias`, in id windows (bounded transactions)."""
     cond, params = _slot_sql(contract)
     deleted = 0
@@ -175,11 +197,9 @@ def _users_rows_delete(alias: str, slots: list[int], contract: routing.ShardCont
         with connections[alias].cursor() as cursor:
             cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}")
             end = cursor.fetchone()[0]
-        step = settings.RELATION_MOVE_COPY_CHUNK
-        for lo in range(0, end, step):
+        for lo, hi in _windows(alias, table, 0, end, m):
             with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-                cursor.execute(f"DELETE FROM {table} WHERE id > %s AND id <= %s AND {cond}",
-                               [lo, lo + step, *params, slots])
+                cursor.execute(f"DELETE FROM {table} WHERE id > %s AND id <= %s AND {cond}", [lo, hi, *params, slots])
                 deleted += cursor.rowcount
     return deleted
 
@@ -212,7 +232,7 @@ def _prepare(m: RelationSlotMove, say: Say) -> None:
         transition(m, S.FAILED, actor=_actor(), params={"slotsNotOnSource": off},
                    error=f"slots {off[:20]} are no longer on {m.source_alias}")
         return
-    stale = _users_rows_delete(m.target_alias, m.slots, contract)  # an aborted earlier move's copy
+    stale = _users_rows_delete(m.target_alias, m.slots, contract, m)  # an aborted earlier move's copy
     _states_set(m.target_alias, m, SlotFenceState.INCOMING, contract)
     with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
         cursor.execute(f"DELETE FROM {CHANGE_T} WHERE move_id = %s", [m.pk])
@@ -253,15 +273,13 @@ def _copy(m: RelationSlotMove, say: Say) -> None:
     contract = _contract(m)
     cond, params = _slot_sql(contract)
     cursor_state = {k: dict(v) for k, v in m.copy_cursor.items()}
-    step = settings.RELATION_MOVE_COPY_CHUNK
     copied = m.copied_rows
     for kind, (table, cols, _types, _key) in TABLES.items():
         pos = cursor_state[kind]
-        while pos["next"] < pos["end"]:
-            hi = min(pos["next"] + step, pos["end"])
+        for lo, hi in _windows(m.source_alias, table, pos["next"], pos["end"]):
             with connections[m.source_alias].cursor() as cursor:
                 cursor.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE id > %s AND id <= %s AND {cond}",
-                               [pos["next"], hi, *params, m.slots])
+                               [lo, hi, *params, m.slots])
                 rows = cursor.fetchall()
             _write_rows(m.target_alias, kind, rows)
             copied += len(rows)
@@ -435,7 +453,6 @@ def _verify(m: RelationSlotMove, say: Say) -> None:
     _hook(m, "verify")
     contract = _contract(m)
     cond, params = _slot_sql(contract)
-    step = settings.RELATION_MOVE_COPY_CHUNK
     problems: list[dict] = []
     compared = 0
     for kind, (table, cols, _types, key) in TABLES.items():
@@ -443,10 +460,10 @@ def _verify(m: RelationSlotMove, say: Say) -> None:
             cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}")
             end = cursor.fetchone()[0]
         key_at = cols.index(key)
-        for lo in range(0, end, step):
+        for lo, hi in _windows(m.source_alias, table, 0, end, m):
             with connections[m.source_alias].cursor() as cursor:
                 cursor.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE id > %s AND id <= %s AND {cond}",
-                               [lo, lo + step, *params, m.slots])
+                               [lo, hi, *params, m.slots])
                 src = cursor.fetchall()
             if not src:
                 continue
