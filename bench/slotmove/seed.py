@@ -47,11 +47,13 @@ def seed(*, contract, moving: list[int], scale: int, per_user: int, rest_share: 
     n_moving = max(scale // per_user, 1)
     n_rest = int(n_moving * rest_share)
     with transaction.atomic(using=SOURCE), connections[SOURCE].cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = 0")  # a bulk load, not the product's statements
         users = _users(cursor, contract, moving, n_moving, SEED_USER_BASE)
         rest = _users(cursor, contract, others, n_rest, SEED_USER_BASE) if n_rest and others else []
         # one insert over both sets, in user id order: the moving rows are spread over the whole table, as in life
         _insert(cursor, sorted(users + rest), per_user)
     with connections[SOURCE].cursor() as cursor:
+        cursor.execute("SET statement_timeout = 0")
         for model in (LikeRelation, LikeCommand):
             cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
     return {"moving_users": len(users), "moving_relations": len(users) * per_user, "rest_users": len(rest),

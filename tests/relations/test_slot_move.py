@@ -180,6 +180,20 @@ def test_the_copy_windows_skip_the_id_space_no_row_holds(api, make_user, make_vi
     _exact(["slot-sparse", "slot-sparse-2"])
 
 
+def test_a_plan_counts_a_small_shard_exactly_and_samples_a_large_one(api, make_user, make_video, monkeypatch):
+    """The plan's rowsToCopy: exact below EXACT_COUNT_ROWS rows a table; above it a block sample, so that a plan
+    answers within the statement timeout on a shard of millions of rows (bench/slotmove.sh met the timeout with
+    an exact count over 2,000,000 rows)."""
+    api_liked_video(api, make_user, make_video, "slot-plan-count", 8)
+    contract = routing.active_contract()
+    slots = _slots_of(SOURCE)
+    exact = sum(model.objects.using(SOURCE).count() for model in (LikeRelation, LikeCommand))
+    assert protocol.rows_count(SOURCE, contract, slots) == exact > 0
+    monkeypatch.setattr(protocol, "EXACT_COUNT_ROWS", 0)  # every table is "large": the sample's statement runs
+    sampled = protocol.rows_count(SOURCE, contract, slots)
+    assert isinstance(sampled, int) and sampled >= 0
+
+
 def test_a_retried_operation_id_across_the_switch_replays_its_verdict(api, make_user, make_video):
     make_video("slot-retry", make_user())
     user = next(u for u in (make_user() for _ in range(60)) if routing.alias_for_user(u.pk) == SOURCE)
