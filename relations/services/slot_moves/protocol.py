@@ -522,7 +522,7 @@ def _cleanup(m: RelationSlotMove, say: Say) -> None:
     # A slot a later move took back to the source is live there again: never delete it.
     back = [s for s in m.slots if contract.slot_aliases[s] == m.source_alias]
     gone = [s for s in m.slots if s not in back]
-    deleted = _users_rows_delete(m.source_alias, gone, contract) if gone else 0
+    deleted = _users_rows_delete(m.source_alias, gone, contract, m) if gone else 0
     with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
         cursor.execute(f"DELETE FROM {CHANGE_T} WHERE move_id = %s", [m.pk])
     with transaction.atomic(using="default", durable=True):
