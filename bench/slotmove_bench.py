@@ -372,24 +372,25 @@ def main(argv=None) -> int:
 
     result: dict = {"seed": seeded, "moves": []}
     windows: dict[str, tuple[float, float]] = {}
+
+    def load_alone(name: str) -> None:
+        # A measurement window, not a wait for a condition: the load runs alone for --window seconds and the
+        # commands sent in it are the baseline the moves are compared with.
+        t = time.time()
+        time.sleep(args.window)
+        windows[name] = (t, time.time())
     with tempfile.TemporaryDirectory(prefix="slotmove-") as tmp:
         load = Load(procs=args.procs, users=user_ids, videos=videos, seed=args.seed, tmpdir=tmp)
         try:
             load.wait_ready()
-            t = time.time()
-            time.sleep(args.window)
-            windows["load alone, before"] = (t, time.time())
+            load_alone("load alone, before")
             log(f"moving {len(slots)} slots {SOURCE} -> {TARGET} under the load ({args.procs} processes) ...")
             result["moves"].append(run_move(slots, TARGET))
-            t = time.time()
-            time.sleep(args.window)
-            windows["load alone, between"] = (t, time.time())
+            load_alone("load alone, between")
             if not args.no_back:
                 log(f"moving them back {TARGET} -> {SOURCE} under the load ...")
                 result["moves"].append(run_move(slots, SOURCE))
-                t = time.time()
-                time.sleep(args.window)
-                windows["load alone, after"] = (t, time.time())
+                load_alone("load alone, after")
             if args.series:
                 log(f"write-pause series: {args.series} moves of {args.series_slots} slot(s) under the load ...")
                 part, there = slots[:args.series_slots], True

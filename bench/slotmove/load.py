@@ -65,7 +65,7 @@ class Load:
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not all(os.path.exists(f"{p}.ready") for p in self.paths):
-            time.sleep(0.1)
+            time.sleep(0.1)  # polls for the clients' ready files, bounded by timeout_s (spawned processes)
 
     def stop(self) -> list[list]:
         self.stop_event.set()

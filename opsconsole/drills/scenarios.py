@@ -329,7 +329,7 @@ class _LedgerWorkerKill(Drill):
     row_id: int | None = None
 
     def _start(self) -> int:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each drill plans and approves its own kind of move
 
     def _judge_move(self, row) -> list[str]:
         return []
