@@ -20,19 +20,16 @@ ops job; nothing of the protocol runs in the request. A refusal is an error mess
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpResponseRedirect
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.http import urlencode
-from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_safe
 
 from counting import routing, selectors
 from counting.models import (
@@ -44,13 +41,11 @@ from counting.models import (
     CountRefreshSwitch,
     CountRouteManifest,
     CountRouteManifestItem,
-    MigrationState,
     ReverseIndexGeneration,
     VideoDisplayCount,
     VideoRetirement,
     VideoRetirementScan,
 )
-from counting.models.migration import TERMINAL
 from counting.services.count_cache.layers import REBUILD_JOB as COUNT_CACHE_REBUILD_JOB
 from counting.services.count_cache.rebuild import REBUILD_PERMISSION as REBUILD_COUNT_CACHE_PERMISSION
 from counting.services.migration import ledger
@@ -62,7 +57,6 @@ from likes_project.admin_kit import (
     PauseReasonForm,
     PauseSwitchAdmin,
     ReadOnlyAdmin,
-    ReasonForm,
     job_form_page,
     render_page,
     require_permission,
@@ -70,7 +64,7 @@ from likes_project.admin_kit import (
 )
 from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
-from likes_project.opsjobs.models import OpsJob
+from likes_project.ledgers.console import LedgerAdmin, LedgerConsole, json_block
 from relations import validation
 
 VBUCKETS_PERMISSION = "counting.view_videolikecountvbucket"
@@ -295,16 +289,11 @@ def _url(name: str, *args, query: dict | None = None) -> str:
 
 
 def _migration_url(migration_id) -> str:
-    return _url("counting_bucketmigration_change", migration_id)
-
-
-def _json(value, css: str) -> str:
-    return format_html('<pre class="{}">{}</pre>', css, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
-                                                                    default=str))
+    return CONSOLE.change_url(migration_id)
 
 
 def _json_or_none(value, css: str) -> str:
-    return _json(value, css) if value else "-"
+    return json_block(value, css) if value else "-"
 
 
 class MigrationPlanForm(forms.Form):
@@ -365,65 +354,19 @@ def migration_plan_view(request, *, admin_site):
               "for the cutover and verifies the copy, as an ops job." + space)
 
 
-def _refused(request, migration_id, what: str, exc: DomainError) -> HttpResponseRedirect:
-    messages.error(request, f"Migration {migration_id} was not {what} ({exc.code}): {exc.message}")
-    known = BucketMigration.objects.filter(pk=migration_id).exists()
-    return HttpResponseRedirect(_migration_url(migration_id) if known else
-                                _url("counting_bucketmigration_changelist"))
+class MigrationConsole(LedgerConsole):
+    def abort_page(self, request, admin_site, m: BucketMigration, form):
+        return render_page(
+            request, admin_site, "counting/admin/bucketmigration_abort.html", title=f"Abort migration {m.pk}",
+            form=form, migration=m, bucket_range=ledger.buckets_label(m.buckets),
+            before_cas=m.state in ledger.BEFORE_CAS, opts=BucketMigration._meta)
+
+    def aborted_message(self, before: BucketMigration, aborted: BucketMigration) -> str:
+        return (f"Aborted migration {aborted.pk} (it was {before.state}): buckets "
+                f"{ledger.buckets_label(aborted.buckets)} stay where they were.")
 
 
-def _started(request, m: BucketMigration, what: str) -> HttpResponseRedirect:
-    messages.success(request, format_html('{} migration {}: it is {}; the system runs it as <a href="{}">job {}</a>.',
-                                          what, m.pk, m.state, _url("opsjobs_opsjob_change", m.job_id), m.job_id))
-    return HttpResponseRedirect(_migration_url(m.pk))
-
-
-@require_POST
-def migration_approve_view(request, migration_id: int, *, admin_site):
-    """The Approve button (POST only): PREPARE, and the system's job is started (nothing runs here). The
-    service refuses the requester (superusers included)."""
-    require_permission(request, ledger.APPROVE_PERMISSION)
-    try:
-        m = ledger.migration_approve(migration_id=migration_id, actor=admin_actor(request.user))
-    except DomainError as exc:
-        return _refused(request, migration_id, "approved", exc)
-    return _started(request, m, "Approved")
-
-
-@require_POST
-def migration_resume_view(request, migration_id: int, *, admin_site):
-    """The Resume button (POST only): a new job goes on from the ledger's cursor (nothing runs here)."""
-    require_permission(request, ledger.APPROVE_PERMISSION)
-    try:
-        m = ledger.migration_resume(migration_id=migration_id, actor=admin_actor(request.user))
-    except DomainError as exc:
-        return _refused(request, migration_id, "resumed", exc)
-    return _started(request, m, "Resumed")
-
-
-@require_http_methods(["GET", "POST"])
-def migration_abort_view(request, migration_id: int, *, admin_site):
-    """Abort a migration before its cutover: a reason first (GET shows the form), then `ledger.migration_abort`
-    (the source fences lifted, the target's copy removed). Refused after the cutover: a message."""
-    require_permission(request, ledger.APPROVE_PERMISSION)
-    try:
-        m = ledger.migration_get(migration_id)
-    except DomainError as exc:
-        return _refused(request, migration_id, "aborted", exc)
-    form = ReasonForm(request.POST if request.method == "POST" else None)
-    if form.is_valid():
-        try:
-            aborted = ledger.migration_abort(migration_id=m.pk, actor=admin_actor(request.user),
-                                             reason=form.cleaned_data["reason"])
-        except DomainError as exc:
-            return _refused(request, m.pk, "aborted", exc)
-        messages.success(request, f"Aborted migration {aborted.pk} (it was {m.state}): buckets "
-                                  f"{ledger.buckets_label(aborted.buckets)} stay where they were.")
-        return HttpResponseRedirect(_migration_url(aborted.pk))
-    return render_page(
-        request, admin_site, "counting/admin/bucketmigration_abort.html", title=f"Abort migration {m.pk}", form=form,
-        migration=m, bucket_range=ledger.buckets_label(m.buckets), before_cas=m.state in ledger.BEFORE_CAS,
-        opts=BucketMigration._meta)
+CONSOLE = MigrationConsole(ledger.LEDGER, url_prefix="counting_migration", title="Migration")
 
 
 def _sources_text(m: BucketMigration) -> str:
@@ -438,19 +381,8 @@ def _epochs_text(m: BucketMigration) -> str:
     return f"{', '.join(map(str, source))} \u2192 {', '.join(map(str, target))}"
 
 
-def migration_offers(user, m: BucketMigration) -> dict[str, bool]:
-    """Which buttons a migration's page offers `user` (the service decides again on the POST)."""
-    approver = user.has_perm(ledger.APPROVE_PERMISSION)
-    resumable = ((m.state not in TERMINAL and m.state != MigrationState.AWAITING_APPROVAL)
-                 or (m.state == MigrationState.RETIRED and m.source_cleaned_at is None))
-    return {"approve": approver and m.state == MigrationState.AWAITING_APPROVAL,
-            "resume": approver and resumable,
-            "abort": approver and m.state in ledger.BEFORE_CAS,
-            "own": m.requested_by == user.get_username()}
-
-
 @admin.register(BucketMigration)
-class BucketMigrationAdmin(ReadOnlyAdmin):
+class BucketMigrationAdmin(LedgerAdmin):
     """The migration ledger (issue 13; MIG-2, MIG-4), read-only: what moves where, at which epochs and
     manifests, how far the copy and the catch-up are, the measured write pause, who asked and who approved.
     A migration's page has the Approve, Resume and Abort buttons; "Plan a migration" is a page."""
@@ -460,7 +392,7 @@ class BucketMigrationAdmin(ReadOnlyAdmin):
                     "approved_by", "created_at", "cutover_at", "error_text")
     list_filter = ("state", "target_partition")
     search_fields = ("=id", "=requested_by", "=approved_by", "=target_partition", "reason")
-    ordering = ("-id",)
+    console, css = CONSOLE, "migration"
     fields = ("state_code", "bucket_range", "bucket_count", "sources_to_target", "bucket_space_version", "generation",
               "source_manifest_id", "target_manifest_id", "epochs", "copy_progress", "replayed_events",
               "catchup_passes", "write_pause", "copy_cursor_json", "baseline_json", "replay_next_json",
@@ -477,27 +409,8 @@ class BucketMigrationAdmin(ReadOnlyAdmin):
     pages = [
         AdminPage("plan/", migration_plan_view, name="counting_migration_plan", title="Plan a migration",
                   permission=ledger.PLAN_PERMISSION),
-        AdminPage("<int:migration_id>/approve/", migration_approve_view, name="counting_migration_approve",
-                  title="Approve a migration", permission=ledger.APPROVE_PERMISSION, listed=False),
-        AdminPage("<int:migration_id>/resume/", migration_resume_view, name="counting_migration_resume",
-                  title="Resume a migration", permission=ledger.APPROVE_PERMISSION, listed=False),
-        AdminPage("<int:migration_id>/abort/", migration_abort_view, name="counting_migration_abort",
-                  title="Abort a migration", permission=ledger.APPROVE_PERMISSION, listed=False),
+        *CONSOLE.pages(),
     ]
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        m = self.get_object(request, unquote(object_id))
-        extra = {}
-        if m is not None:
-            job = OpsJob.objects.filter(pk=m.job_id).only("status", "finished_at").first() if m.job_id else None
-            extra = {"offers": migration_offers(request.user, m),
-                     "running": job is not None and not job.finished}
-        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
-
-    @admin.display(description="state", ordering="state")
-    def state_code(self, m: BucketMigration) -> str:
-        # As the commands and the ledger spell it (CATCHING_UP), not its label.
-        return format_html('<span class="state-code">{}</span>', m.state)
 
     @admin.display(description="buckets")
     def bucket_range(self, m: BucketMigration) -> str:
@@ -514,18 +427,6 @@ class BucketMigrationAdmin(ReadOnlyAdmin):
     @admin.display(description="route epochs (source \u2192 target)")
     def epochs(self, m: BucketMigration) -> str:
         return _epochs_text(m)
-
-    @admin.display(description="copied / rows to copy", ordering="copied_rows")
-    def copy_progress(self, m: BucketMigration) -> str:
-        return f"{m.copied_rows} / {m.rows_to_copy}"
-
-    @admin.display(description="write pause", ordering="write_pause_ms")
-    def write_pause(self, m: BucketMigration) -> str:
-        return "-" if m.write_pause_ms is None else f"{m.write_pause_ms:.1f} ms"
-
-    @admin.display(description="error")
-    def error_text(self, m: BucketMigration) -> str:
-        return format_html('<span class="migration-error">{}</span>', m.error[:200]) if m.error else "-"
 
     @admin.display(description="copy cursor (per source and table)")
     def copy_cursor_json(self, m: BucketMigration) -> str:
@@ -551,29 +452,3 @@ class BucketMigrationAdmin(ReadOnlyAdmin):
     def cutover_stream_offsets_json(self, m: BucketMigration) -> str:
         return _json_or_none(m.cutover_stream_offsets, "migration-cutover-offsets")
 
-    @admin.display(description="verify result")
-    def verify_json(self, m: BucketMigration) -> str:
-        return _json(m.verify_result, "migration-verify") if m.verify_result else "not verified yet"
-
-    @admin.display(description="ops jobs")
-    def jobs_table(self, m: BucketMigration) -> str:
-        jobs = OpsJob.objects.filter(pk=m.job_id) | OpsJob.objects.filter(kind=ledger.MIGRATION_JOB,
-                                                                           params__migrationId=m.pk)
-        shown = list(jobs.order_by("id")[:20])
-        if not shown:
-            return "-"
-        rows = format_html_join("", '<tr class="migration-job"><td><a href="{}">{}</a></td><td>{}</td><td>{}</td>'
-                                    "<td>{}</td></tr>",
-                                ((_url("opsjobs_opsjob_change", j.pk), j.pk, j.status, j.actor, j.message)
-                                 for j in shown))
-        return format_html('<table class="migration-jobs"><thead><tr><th>job</th><th>status</th><th>by</th>'
-                           "<th>message</th></tr></thead><tbody>{}</tbody></table>", rows)
-
-    @admin.display(description="audit")
-    def audit_link(self, m: BucketMigration) -> str:
-        url = _url("audit_auditrecord_changelist", query={"target_type": "bucket_migration", "target_id": m.pk})
-        return format_html('<a href="{}">the audit records of bucket migration {}</a>', url, m.pk)
-
-    @admin.display(description="report (bucket_migration_show --json)")
-    def report_json(self, m: BucketMigration) -> str:
-        return _json(ledger.migration_report(m), "migration-report")

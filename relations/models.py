@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 from likes_project.db_routers import RELATION_SHARD
 from likes_project.generations import GenerationModel
 from likes_project.hashing import HashContract, one_active
+from likes_project.ledgers.model import TERMINAL, ApprovedLedgerModel, LedgerState
 from likes_project.switches import GlobalPauseSwitch, PauseSwitch
 
 
@@ -430,56 +431,23 @@ class OutboxPublisherSwitch(PauseSwitch):
 # --- relation slot moves (issue 16 §3; docs/slot-moves.md) ------------------------------------------
 
 
-class SlotMoveState(models.TextChoices):
-    AWAITING_APPROVAL = "AWAITING_APPROVAL"
-    PREPARE = "PREPARE"
-    COPYING = "COPYING"
-    CATCHING_UP = "CATCHING_UP"
-    CUTOVER = "CUTOVER"
-    VERIFY = "VERIFY"
-    RETIRED = "RETIRED"
-    ABORTED = "ABORTED"
-    FAILED = "FAILED"
+SlotMoveState = LedgerState  # the approved-ledger kit's states (likes_project.ledgers.model)
 
 
-class RelationSlotMove(models.Model):
-    """The ledger of one move of logical relation slots from one shard to another (control plane). The
-    slots, source and contract are frozen at the plan; every cursor the protocol needs to resume is here."""
+class RelationSlotMove(ApprovedLedgerModel):
+    """The ledger of one move of logical relation slots from one shard to another (control plane): the kit's
+    fields (state, who and why, the job, progress, the timeline), the slots, source and contract frozen at the
+    plan, and what the catch-up applied. The copy's keyset (the kit's copy_cursor) is {"relations": last id,
+    "commands": last id, "relations_end": .., ...}; write_pause_ms is the slots' exclusive locks taken -> released."""
 
-    state = models.CharField(max_length=20, choices=SlotMoveState.choices, default=SlotMoveState.AWAITING_APPROVAL,
-                             db_index=True)
     slots = models.JSONField(default=list)  # sorted logical slots
     source_alias = models.CharField(max_length=32)
     target_alias = models.CharField(max_length=32)
     contract_version = models.PositiveIntegerField()  # the active contract the plan froze
     new_contract_version = models.PositiveIntegerField(null=True, blank=True)  # created by the cutover
-    rows_to_copy = models.BigIntegerField(default=0)  # relations + commands of the slots' users at the plan
-    # Progress: the copy's keyset {"relations": last id, "commands": last id, "relations_end": .., ...}, the
-    # capture ids the catch-up applied, and what each step measured.
-    copy_cursor = models.JSONField(default=dict, blank=True)
-    copied_rows = models.BigIntegerField(default=0)
-    captured_applied = models.BigIntegerField(default=0)
-    catchup_passes = models.PositiveIntegerField(default=0)
-    write_pause_ms = models.FloatField(null=True, blank=True)  # the slots' exclusive locks taken -> released
-    verify_result = models.JSONField(default=dict, blank=True)
-    reason = models.TextField()
-    requested_by = models.CharField(max_length=150)
-    requested_channel = models.CharField(max_length=16, default="cli")
-    approved_by = models.CharField(max_length=150, blank=True, default="")
-    abort_reason = models.TextField(blank=True, default="")
-    error = models.TextField(blank=True, default="")
-    job_id = models.BigIntegerField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    approved_at = models.DateTimeField(null=True, blank=True)
-    state_changed_at = models.DateTimeField(null=True, blank=True)
-    cutover_at = models.DateTimeField(null=True, blank=True)
-    verified_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    source_cleanup_after = models.DateTimeField(null=True, blank=True)
-    source_cleaned_at = models.DateTimeField(null=True, blank=True)
+    captured_applied = models.BigIntegerField(default=0)  # capture ids the catch-up applied
 
-    class Meta:
-        ordering = ["-pk"]
+    class Meta(ApprovedLedgerModel.Meta):
         permissions = [
             ("plan_relationslotmove", "Can plan a relation slot move"),
             ("approve_relationslotmove", "Can approve, resume or abort a relation slot move"),
@@ -494,12 +462,8 @@ class RelationSlotMove(models.Model):
     def __str__(self) -> str:
         return f"slot move {self.pk}: {len(self.slots)} slots {self.source_alias} -> {self.target_alias} ({self.state})"
 
-    @property
-    def finished(self) -> bool:
-        return self.state in SLOT_MOVE_TERMINAL
 
-
-SLOT_MOVE_TERMINAL = frozenset({SlotMoveState.RETIRED, SlotMoveState.ABORTED, SlotMoveState.FAILED})
+SLOT_MOVE_TERMINAL = TERMINAL
 
 
 class SlotFenceState(models.TextChoices):

@@ -6,29 +6,20 @@ system's job; nothing long runs in a request."""
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.http import HttpResponseRedirect
-from django.urls import reverse
-from django.utils.html import format_html
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
-from likes_project.admin_kit import AdminPage, ReadOnlyAdmin, ReasonForm, render_page, require_permission
+from likes_project.admin_kit import AdminPage, render_page, require_permission
 from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
-from likes_project.opsjobs.models import OpsJob
+from likes_project.ledgers.console import LedgerAdmin, LedgerConsole
 from likes_project.ranges import ranges_label
 from relations import routing
-from relations.models import SLOT_MOVE_TERMINAL, RelationSlotMove, SlotMoveState
+from relations.models import RelationSlotMove
 from relations.services.slot_moves import ledger
-
-
-def _move_url(move_id) -> str:
-    return reverse("admin:relations_relationslotmove_change", args=[move_id])
 
 
 class SlotMovePlanForm(forms.Form):
@@ -75,7 +66,7 @@ def slot_move_plan_view(request, *, admin_site):
             messages.success(request, f"Planned slot move {m.pk}: slots {ranges_label(m.slots)} {m.source_alias} -> "
                                       f"{m.target_alias}, {m.rows_to_copy} rows to copy. It waits for another "
                                       "operator's approval.")
-            return HttpResponseRedirect(_move_url(m.pk))
+            return HttpResponseRedirect(CONSOLE.change_url(m.pk))
     return render_page(
         request, admin_site, "admin_kit/form_page.html", title="Plan a slot move", form=form,
         submit="Plan the slot move", body_class="slot-move-plan",
@@ -86,75 +77,23 @@ def slot_move_plan_view(request, *, admin_site):
               "as an ops job.")
 
 
-def _refused(request, move_id, what: str, exc: DomainError) -> HttpResponseRedirect:
-    messages.error(request, f"Slot move {move_id} was not {what} ({exc.code}): {exc.message}")
-    known = RelationSlotMove.objects.filter(pk=move_id).exists()
-    return HttpResponseRedirect(_move_url(move_id) if known else
-                                reverse("admin:relations_relationslotmove_changelist"))
+class SlotMoveConsole(LedgerConsole):
+    def abort_page(self, request, admin_site, m: RelationSlotMove, form):
+        return render_page(request, admin_site, "admin_kit/form_page.html", title=f"Abort slot move {m.pk}", form=form,
+                           submit="Abort the slot move", body_class="slot-move-abort",
+                           intro=f"Slot move {m.pk} is {m.state}. Before its switch an abort gives the slots back to "
+                                 f"{m.source_alias} and removes the copy on {m.target_alias}; after it, it is refused.")
+
+    def aborted_message(self, before: RelationSlotMove, aborted: RelationSlotMove) -> str:
+        return (f"Aborted slot move {aborted.pk} (it was {before.state}): slots {ranges_label(aborted.slots)} stay on "
+                f"{aborted.source_alias}.")
 
 
-def _started(request, m: RelationSlotMove, what: str) -> HttpResponseRedirect:
-    messages.success(request, format_html('{} slot move {}: it is {}; the system runs it as <a href="{}">job {}</a>.',
-                                          what, m.pk, m.state, reverse("admin:opsjobs_opsjob_change",
-                                                                       args=[m.job_id]), m.job_id))
-    return HttpResponseRedirect(_move_url(m.pk))
-
-
-@require_POST
-def slot_move_approve_view(request, move_id: int, *, admin_site):
-    require_permission(request, ledger.APPROVE_PERMISSION)
-    try:
-        m = ledger.move_approve(move_id=move_id, actor=admin_actor(request.user))
-    except DomainError as exc:
-        return _refused(request, move_id, "approved", exc)
-    return _started(request, m, "Approved")
-
-
-@require_POST
-def slot_move_resume_view(request, move_id: int, *, admin_site):
-    require_permission(request, ledger.APPROVE_PERMISSION)
-    try:
-        m = ledger.move_resume(move_id=move_id, actor=admin_actor(request.user))
-    except DomainError as exc:
-        return _refused(request, move_id, "resumed", exc)
-    return _started(request, m, "Resumed")
-
-
-@require_http_methods(["GET", "POST"])
-def slot_move_abort_view(request, move_id: int, *, admin_site):
-    require_permission(request, ledger.APPROVE_PERMISSION)
-    try:
-        m = ledger.move_get(move_id)
-    except DomainError as exc:
-        return _refused(request, move_id, "aborted", exc)
-    form = ReasonForm(request.POST if request.method == "POST" else None)
-    if form.is_valid():
-        try:
-            aborted = ledger.move_abort(move_id=m.pk, actor=admin_actor(request.user),
-                                        reason=form.cleaned_data["reason"])
-        except DomainError as exc:
-            return _refused(request, m.pk, "aborted", exc)
-        messages.success(request, f"Aborted slot move {aborted.pk} (it was {m.state}): slots "
-                                  f"{ranges_label(aborted.slots)} stay on {aborted.source_alias}.")
-        return HttpResponseRedirect(_move_url(aborted.pk))
-    return render_page(request, admin_site, "admin_kit/form_page.html", title=f"Abort slot move {m.pk}", form=form,
-                       submit="Abort the slot move", body_class="slot-move-abort",
-                       intro=f"Slot move {m.pk} is {m.state}. Before its switch an abort gives the slots back to "
-                             f"{m.source_alias} and removes the copy on {m.target_alias}; after it, it is refused.")
-
-
-def slot_move_offers(user, m: RelationSlotMove) -> dict[str, bool]:
-    """Which buttons a move's page offers `user` (the service decides again on the POST)."""
-    approver = user.has_perm(ledger.APPROVE_PERMISSION)
-    resumable = ((m.state not in SLOT_MOVE_TERMINAL and m.state != SlotMoveState.AWAITING_APPROVAL)
-                 or (m.state == SlotMoveState.RETIRED and m.source_cleaned_at is None))
-    return {"approve": approver and m.state == SlotMoveState.AWAITING_APPROVAL, "resume": approver and resumable,
-            "abort": approver and m.state in ledger.BEFORE_SWITCH and not m.new_contract_version,
-            "own": m.requested_by == user.get_username()}
+CONSOLE = SlotMoveConsole(ledger.LEDGER, url_prefix="relations_slot_move", title="Slot move")
 
 
 @admin.register(RelationSlotMove)
-class RelationSlotMoveAdmin(ReadOnlyAdmin):
+class RelationSlotMoveAdmin(LedgerAdmin):
     """The slot move ledger, read-only: which slots move where, how far the copy and the catch-up are, the
     contract versions, the measured write pause, who asked and who approved."""
 
@@ -162,36 +101,21 @@ class RelationSlotMoveAdmin(ReadOnlyAdmin):
                     "write_pause", "requested_by", "approved_by", "created_at", "cutover_at", "error_text")
     list_filter = ("state", "target_alias", "source_alias")
     search_fields = ("=id", "=requested_by", "=approved_by", "reason")
-    ordering = ("-id",)
+    console, css = CONSOLE, "slot-move"
     fields = ("state_code", "slot_range", "route", "contract_version", "new_contract_version", "copy_progress",
-              "captured_applied", "catchup_passes", "write_pause", "report_json", "reason", "requested_by",
-              "approved_by", "approved_at", "abort_reason", "error", "job_id", "created_at", "state_changed_at",
-              "cutover_at", "verified_at", "finished_at", "source_cleanup_after", "source_cleaned_at")
-    readonly_fields = ("state_code", "slot_range", "route", "copy_progress", "write_pause", "report_json")
+              "captured_applied", "catchup_passes", "write_pause", "verify_json", "reason", "requested_by",
+              "approved_by", "approved_at", "abort_reason", "error", "jobs_table", "audit_link", "created_at",
+              "state_changed_at", "cutover_at", "verified_at", "finished_at", "source_cleanup_after",
+              "source_cleaned_at", "report_json")
+    readonly_fields = ("state_code", "slot_range", "route", "copy_progress", "write_pause", "verify_json", "jobs_table",
+                       "audit_link", "report_json")
     change_list_template = "relations/admin/relationslotmove_change_list.html"
     change_form_template = "relations/admin/relationslotmove_change_form.html"
     pages = [
         AdminPage("plan/", slot_move_plan_view, name="relations_slot_move_plan", title="Plan a slot move",
                   permission=ledger.PLAN_PERMISSION),
-        AdminPage("<int:move_id>/approve/", slot_move_approve_view, name="relations_slot_move_approve",
-                  title="Approve a slot move", permission=ledger.APPROVE_PERMISSION, listed=False),
-        AdminPage("<int:move_id>/resume/", slot_move_resume_view, name="relations_slot_move_resume",
-                  title="Resume a slot move", permission=ledger.APPROVE_PERMISSION, listed=False),
-        AdminPage("<int:move_id>/abort/", slot_move_abort_view, name="relations_slot_move_abort",
-                  title="Abort a slot move", permission=ledger.APPROVE_PERMISSION, listed=False),
+        *CONSOLE.pages(),
     ]
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        m = self.get_object(request, unquote(object_id))
-        extra = {}
-        if m is not None:
-            job = OpsJob.objects.filter(pk=m.job_id).only("status", "finished_at").first() if m.job_id else None
-            extra = {"offers": slot_move_offers(request.user, m), "running": job is not None and not job.finished}
-        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
-
-    @admin.display(description="state", ordering="state")
-    def state_code(self, m: RelationSlotMove) -> str:
-        return format_html('<span class="state-code">{}</span>', m.state)
 
     @admin.display(description="slots")
     def slot_range(self, m: RelationSlotMove) -> str:
@@ -200,20 +124,3 @@ class RelationSlotMoveAdmin(ReadOnlyAdmin):
     @admin.display(description="source \u2192 target", ordering="target_alias")
     def route(self, m: RelationSlotMove) -> str:
         return f"{m.source_alias} \u2192 {m.target_alias}"
-
-    @admin.display(description="copied / rows to copy", ordering="copied_rows")
-    def copy_progress(self, m: RelationSlotMove) -> str:
-        return f"{m.copied_rows} / {m.rows_to_copy}"
-
-    @admin.display(description="write pause", ordering="write_pause_ms")
-    def write_pause(self, m: RelationSlotMove) -> str:
-        return "-" if m.write_pause_ms is None else f"{m.write_pause_ms:.1f} ms"
-
-    @admin.display(description="error")
-    def error_text(self, m: RelationSlotMove) -> str:
-        return format_html('<span class="slot-move-error">{}</span>', m.error[:200]) if m.error else "-"
-
-    @admin.display(description="report (relation_slot_move_show --json)")
-    def report_json(self, m: RelationSlotMove) -> str:
-        return format_html('<pre class="slot-move-report">{}</pre>',
-                           json.dumps(ledger.move_report(m), indent=2, sort_keys=True, default=str))

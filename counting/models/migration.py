@@ -8,22 +8,15 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import F, Q
 
+from likes_project.ledgers.model import TERMINAL as TERMINAL  # the selectors and the admin import it from here
+from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
 
-class MigrationState(models.TextChoices):
-    AWAITING_APPROVAL = "AWAITING_APPROVAL"
-    PREPARE = "PREPARE"
-    COPYING = "COPYING"
-    CATCHING_UP = "CATCHING_UP"
-    CUTOVER = "CUTOVER"
-    VERIFY = "VERIFY"
-    RETIRED = "RETIRED"
-    ABORTED = "ABORTED"
-    FAILED = "FAILED"
+MigrationState = LedgerState  # the approved-ledger kit's states (likes_project.ledgers.model)
 
 
-class BucketMigration(models.Model):
-    state = models.CharField(max_length=20, choices=MigrationState.choices, default=MigrationState.AWAITING_APPROVAL,
-                             db_index=True)
+class BucketMigration(ApprovedLedgerModel):
+    """The kit's fields (state, who and why, the job, progress, the timeline) and what a migration moves."""
+
     # Frozen at the plan: the contract, the generation and the buckets; the source of each bucket and its
     # epoch E (a bucket moves to epoch E+1 on the target).
     bucket_space_version = models.PositiveIntegerField()
@@ -34,10 +27,8 @@ class BucketMigration(models.Model):
     target_partition = models.CharField(max_length=32)
     source_manifest_id = models.BigIntegerField()
     target_manifest_id = models.BigIntegerField(null=True, blank=True)
-    rows_to_copy = models.BigIntegerField(default=0)
-    # Progress, all resumable: the copy's per (source, table) cursor {"bucket", "seq"}, the baseline C and
+    # Progress, all resumable (the kit's copy_cursor: per (source, table) {"bucket", "seq"}): the baseline C and
     # the change-log position the catch-up replays from, per source partition.
-    copy_cursor = models.JSONField(default=dict, blank=True)
     baseline = models.JSONField(default=dict, blank=True)  # C: source partition -> change seq
     replay_next_position = models.JSONField(default=dict, blank=True)  # source partition -> change seq
     final_watermark = models.JSONField(default=dict, blank=True)  # H: source partition -> change seq
@@ -46,30 +37,9 @@ class BucketMigration(models.Model):
     cutover_checkpoint_ref = models.JSONField(default=dict, blank=True)
     cutover_stream_offsets = models.JSONField(default=dict, blank=True)
     target_watermark = models.BigIntegerField(null=True, blank=True)  # the target's change seq at the CAS
-    copied_rows = models.BigIntegerField(default=0)
     replayed_events = models.BigIntegerField(default=0)
-    catchup_passes = models.PositiveIntegerField(default=0)
-    write_pause_ms = models.FloatField(null=True, blank=True)  # source DRAINING -> CAS committed
-    verify_result = models.JSONField(default=dict, blank=True)
-    # Who and why: a second operator approves (the database refuses the requester).
-    reason = models.TextField()
-    requested_by = models.CharField(max_length=150)
-    requested_channel = models.CharField(max_length=16, default="cli")
-    approved_by = models.CharField(max_length=150, blank=True, default="")
-    abort_reason = models.TextField(blank=True, default="")
-    error = models.TextField(blank=True, default="")
-    job_id = models.BigIntegerField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    approved_at = models.DateTimeField(null=True, blank=True)
-    state_changed_at = models.DateTimeField(null=True, blank=True)
-    cutover_at = models.DateTimeField(null=True, blank=True)
-    verified_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    source_cleanup_after = models.DateTimeField(null=True, blank=True)
-    source_cleaned_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-pk"]
+    class Meta(ApprovedLedgerModel.Meta):
         permissions = [
             ("plan_bucketmigration", "Can plan a virtual-bucket migration"),
             ("approve_bucketmigration", "Can approve, resume or abort a virtual-bucket migration"),
@@ -82,9 +52,3 @@ class BucketMigration(models.Model):
     def __str__(self) -> str:
         return f"migration {self.pk}: {len(self.buckets)} buckets -> {self.target_partition} ({self.state})"
 
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL
-
-
-TERMINAL = frozenset({MigrationState.RETIRED, MigrationState.ABORTED, MigrationState.FAILED})

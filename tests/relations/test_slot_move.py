@@ -374,5 +374,9 @@ def test_the_console_plans_approves_shows_and_aborts_with_permissions_and_a_seco
     abort = reverse("admin:relations_slot_move_abort", args=[m.pk])
     assert approver_client.post(abort, {"reason": "not today"}).status_code == 302
     assert ledger.move_get(m.pk).state == S.ABORTED
+    # the move's page lists the job the approval started and links the move's audit records (the ledger kit's)
+    shown = approver_client.get(page).content.decode()
+    assert f'<tr class="slot-move-job"><td><a href="/admin/opsjobs/opsjob/{m.job_id}/change/">{m.job_id}</a>' in shown
+    assert f"target_type=relation_slot_move&amp;target_id={m.pk}" in shown and "slot-move-report" in shown
     listing = approver_client.get(reverse("admin:relations_relationslotmove_changelist"))
     assert listing.status_code == 200 and b"ABORTED" in listing.content

@@ -5,25 +5,11 @@ target's copy is removed. After the CAS it is refused (migration_past_cutover): 
 
 from __future__ import annotations
 
-from counting.services.migration import ledger
-from likes_project.audit.services import cli_actor_resolve
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
-from likes_project.errors import DomainError
+from counting.services.migration.ledger import LEDGER
+from likes_project.ledgers.cli import LedgerAbortCommand
 
 
-class Command(DomainCommand):
+class Command(LedgerAbortCommand):
     help = "Abort a bucket migration before its cutover (after it, plan a reverse migration)."
-
-    def add_arguments(self, parser):
-        parser.add_argument("migration_id", metavar="MIGRATION_ID")
-        parser.add_argument("--reason", required=True, help="Why (recorded in the ledger and the audit log).")
-        self.add_actor_argument(parser)
-        add_json_argument(parser)
-
-    def run(self, *args, **options):
-        try:
-            actor = cli_actor_resolve(username=options.get("actor"), permission=ledger.APPROVE_PERMISSION)
-            m = ledger.migration_abort(migration_id=options["migration_id"], actor=actor, reason=options["reason"])
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, {"migrationId": m.pk, "status": m.state}, f"migration {m.pk}: {m.state}")
+    ledger = LEDGER
+    id_dest, id_metavar = "migration_id", "MIGRATION_ID"

@@ -5,25 +5,11 @@ wait); the protocol goes on from the ledger's cursor. Exit 1 when there is nothi
 
 from __future__ import annotations
 
-from counting.services.migration import ledger
-from likes_project.audit.services import cli_actor_resolve
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
-from likes_project.errors import DomainError
+from counting.services.migration.ledger import LEDGER
+from likes_project.ledgers.cli import LedgerResumeCommand
 
 
-class Command(DomainCommand):
+class Command(LedgerResumeCommand):
     help = "Resume a bucket migration from its ledger's state and cursor (a new job on the workers)."
-
-    def add_arguments(self, parser):
-        parser.add_argument("migration_id", metavar="MIGRATION_ID")
-        self.add_actor_argument(parser)
-        add_json_argument(parser)
-
-    def run(self, *args, **options):
-        try:
-            actor = cli_actor_resolve(username=options.get("actor"), permission=ledger.APPROVE_PERMISSION)
-            m = ledger.migration_resume(migration_id=options["migration_id"], actor=actor)
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, {"migrationId": m.pk, "status": m.state, "jobId": m.job_id},
-             f"migration {m.pk}: {m.state}; resumed by job {m.job_id}")
+    ledger = LEDGER
+    id_dest, id_metavar = "migration_id", "MIGRATION_ID"

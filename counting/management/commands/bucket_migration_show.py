@@ -6,11 +6,12 @@ watermarks, the measured write pause, the verification. Exit 1 when there is no 
 from __future__ import annotations
 
 from counting.services.migration import ledger
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
+from likes_project.cli import add_json_argument, emit, refuse
 from likes_project.errors import DomainError
+from likes_project.ledgers.cli import LedgerCommand
 
 
-class Command(DomainCommand):
+class Command(LedgerCommand):
     help = "Show a bucket migration's ledger (state, progress, manifests, epochs, watermarks, write pause)."
 
     def add_arguments(self, parser):
@@ -32,9 +33,5 @@ class Command(DomainCommand):
                  f"{m.write_pause_ms if m.write_pause_ms is not None else '-'} ms",
                  f"  requested by {m.requested_by}" + (f", approved by {m.approved_by}" if m.approved_by else "")
                  + f"; reason: {m.reason}"]
-        if m.verify_result:
-            lines.append(f"  verify: {'ok' if m.verify_result.get('ok') else 'FAILED'} "
-                         f"({m.verify_result.get('rowsCompared', 0)} rows compared)")
-        if m.error:
-            lines.append(f"  error: {m.error}")
+        lines += self.tail_lines(m)
         emit(self, options, report, "\n".join(lines))

@@ -6,8 +6,9 @@ is no such move."""
 
 from __future__ import annotations
 
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
+from likes_project.cli import add_json_argument, emit, refuse
 from likes_project.errors import DomainError
+from likes_project.ledgers.cli import LedgerCommand
 from relations.models import RelationSlotMove
 from relations.services.slot_moves import ledger
 
@@ -18,7 +19,7 @@ def _line(r: dict) -> str:
             f"changes applied; write pause {r['writePauseMs'] if r['writePauseMs'] is not None else '-'} ms")
 
 
-class Command(DomainCommand):
+class Command(LedgerCommand):
     help = "Show a relation slot move's ledger (state, progress, contract versions, write pause), or every move."
 
     def add_arguments(self, parser):
@@ -38,9 +39,5 @@ class Command(DomainCommand):
         lines = [_line(r), f"  contract v{m.contract_version} -> v{m.new_contract_version or '-'}; requested by "
                  f"{m.requested_by}" + (f", approved by {m.approved_by}" if m.approved_by else "")
                  + f"; reason: {m.reason}"]
-        if m.verify_result:
-            lines.append(f"  verify: {'ok' if m.verify_result.get('ok') else 'FAILED'} "
-                         f"({m.verify_result.get('rowsCompared', 0)} rows compared)")
-        if m.error:
-            lines.append(f"  error: {m.error}")
+        lines += self.tail_lines(m)
         emit(self, options, r, "\n".join(lines))

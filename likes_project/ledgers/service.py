@@ -1,0 +1,221 @@
+"""`ApprovedLedger`: the lifecycle every approved, job-run ledger goes through (a virtual-bucket migration, a
+relation slot move). A subclass names its model, its refusal codes and job, and says what it moves (`units`),
+what else an approval or an abort must check, and how an abort is undone; the rest is here, once:
+
+- `transition`: the one audited compare-and-set through the table of allowed transitions;
+- `approve`: PREPARE by a second person (the service and the database refuse the requester), then the system's
+  job; `resume`: a new job from the ledger; `abort`: before the switch only, with a reason;
+- `plan_transaction`: plans and approvals serialised, so two overlapping ones cannot both pass `refuse_overlap`;
+- `wait`: following the job; `report`: the fields every ledger prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
+
+from likes_project.audit.services import Actor, audit_record
+from likes_project.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
+from likes_project.ledgers.model import TERMINAL, TRANSITIONS, ApprovedLedgerModel, LedgerState
+from likes_project.ranges import ranges_label
+
+S = LedgerState
+
+
+def ledger_transition(row: ApprovedLedgerModel, to: str, *, refused: type[Conflict], what: str, target_type: str,
+                      actor: Actor, params: dict | None = None, **fields) -> ApprovedLedgerModel:
+    """Move `row` to `to` if the table allows it and the row is still in the state it was read in (a CAS: two
+    runners cannot both move it), audited as "<target_type>.<to>" in the same transaction (the caller's on
+    `default`, if any). `refused` is raised otherwise; `what` names the row in its message ("migration 3")."""
+    if to not in TRANSITIONS[row.state]:
+        raise refused(f"{what}: {row.state} -> {to} is not a transition of the protocol")
+    now = timezone.now()
+    if to in TERMINAL:
+        fields.setdefault("finished_at", now)
+    with transaction.atomic(using="default"):
+        moved = type(row).objects.filter(pk=row.pk, state=row.state).update(state=to, state_changed_at=now, **fields)
+        if not moved:
+            raise refused(f"{what} is no longer {row.state}")
+        audit_record(actor=actor, action=f"{target_type}.{to.lower()}", target_type=target_type,
+                     target_id=str(row.pk), params={"from": row.state, **(params or {})})
+    row.refresh_from_db()
+    return row
+
+
+def iso(value) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+class ApprovedLedger:
+    """One kind of approved ledger. Subclasses set the attributes and override the hooks below them."""
+
+    model: type[ApprovedLedgerModel]
+    noun: str  # in messages: "slot move 3 is COPYING"
+    code: str  # refusal codes: "slot_move_running", "slot_move_not_resumable"
+    target_type: str  # the audit's target type and action prefix: "relation_slot_move.approve"
+    id_param: str  # the ledger id's JSON field and job parameter: "moveId"
+    job_kind: str
+    job_target: str  # the job's target: "relation slot move 3"
+    executor: str  # the system actor the job runs as
+    plan_permission: str
+    approve_permission: str  # approve, resume, abort
+    plan_lock: int  # the advisory lock that serialises plans and approvals
+    not_found: type[NotFound]
+    state_conflict: type[Conflict]
+    overlap: type[Conflict]
+    self_approval: type[Forbidden]
+    refused: type[Conflict]
+    units_name: str  # "buckets", "slots"
+
+    # --- hooks --------------------------------------------------------------------------------------------
+
+    def units(self, m: ApprovedLedgerModel) -> list[int]:
+        """What `m` moves (sorted); two unfinished ledgers never share one."""
+        raise NotImplementedError
+
+    def approval_checks(self, m: ApprovedLedgerModel) -> None:
+        """Refusals of an approval besides the state, the second person and overlap."""
+
+    def approval_guard(self, m: ApprovedLedgerModel):
+        """Held around the approval's transaction (a context manager)."""
+        return contextlib.nullcontext()
+
+    def abort_refusal(self, m: ApprovedLedgerModel) -> DomainError | None:
+        """Why `m` cannot be aborted now (past its switch, or finished), or None."""
+        raise NotImplementedError
+
+    def undo_before_switch(self, m: ApprovedLedgerModel) -> None:
+        """Give the units back to their source and remove the target's copy (an abort)."""
+        raise NotImplementedError
+
+    def after_abort(self) -> None:
+        """What a process must reload after an abort (its routing cache)."""
+
+    def report_fields(self, m: ApprovedLedgerModel) -> dict:
+        """The report's fields of this kind of ledger (what moves where, its own cursors)."""
+        return {}
+
+    # --- the lifecycle ------------------------------------------------------------------------------------
+
+    def get(self, ledger_id) -> ApprovedLedgerModel:
+        try:
+            return self.model.objects.get(pk=int(ledger_id))
+        except (self.model.DoesNotExist, ValueError, TypeError):
+            raise self.not_found(f"No {self.job_target} {ledger_id!r}.") from None
+
+    def transition(self, m: ApprovedLedgerModel, to: str, *, actor: Actor, params: dict | None = None,
+                   **fields) -> ApprovedLedgerModel:
+        """Move `m` to `to` through the table, a compare-and-set audited in the caller's transaction, if any."""
+        return ledger_transition(m, to, refused=self.refused, what=f"{self.noun} {m.pk}", target_type=self.target_type,
+                                 actor=actor, params=params, **fields)
+
+    @contextlib.contextmanager
+    def plan_transaction(self):
+        """A durable transaction on `default` holding the plan lock (plans and approvals one at a time)."""
+        with transaction.atomic(using="default", durable=True):
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [self.plan_lock])
+            yield
+
+    def refuse_overlap(self, units: list[int], *, besides: int | None = None) -> None:
+        """Inside `plan_transaction`: no unfinished ledger of this kind moves any of `units`."""
+        wanted = set(units)
+        for other in self.model.objects.exclude(state__in=TERMINAL).exclude(pk=besides):
+            common = wanted & set(self.units(other))
+            if common:
+                raise self.overlap(f"{self.noun} {other.pk} ({other.state}) also moves {self.units_name} "
+                                   f"{ranges_label(sorted(common))}; finish or abort it first.")
+
+    def approve(self, ledger_id, *, actor: Actor) -> ApprovedLedgerModel:
+        """PREPARE, approved by `actor` (never the requester); then the system's job runs the protocol."""
+        m = self.get(ledger_id)
+        if m.state != S.AWAITING_APPROVAL:
+            raise self.state_conflict(f"{self.noun} {m.pk} is {m.state}; only AWAITING_APPROVAL can be approved.",
+                                      code=f"{self.code}_not_awaiting_approval")
+        if actor.name == m.requested_by:
+            with transaction.atomic(using="default", durable=True):
+                audit_record(actor=actor, action=f"{self.target_type}.approve", target_type=self.target_type,
+                             target_id=str(m.pk), outcome="refused", params={"reason": "self_approval"})
+            raise self.self_approval()
+        self.approval_checks(m)
+        try:
+            with self.approval_guard(m), self.plan_transaction():
+                self.refuse_overlap(self.units(m), besides=m.pk)
+                m = self.transition(m, S.PREPARE, actor=actor, approved_by=actor.name, approved_at=timezone.now())
+        except IntegrityError:  # the database's own refusal (the check that the approver is not the requester)
+            raise self.self_approval() from None
+        return self._start_job(m)
+
+    def resume(self, ledger_id, *, actor: Actor) -> ApprovedLedgerModel:
+        """A new job for an approved ledger that is not finished (its worker died, or a step must wait); the
+        protocol goes on from the ledger. A RETIRED one whose source copy is kept is cleaned up once its
+        retention has passed."""
+        from likes_project.opsjobs.models import JobStatus, OpsJob
+
+        m = self.get(ledger_id)
+        if not m.resumable:
+            raise self.state_conflict(f"{self.noun} {m.pk} is {m.state}; there is nothing to resume.",
+                                      code=f"{self.code}_not_resumable")
+        running = OpsJob.objects.filter(pk=m.job_id, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).first()
+        if running is not None:
+            raise self.state_conflict(f"{self.noun} {m.pk} is being run by job {running.pk}.",
+                                      code=f"{self.code}_running")
+        with transaction.atomic(using="default", durable=True):
+            audit_record(actor=actor, action=f"{self.target_type}.resume", target_type=self.target_type,
+                         target_id=str(m.pk), params={"state": m.state})
+        return self._start_job(m, error="")
+
+    def _start_job(self, m: ApprovedLedgerModel, **fields) -> ApprovedLedgerModel:
+        from likes_project.audit.services import system_actor
+        from likes_project.opsjobs.services import job_start
+
+        job = job_start(kind=self.job_kind, actor=system_actor(self.executor), params={self.id_param: m.pk},
+                        target=f"{self.job_target} {m.pk}")
+        self.model.objects.filter(pk=m.pk).update(job_id=job.pk, **fields)
+        return self.get(m.pk)
+
+    def abort(self, ledger_id, *, actor: Actor, reason: str) -> ApprovedLedgerModel:
+        """ABORTED, from any state before the switch: `undo_before_switch`, then the audited transition."""
+        reason = (reason or "").strip()
+        if not reason:
+            raise InvalidInput("An abort needs a reason.", code="reason_required")
+        m = self.get(ledger_id)
+        refusal = self.abort_refusal(m)
+        if refusal is not None:
+            raise refusal
+        self.undo_before_switch(m)
+        m = self.transition(self.get(m.pk), S.ABORTED, actor=actor, params={"reason": reason}, abort_reason=reason)
+        self.after_abort()
+        return m
+
+    def wait(self, ledger_id, *, timeout_s: float, on_change: Callable | None = None) -> ApprovedLedgerModel:
+        """Until the ledger is RETIRED, ABORTED or FAILED, or its job ended with it waiting; bounded."""
+        from likes_project.opsjobs.models import OpsJob
+
+        deadline, seen = time.monotonic() + timeout_s, None
+        while True:
+            m = self.get(ledger_id)
+            if m.state != seen and on_change is not None:
+                on_change(m)
+            seen = m.state
+            job = OpsJob.objects.filter(pk=m.job_id).first()
+            if m.finished or time.monotonic() >= deadline or (job is not None and job.finished):
+                return m
+            time.sleep(0.5)  # following a job on the workers: poll its ledger row, bounded by timeout_s
+
+    def report(self, m: ApprovedLedgerModel) -> dict:
+        """The ledger as the show command prints it (`--json`) and the console shows it."""
+        return {
+            self.id_param: m.pk, "status": m.state, **self.report_fields(m),
+            "rowsToCopy": m.rows_to_copy, "copiedRows": m.copied_rows, "catchupPasses": m.catchup_passes,
+            "copyCursor": m.copy_cursor, "writePauseMs": m.write_pause_ms, "verify": m.verify_result,
+            "reason": m.reason, "requestedBy": m.requested_by, "approvedBy": m.approved_by or None,
+            "abortReason": m.abort_reason or None, "error": m.error or None, "jobId": m.job_id,
+            "createdAt": iso(m.created_at), "approvedAt": iso(m.approved_at), "cutoverAt": iso(m.cutover_at),
+            "verifiedAt": iso(m.verified_at), "finishedAt": iso(m.finished_at),
+            "sourceCleanupAfter": iso(m.source_cleanup_after), "sourceCleanedAt": iso(m.source_cleaned_at),
+        }
