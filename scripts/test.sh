@@ -50,6 +50,10 @@ run_single() {
 run_scaled() {
   echo "[test] pytest (scaled: two PostgreSQL servers, a three-node Redis Cluster)"
   on scaled
+  # The slot moves again with a third relation shard configured that contract v1 leaves empty, the way a
+  # scale-out adds one: the moves go from rel_01 (second server) onto rel_02 (first server).
+  echo "[test] pytest (scaled: slot moves onto a new, empty relation shard rel_02)"
+  RELATION_SHARDS=3 RELATION_CONTRACT_SHARDS=rel_00,rel_01 on scaled -q tests/relations/test_slot_move.py
 }
 case "$TOPOLOGY_REQUESTED" in
   single) run_single ;;
