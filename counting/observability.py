@@ -27,7 +27,11 @@ def _snapshot_staleness(scrape: Scrape) -> None:
 
 
 def register() -> None:
+    from counting.services.migration.ledger import LEDGER
+    from likes_project.ledgers import observability as ledger_gauges
+
     register_part("snapshot_staleness", _snapshot_staleness)
+    ledger_gauges.register(LEDGER)
 
 
 def count_partition_roles() -> dict[str, str]:

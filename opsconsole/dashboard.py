@@ -39,7 +39,7 @@ CHARTED = (
     "likes_outbox_oldest_pending_age_seconds", "likes_outbox_rows", "likes_consumer_lag_entries",
     "likes_consumer_lag_seconds", "likes_dead_letters", "likes_dead_letter_oldest_age_seconds",
     "likes_reconcile_open_diffs", "likes_repairs_awaiting_approval", "likes_reconcile_last_run_passed",
-    "likes_ops_jobs_unfinished", "likes_switches_set",
+    "likes_ops_jobs_unfinished", "likes_switches_set", "likes_ledgers_unfinished",
 )
 PENDING_OUTBOX = ("NEW", "RETRY", "UNCERTAIN")
 LIST_LIMIT = 20  # rows a list panel shows; the model list behind its link has the rest
@@ -276,6 +276,34 @@ def _jobs(now: dt.datetime, hist: History) -> Panel:
     return panel
 
 
+def _moves(now: dt.datetime, hist: History) -> Panel:
+    """Bucket migrations and relation slot moves not finished: one waiting for a second person, or approved with
+    no job running it (the sweeper resumes a dead worker's move within a lease; longer, it is stuck), is an
+    alert."""
+    from counting.services.migration.ledger import LEDGER as MIGRATIONS
+    from likes_project.ledgers.model import TERMINAL, LedgerState
+    from relations.services.slot_moves.ledger import LEDGER as SLOT_MOVES
+
+    panel = Panel("moves", "Moves not finished (bucket migrations, relation slot moves)",
+                  ["Move", "What", "State", "In it for", "Job", "Requested by"], empty="No move is under way.")
+    running = set(OpsJob.objects.exclude(status__in=FINISHED_JOB_STATUSES).values_list("pk", flat=True))
+    for led in (MIGRATIONS, SLOT_MOVES):
+        meta = led.model._meta
+        for m in led.model.objects.exclude(state__in=TERMINAL).order_by("id")[:LIST_LIMIT]:
+            waiting = m.state == LedgerState.AWAITING_APPROVAL
+            stuck = not waiting and m.job_id not in running
+            job = (Cell(f"#{m.job_id}", _admin_url("opsjobs_opsjob_change", m.job_id), warn=stuck) if m.job_id
+                   else Cell("-", warn=stuck))
+            page = _admin_url(f"{meta.app_label}_{meta.model_name}_change", m.pk)
+            panel.rows.append([Cell(f"{led.noun} {m.pk}", page), Cell(led.summary(m)),
+                               Cell(m.state, warn=waiting or stuck or bool(m.error)),
+                               Cell(_ago(m.state_changed_at, now).removesuffix(" ago")), job, Cell(m.requested_by)])
+            panel.alert = panel.alert or waiting or stuck or bool(m.error)
+    panel.charts.append(("unfinished", sparkline(hist.series("likes_ledgers_unfinished"), start=hist.start,
+                                                 end=hist.end, what="moves not finished")))
+    return panel
+
+
 def _verdicts(now: dt.datetime, hist: History) -> Panel:
     panel = Panel("verdicts", "Last reconciliation verdicts",
                   ["Mode", "Run", "Verdict", "Checked", "Diffs", "Finished"],
@@ -302,7 +330,7 @@ def front_page(now: dt.datetime | None = None) -> dict:
     hist = history_load(now)
     panels = [
         _switches(now, hist), _outbox(cur, hist), _lag(cur, hist), _dead_letters(cur, hist), _diffs(cur, hist),
-        _repairs(now, hist), _jobs(now, hist), _verdicts(now, hist),
+        _repairs(now, hist), _moves(now, hist), _jobs(now, hist), _verdicts(now, hist),
     ]
     return {"panels": panels, "gauges_age": None if age is None else _seconds(age),
             "gauges_stale": age is None or age > 3 * float(settings.METRICS_GAUGES_EVERY_S) + 30,

@@ -30,5 +30,9 @@ def _outbox(alias: str) -> Callable[[Scrape], None]:
 
 
 def register() -> None:
+    from likes_project.ledgers import observability as ledger_gauges
+    from relations.services.slot_moves.ledger import LEDGER
+
     for alias in settings.RELATION_SHARD_ALIASES:
         register_part(f"outbox:{alias}", _outbox(alias))
+    ledger_gauges.register(LEDGER)

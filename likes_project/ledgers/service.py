@@ -77,6 +77,10 @@ class ApprovedLedger:
         """What `m` moves (sorted); two unfinished ledgers never share one."""
         raise NotImplementedError
 
+    def summary(self, m: ApprovedLedgerModel) -> str:
+        """What `m` moves where, in a line ("slots 1,3 (2) rel_01 -> rel_02")."""
+        raise NotImplementedError
+
     def approval_checks(self, m: ApprovedLedgerModel) -> None:
         """Refusals of an approval besides the state, the second person and overlap."""
 

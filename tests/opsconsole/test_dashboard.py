@@ -32,7 +32,7 @@ from tests.relations.helpers import cmd
 pytestmark = pytest.mark.django_db(databases="__all__")
 
 OPERATOR = Actor(name="dash-operator", channel="admin")
-PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "jobs", "verdicts")
+PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "moves", "jobs", "verdicts")
 
 
 def logged_in(username: str, *groups: str) -> Client:
@@ -119,6 +119,41 @@ def test_the_front_page_shows_what_is_set_pending_and_running(make_user, make_vi
     for key in ("switches", "dead_letters", "diffs", "repairs", "verdicts"):
         assert f'class="dash-panel alert" id="panel-{key}"' in html, key  # each needs an operator
     assert 'class="dash-panel" id="panel-jobs"' in html  # a running job is not an alert
+
+
+def test_moves_not_finished_are_listed_and_one_waiting_or_stuck_is_an_alert():
+    """The ledger kit's gauges and the front page's moves panel: a slot move waiting for a second person is an
+    alert; approved with its job queued it is under way (no alert); its job dead, it is stuck (an alert)."""
+    from likes_project.observability import scrape_families
+    from relations import routing
+    from relations.services.slot_moves import ledger
+    from tests.reconciliation.helpers import APPROVER, REQUESTER
+
+    client = logged_in("dash-moves", "likes-viewer")
+    assert "No move is under way." in panel(front(client), "moves")
+    slots = [s for s in range(256) if routing.active_contract().slot_aliases[s] == "rel_00"][:2]
+    m = ledger.move_plan(slots=slots, target="rel_01", reason="scale out", actor=REQUESTER)
+    gauges_refresh()
+    families = {name: samples for name, _help, samples in scrape_families()}
+    assert ({"ledger": "relation_slot_move", "state": "AWAITING_APPROVAL"}, 1) in families["likes_ledgers_unfinished"]
+    assert any(labels == {"ledger": "relation_slot_move", "state": "AWAITING_APPROVAL"}
+               for labels, _age in families["likes_ledger_state_age_seconds"])
+    html = front(client)
+    moves = panel(html, "moves")
+    label = ",".join(map(str, slots))
+    assert f"/admin/relations/relationslotmove/{m.pk}/change/" in moves
+    assert f"slots {label} (2) rel_00 -&gt; rel_01" in moves and '<td class="warn">AWAITING_APPROVAL</td>' in moves
+    assert 'class="dash-panel alert" id="panel-moves"' in html  # it needs a second person
+    m = ledger.move_approve(move_id=m.pk, actor=APPROVER)
+    assert 'class="dash-panel" id="panel-moves"' in front(client)  # under way: its job is queued
+    OpsJob.objects.filter(pk=m.job_id).update(status=JobStatus.FAILED)  # its worker died; nothing runs it now
+    html = front(client)
+    assert 'class="dash-panel alert" id="panel-moves"' in html
+    assert '<td class="warn">PREPARE</td>' in panel(html, "moves")
+    ledger.move_abort(move_id=m.pk, actor=APPROVER, reason="test")
+    gauges_refresh()
+    families = {name: samples for name, _help, samples in scrape_families()}
+    assert not families.get("likes_ledgers_unfinished") and "No move is under way." in panel(front(client), "moves")
 
 
 def test_the_page_reads_default_only(make_user, make_video):

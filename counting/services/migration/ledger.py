@@ -70,6 +70,10 @@ class BucketMigrations(ApprovedLedger):
     def units(self, m: BucketMigration) -> list[int]:
         return m.buckets
 
+    def summary(self, m: BucketMigration) -> str:
+        sources = ", ".join(sorted(set(m.source_partitions.values())))
+        return f"buckets {buckets_label(m.buckets)} ({len(m.buckets)}) {sources} -> {m.target_partition}"
+
     def approval_checks(self, m: BucketMigration) -> None:
         _refuse_generation_change(routing.active())
 

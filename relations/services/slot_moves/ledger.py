@@ -67,6 +67,9 @@ class SlotMoves(ApprovedLedger):
     def units(self, m: RelationSlotMove) -> list[int]:
         return m.slots
 
+    def summary(self, m: RelationSlotMove) -> str:
+        return f"slots {ranges_label(m.slots)} ({len(m.slots)}) {m.source_alias} -> {m.target_alias}"
+
     def abort_refusal(self, m: RelationSlotMove):
         if m.state in BEFORE_SWITCH and not m.new_contract_version:
             return None
