@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from django.db import IntegrityError, connections, transaction
@@ -50,8 +51,9 @@ def iso(value) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-class ApprovedLedger:
-    """One kind of approved ledger. Subclasses set the attributes and override the hooks below them."""
+class ApprovedLedger(ABC):
+    """One kind of approved ledger. Subclasses set the attributes and implement the abstract hooks (a ledger that
+    misses one cannot be instantiated); the other hooks default to nothing."""
 
     model: type[ApprovedLedgerModel]
     noun: str  # in messages: "slot move 3 is COPYING"
@@ -73,31 +75,33 @@ class ApprovedLedger:
 
     # --- hooks --------------------------------------------------------------------------------------------
 
+    @abstractmethod
     def units(self, m: ApprovedLedgerModel) -> list[int]:
         """What `m` moves (sorted); two unfinished ledgers never share one."""
-        raise NotImplementedError
 
+    @abstractmethod
     def summary(self, m: ApprovedLedgerModel) -> str:
         """What `m` moves where, in a line ("slots 1,3 (2) rel_01 -> rel_02")."""
-        raise NotImplementedError
 
     def approval_checks(self, m: ApprovedLedgerModel) -> None:
         """Refusals of an approval besides the state, the second person and overlap."""
+        return None  # by default, none
 
     def approval_guard(self, m: ApprovedLedgerModel):
         """Held around the approval's transaction (a context manager)."""
         return contextlib.nullcontext()
 
+    @abstractmethod
     def abort_refusal(self, m: ApprovedLedgerModel) -> DomainError | None:
         """Why `m` cannot be aborted now (past its switch, or finished), or None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def undo_before_switch(self, m: ApprovedLedgerModel) -> None:
         """Give the units back to their source and remove the target's copy (an abort)."""
-        raise NotImplementedError
 
     def after_abort(self) -> None:
         """What a process must reload after an abort (its routing cache)."""
+        return None  # by default, nothing
 
     def report_fields(self, m: ApprovedLedgerModel) -> dict:
         """The report's fields of this kind of ledger (what moves where, its own cursors)."""

@@ -21,12 +21,11 @@ from counting.services import route_switch
 from counting.services.migration import changelog
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
-from likes_project.ledgers.model import BEFORE_SWITCH, IN_FLIGHT, LedgerState
+from likes_project.ledgers.model import BEFORE_SWITCH, IN_FLIGHT
 from likes_project.ledgers.model import TRANSITIONS as TRANSITIONS  # the protocol's table, walked by the tests
 from likes_project.ledgers.service import ApprovedLedger
 from likes_project.ranges import parse_ranges, ranges_label
 
-S = LedgerState
 PLAN_PERMISSION = "counting.plan_bucketmigration"
 APPROVE_PERMISSION = "counting.approve_bucketmigration"
 MIGRATION_JOB = "counting.bucket_migration"

@@ -17,14 +17,13 @@ from django.utils import timezone
 
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
-from likes_project.ledgers.model import BEFORE_SWITCH, LedgerState
+from likes_project.ledgers.model import BEFORE_SWITCH
 from likes_project.ledgers.model import TRANSITIONS as TRANSITIONS  # the protocol's table, walked by the tests
 from likes_project.ledgers.service import ApprovedLedger
 from likes_project.ranges import parse_ranges, ranges_label
 from relations import routing
 from relations.models import RelationSlotMove
 
-S = LedgerState
 PLAN_PERMISSION = "relations.plan_relationslotmove"
 APPROVE_PERMISSION = "relations.approve_relationslotmove"
 MOVE_JOB = "relations.slot_move"
