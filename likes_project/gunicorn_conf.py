@@ -37,3 +37,9 @@ def child_exit(server, worker) -> None:
 # the command path is thread-safe.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
+
+# gunicorn's control socket defaults to one path per host user (~/.gunicorn/gunicorn.ctl), which two instances
+# on one host (a dev server beside the suite's, two test workers) take from each other. We use no control
+# command, so it is off unless GUNICORN_CONTROL_SOCKET names a path of this instance's own (D100).
+control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")
+control_socket_disable = not control_socket

@@ -11,13 +11,35 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
+from pytest_django.fixtures import validate_django_db
 
+from counting.services.count_cache.layers import count_cache_generations_mirror
 from likes_project import l1cache
 from likes_project.redis_client import cache_redis, stream_redis
 from opsconsole.services import contracts_ensure
 from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
-from tests import factories, legacy
+from tests import factories, legacy, passes
+
+UNCLASSIFIED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before `-m` deselects any: the tests that declare no pass, or two (tests/passes.py)."""
+    config.stash[UNCLASSIFIED] = passes.unclassified(items)
+
+_RUN_LOCK = passes.run_lock()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist, an `exclusive` test runs while no other test of the run does (setup and
+    teardown included); every other test runs beside the others."""
+    if _RUN_LOCK is None:
+        return (yield)
+    with _RUN_LOCK.held(exclusive=item.get_closest_marker(passes.EXCLUSIVE) is not None):
+        return (yield)
 
 
 @contextlib.contextmanager
@@ -40,9 +62,22 @@ def ensure_contracts() -> None:
     fences, and the first generations of the caches and the reverse index."""
     l1cache.clear_all()  # the per-process contract and generation caches
     contracts_ensure()
+    caches_mirrored()
+
+
+def caches_mirrored() -> None:
+    """What `contracts_ensure` writes to Redis when the contracts exist: the count cache's registry, and the
+    relation cache's registry and sentinel (each test starts with a healthy relation cache)."""
+    count_cache_generations_mirror()
     gen = RelationCacheGeneration.objects.get(status="ACTIVE")
-    # Each test starts with a healthy relation cache: the registry mirrored and the sentinel present.
     cache_generations_mirror(sentinel_for=gen.generation)
+
+
+# Whether the contracts `ensure_contracts` creates are committed in this process's test databases. The session
+# setup commits them; a transactional test's teardown flushes every database, so the next database test commits
+# them again, before its own transaction begins (a test in a rolled-back transaction then finds them and pays
+# nothing for them).
+_contracts = {"committed": False}
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +89,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
                 legacy.database_load(alias)
                 call_command("migrate", database=alias, interactive=False, verbosity=0)
         ensure_contracts()
+    _contracts["committed"] = True
     yield
     with django_db_blocker.unblock():
         _end_other_sessions()
@@ -87,17 +123,31 @@ def clean_redis():
 
 
 @pytest.fixture(autouse=True)
-def shard_contract(request, clean_redis):
-    """Every database test sees the frozen relation shard contract (a transactional test's flush
-    removes it, so it is ensured per test)."""
+def shard_contract(request, clean_redis, django_db_blocker):
+    """Every database test sees the frozen contracts (committed once, and again after a transactional test's
+    flush) and a healthy relation cache (its Redis side is emptied before every test)."""
     marker = request.node.get_closest_marker("django_db")
     if marker is None:
         yield
         return
+    if not _contracts["committed"]:
+        with django_db_blocker.unblock():
+            ensure_contracts()
+        _contracts["committed"] = True
+    if _transactional(request, marker):
+        _contracts["committed"] = False  # its teardown flushes every database
     request.getfixturevalue("_django_db_helper")
-    ensure_contracts()
+    l1cache.clear_all()
+    caches_mirrored()
     yield
     l1cache.clear_all()
+
+
+def _transactional(request, marker) -> bool:
+    """As pytest-django's `_django_db_helper` decides."""
+    transaction, reset_sequences, *_ = validate_django_db(marker)
+    return bool(transaction or reset_sequences
+                or {"transactional_db", "django_db_reset_sequences", "live_server"} & set(request.fixturenames))
 
 
 @pytest.fixture

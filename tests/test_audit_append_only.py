@@ -13,6 +13,8 @@ from likes_project.audit.models import AuditRecord
 from likes_project.audit.services import audit_record
 from tests.factories import TEST_ACTOR
 
+pytestmark = [pytest.mark.topology_independent, pytest.mark.schema]
+
 TABLE = AuditRecord._meta.db_table
 REFUSED = "Cannot update or delete rows"
 

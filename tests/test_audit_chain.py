@@ -26,6 +26,8 @@ from likes_project.audit.tasks import chain_checkpoint_task
 from likes_project.opsjobs.models import OpsJob
 from tests.factories import TEST_ACTOR, grant, make_user
 
+pytestmark = [pytest.mark.topology_independent, pytest.mark.schema]
+
 TABLE = AuditRecord._meta.db_table
 TRIGGER = "pgtrigger_audit_append_only_ecc7d"
 
@@ -127,7 +129,9 @@ def _waiting_on_the_chain_lock() -> bool:
     key = chain.CHAIN_LOCK_KEY
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                       "AND classid = %s AND objid = %s AND objsubid = 1", [key >> 32, key & 0xFFFFFFFF])
+                       "AND classid = %s AND objid = %s AND objsubid = 1 "
+                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                       [key >> 32, key & 0xFFFFFFFF])
         return cursor.fetchone()[0] > 0
 
 

@@ -24,6 +24,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command, get_commands, load_command_class
 
+pytestmark = pytest.mark.topology_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/runbook.md")
 

@@ -19,6 +19,8 @@ from tests.drills import service_env
 from tests.test_commands import OWN
 from tests.test_settings_posture import bare_env  # an operator's shell before the secrets are set
 
+pytestmark = pytest.mark.topology_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)

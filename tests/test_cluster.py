@@ -16,8 +16,9 @@ from likes_project.redis_client import cache_redis, is_cluster_url, node_tags, r
 from relations import cache as rel_cache
 from tests.counting.helpers import ALL_DB
 
-pytestmark = pytest.mark.skipif(not is_cluster_url(settings.REDIS_URL),
-                                reason="needs the cache role on a Redis Cluster (LIKES_TOPOLOGY=scaled)")
+pytestmark = [pytest.mark.topology,
+              pytest.mark.skipif(not is_cluster_url(settings.REDIS_URL),
+                                 reason="needs the cache role on a Redis Cluster (LIKES_TOPOLOGY=scaled)")]
 
 
 def _node_of(key: str) -> str:

@@ -13,6 +13,8 @@ from likes_project.opsjobs.models import OpsJob
 from relations.models import VideoSnapshot
 from tests.factories import make_user
 
+pytestmark = pytest.mark.topology_independent
+
 OWN_APPS = ("likes_project", "relations", "counting", "reconciliation", "opsconsole")
 OWN = sorted((name, app) for name, app in get_commands().items() if app.split(".")[0] in OWN_APPS)
 

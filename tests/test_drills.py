@@ -26,7 +26,7 @@ from opsconsole.drills import DRILLS, drill_run
 from tests import drills
 from tests.conftest import ensure_contracts
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 @pytest.fixture
@@ -119,6 +119,7 @@ def test_cache_redis_down(drills_on, private_cache):
 
 
 @pytest.mark.skipif(not is_cluster_url(settings.REDIS_URL), reason="needs the Redis Cluster of LIKES_TOPOLOGY=scaled")
+@pytest.mark.exclusive  # stops a node of the Cluster every test process uses
 def test_cluster_node_restart(drills_on):
     """Issue 16: a Cluster node (caches and stream partitions, no replica) is killed and comes back empty."""
     from counting.models import CountCacheGeneration

@@ -25,7 +25,7 @@ from tests.factories import redis_unreachable
 from tests.metrics_helpers import parse, scrape_text
 from tests.relations.helpers import cmd as like
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 
 def sample(samples, name: str, **labels):

@@ -34,7 +34,7 @@ from tests import drills
 from tests.counting.helpers import drain
 from tests.factories import TEST_ACTOR
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def _relcache_readable():

@@ -17,7 +17,7 @@ from likes_project import health
 from likes_project.redis_client import reset_clients
 from tests.metrics_helpers import METRICS_TOKEN
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 EXPECTED_CHECKS = {"db:default", "db:rel_00", "db:rel_01", "db:cnt_00", "db:cnt_01", "redis:cache", "redis:streams"}
 UNREACHABLE = "redis://127.0.0.1:1/0"

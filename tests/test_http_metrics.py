@@ -14,7 +14,7 @@ from likes_project.http_metrics import ENDPOINT_HISTOGRAMS, REQUEST_SECONDS, REQ
 from tests.factories import put_like
 from tests.metrics_helpers import parse, scrape_text
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 
 def _count(name: str, **labels) -> float:

@@ -12,6 +12,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.topology_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["likes_project", "relations", "counting", "reconciliation", "opsconsole"]
 WIRING = {"likes_project/urls.py", "likes_project/celery.py", "likes_project/wsgi.py", "manage.py"}

@@ -27,7 +27,7 @@ from relations.models import OutboxEvent
 from tests.factories import put_like, redis_unreachable
 from tests.relations.helpers import SERVICE_TOKEN, push_video, service_client
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 TOKEN = "metrics-token-for-the-auth-tests"
 

@@ -26,7 +26,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from tests import drills
 from tests.metrics_helpers import parse
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 TOKEN = "multiprocess-test-token"
 GUNICORN = Path(sys.executable).parent / "gunicorn"

@@ -11,6 +11,8 @@ import pytest
 
 from likes_project import nudge as nudge_module
 
+pytestmark = pytest.mark.topology
+
 
 @pytest.fixture
 def sent(settings, monkeypatch):

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+pytestmark = pytest.mark.topology_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ["likes_project", "relations", "counting", "reconciliation", "opsconsole"]
 # Calls that must never run inside `transaction.atomic()`: task enqueues and Redis traffic.

@@ -25,7 +25,7 @@ from tests.counting.helpers import bucket_sum, drain, publish_all
 from tests.factories import TEST_ACTOR, grant, run_jobs, staff_client
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def holed(user, video_id: str, state: str = "LIKED") -> DeadLetter:

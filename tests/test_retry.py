@@ -25,7 +25,7 @@ from relations.events import validate_event
 from tests.counting.helpers import bucket_sum, publish_all
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def _raised(fn):

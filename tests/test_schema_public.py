@@ -11,6 +11,8 @@ from drf_spectacular.generators import SchemaGenerator
 
 from likes_project import schema
 
+pytestmark = pytest.mark.topology_independent
+
 
 @pytest.fixture
 def generations(monkeypatch):

@@ -16,6 +16,8 @@ from django.test import Client, override_settings
 
 from tests.relations.helpers import push_video, service_client
 
+pytestmark = pytest.mark.topology_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ("DJANGO_SECRET_KEY", "CURSOR_SIGNING_KEY", "VIDEO_SERVICE_TOKEN", "DJANGO_ALLOWED_HOSTS")
 SECRETS = {"DJANGO_SECRET_KEY": "s" * 40, "CURSOR_SIGNING_KEY": "c" * 40, "VIDEO_SERVICE_TOKEN": "v" * 40,

@@ -16,7 +16,7 @@ from likes_project.audit.services import system_actor
 from likes_project.switches import switch_is_set, switch_kinds, switch_set, switches_set
 from relations.models import LikesReadOnlySwitch
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 ACTOR = system_actor("test-operator")
 

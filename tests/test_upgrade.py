@@ -20,6 +20,8 @@ from django.db import connections
 
 from tests import drills, legacy
 
+pytestmark = [pytest.mark.topology_independent, pytest.mark.schema]
+
 ALIASES = ["default", *settings.RELATION_SHARD_ALIASES, *settings.COUNT_PARTITION_ALIASES]
 
 

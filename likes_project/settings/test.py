@@ -6,7 +6,10 @@ import os
 os.environ.setdefault("COUNT_PARTITIONS", "3")
 os.environ.setdefault("COUNT_BOOTSTRAP_PARTITIONS", "cnt_00,cnt_01")
 
-os.environ.setdefault("LIKES_REDIS_PREFIX", "likes-test")
+# Under pytest-xdist each worker process (PYTEST_XDIST_WORKER=gw0, gw1, ...) has a database set of its own
+# (pytest-django suffixes every alias's test database name) and its own Redis key prefix, on the plain Redis
+# and on the Cluster alike; the processes a test starts inherit both through the environment (D100).
+os.environ["LIKES_REDIS_PREFIX"] = "-".join(filter(None, ["likes-test", os.environ.get("PYTEST_XDIST_WORKER")]))
 # Metric files of this test process (and the processes it starts) in a directory of its own, never the
 # checkout's .data/prometheus, which the run script empties (D45).
 import tempfile
@@ -22,7 +25,18 @@ assert len(RELATION_SHARD_ALIASES) >= 2 and len(COUNT_PARTITION_ALIASES) >= 2, (
 for _cfg in DATABASES.values():
     _cfg["CONN_MAX_AGE"] = 0
 
-LIKES_REDIS_PREFIX = "likes-test"
+LIKES_REDIS_PREFIX = os.environ["LIKES_REDIS_PREFIX"]
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if XDIST_WORKER and os.environ.get("LIKES_TEST_BROKER_OF") != XDIST_WORKER:
+    # The Celery broker's queues carry no key prefix: each worker's go to a Redis database of their own (gw0 in
+    # 14, gw1 in 13, ...), so a drill's Celery worker never takes a job another test process queued. Done once,
+    # in the pytest process: a process it starts inherits the URL and this flag.
+    from urllib.parse import urlsplit
+
+    _broker = urlsplit(CELERY_BROKER_URL)  # noqa: F405
+    CELERY_BROKER_URL = _broker._replace(path=f"/{14 - int(XDIST_WORKER.removeprefix('gw'))}").geturl()
+    os.environ["CELERY_BROKER_URL"] = CELERY_BROKER_URL
+    os.environ["LIKES_TEST_BROKER_OF"] = XDIST_WORKER
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The relation shard contract is reloaded only when a test (or a `moved` answer) resets it: a timed reload would
 # add statements to the tests that count them. Processes a test starts set their own.

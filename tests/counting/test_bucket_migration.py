@@ -37,7 +37,7 @@ from tests.reconciliation.helpers import (
     sql,
 )
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 S = MigrationState

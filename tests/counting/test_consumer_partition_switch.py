@@ -20,7 +20,7 @@ from relations.services.relation_cache import RelationCacheProjector
 from tests.counting.helpers import bucket_sum, liked_facts, project_all, publish_all
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 ACTOR = system_actor("test-operator")
 

@@ -4,6 +4,7 @@ registry of generations it checks."""
 
 from __future__ import annotations
 
+import pytest
 from django.utils import timezone
 from redis.exceptions import ResponseError
 
@@ -15,6 +16,8 @@ from likes_project.redis_client import cache_redis
 
 # fresh_process_state is autouse: imported here, every test of this module starts with empty per-process caches.
 from tests.counting.helpers import ALL_DB, fresh_process_state  # noqa: F401
+
+pytestmark = pytest.mark.topology
 
 # --- CCACHE-2: key layout and Redis Cluster slots --------------------------------------------------
 

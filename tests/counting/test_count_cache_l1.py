@@ -14,6 +14,8 @@ from likes_project.l1cache import L1Cache
 # fresh_process_state is autouse: imported here, every test of this module starts with empty per-process caches.
 from tests.counting.helpers import fresh_process_state  # noqa: F401
 
+pytestmark = pytest.mark.topology
+
 
 class FakeClock:
     def __init__(self) -> None:

@@ -18,6 +18,8 @@ from likes_project.errors import DegradedOverloaded
 # fresh_process_state is autouse: imported here, every test of this module starts with empty per-process caches.
 from tests.counting.helpers import ALL_DB, fresh_process_state  # noqa: F401
 
+pytestmark = pytest.mark.topology
+
 # --- the batch read ----------------------------------------------------------------------------------
 
 

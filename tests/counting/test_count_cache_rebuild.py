@@ -46,6 +46,8 @@ from tests.counting.helpers import (
 from tests.factories import TEST_ACTOR, grant, run_jobs
 from tests.relations.helpers import cmd as like
 
+pytestmark = pytest.mark.topology
+
 
 @pytest.fixture
 def strict_verify(settings):

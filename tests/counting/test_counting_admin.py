@@ -33,7 +33,7 @@ from tests.factories import TEST_ACTOR, grant, login_non_staff
 from tests.relations.helpers import cmd as like
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 VBUCKETS_URL = "/admin/counting/videodisplaycount/vbuckets/"
 

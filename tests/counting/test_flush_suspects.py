@@ -30,7 +30,7 @@ from relations.services import outbox
 from tests.counting.helpers import consume_everything, drain, lease_expire, liked_facts, publish_all
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 @pytest.fixture
@@ -141,6 +141,7 @@ def test_a_rebuild_copying_an_older_snapshot_cannot_replace_a_newer_view(make_us
     assert view(video.video_id)[0] == 2
 
 
+@pytest.mark.exclusive  # FLUSHDB of the event-log Redis every test process uses
 def test_the_republisher_finds_a_flushed_tail_the_consumers_have_passed_reading_each_range_once(
         make_user, video, monkeypatch):
     users = [make_user() for _ in range(8)]
@@ -181,6 +182,7 @@ def test_the_republisher_finds_a_flushed_tail_the_consumers_have_passed_reading_
 
 
 @pytest.mark.parametrize("lookback_s", [900, 0])
+@pytest.mark.exclusive  # FLUSHDB of the event-log Redis every test process uses
 def test_a_first_check_after_a_flush_the_consumers_have_passed_still_finds_the_lost_rows(
         make_user, video, settings, lookback_s):
     """The drill's order (issue 10's CI failure): the log is flushed before the shard's first check
@@ -214,6 +216,7 @@ def test_a_first_check_after_a_flush_the_consumers_have_passed_still_finds_the_l
         assert found == 0 and display(video.video_id) == later < liked_facts(video.video_id)
 
 
+@pytest.mark.exclusive  # FLUSHDB of the event-log Redis every test process uses
 def test_the_watermark_stays_below_rows_too_young_to_check_and_they_are_checked_later(make_user, video):
     from likes_project.eventlog.models import LostTailWatermark
 

@@ -17,7 +17,7 @@ from relations.models import AccountStatus, Block, UserPrivacy, VideoLikersVisib
 from tests.counting.helpers import drain_reverse
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def expected(video_id: str) -> list[int]:

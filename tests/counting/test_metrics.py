@@ -22,7 +22,7 @@ from tests.metrics_helpers import parse, scrape_text
 from tests.relations.helpers import cmd as like
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 

@@ -28,7 +28,7 @@ from likes_project.audit.services import Actor
 from likes_project.opsjobs.models import OpsJob
 from tests.reconciliation.helpers import roles_ensure
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 LEDGER_URL = "/admin/counting/bucketmigration/"
 PLAN_URL = "/admin/counting/bucketmigration/plan/"

@@ -10,7 +10,7 @@ from counting import routing as count_routing
 from counting.models import BucketMigration
 from tests.reconciliation.helpers import api_liked_video, job_worker, manage, member_of
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 

@@ -39,7 +39,7 @@ from tests.counting.helpers import (
 from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def partition_of(user, video_id) -> int:

@@ -30,7 +30,7 @@ from tests.counting.helpers import drain, drain_all, project_reverse, publish_al
 from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed.
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from tests.counting.helpers import (
 from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def fact(user, video_id) -> LikeRelation:

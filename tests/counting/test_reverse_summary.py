@@ -31,7 +31,7 @@ from tests.metrics_helpers import scrape_text
 from tests.relations.helpers import cmd
 
 # Transactional: the publisher only takes rows whose transaction has committed.
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def gen():

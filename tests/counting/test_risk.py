@@ -20,7 +20,7 @@ from tests.counting.helpers import drain_all
 from tests.reconciliation.helpers import displayed, member_of, run_check
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 MAKER = Actor(name="risk-maker", channel="cli")
 CHECKER = Actor(name="risk-checker", channel="cli")

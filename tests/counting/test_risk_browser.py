@@ -21,7 +21,7 @@ from tests.browser import log_in, path_is
 from tests.counting.test_risk import ring_video, risk_roles
 from tests.reconciliation.helpers import displayed
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 

@@ -12,7 +12,7 @@ from likes_project.opsjobs.models import OpsJob
 from tests.counting.test_risk import member, ring_video
 from tests.reconciliation.helpers import displayed, job_worker, manage
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 KEYS = {"riskId", "status", "hiddenCount"}

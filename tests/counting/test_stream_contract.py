@@ -6,7 +6,7 @@ from likes_project.eventlog import streams
 from likes_project.eventlog.models import StreamContract
 from likes_project.eventlog.services import stream_contract_ensure
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 # aggregateKey -> partition under contract v1 (sha256-be64, seed "likes-stream-v1", utf8, P = 8)
 GOLDEN = {"7:V9001": 4, "1:v-public-1": 5, "123456:viral": 1}

@@ -17,7 +17,7 @@ from relations.models import Block, Friendship, LikeRelation, OutboxEvent, Video
 from relations.services.commands import relation_set_state
 from tests.factories import grant, login_non_staff, make_staff
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 LIKED, UNLIKED = "LIKED", "UNLIKED"
 LOOKUP_URL = "/admin/opsconsole/auditrecord/lookup/"

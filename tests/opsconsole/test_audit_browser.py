@@ -24,7 +24,7 @@ from tests.browser import log_in, path_is
 from tests.factories import TEST_ACTOR, run_jobs
 from tests.reconciliation.helpers import roles_ensure
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 

@@ -29,7 +29,7 @@ from tests.browser import log_in, path_is
 from tests.factories import grant, make_user, make_video, run_jobs
 from tests.relations.helpers import relation_row
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-1"

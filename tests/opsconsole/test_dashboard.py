@@ -29,7 +29,7 @@ from tests.reconciliation.helpers import roles_ensure
 from tests.reconciliation.test_admin import failed_run
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 OPERATOR = Actor(name="dash-operator", channel="admin")
 PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "moves", "jobs", "verdicts")

@@ -23,7 +23,7 @@ from tests.browser import log_in, path_is
 from tests.factories import run_jobs
 from tests.reconciliation.helpers import liked_video, roles_ensure
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-1"

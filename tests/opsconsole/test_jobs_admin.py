@@ -15,7 +15,7 @@ from relations.services.commands import relation_set_state
 from tests.factories import staff_client
 from tests.relations.helpers import relation_row
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 from likes_project.audit.models import AuditRecord
 from tests.factories import make_user
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 
 def run(*argv) -> tuple[str, str]:

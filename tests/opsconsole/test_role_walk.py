@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from tests.reconciliation.helpers import liked_video, roles_ensure
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 ROLES = ("likes-viewer", "likes-operator", "likes-approver", None)  # None: staff without a role
 # Permissions whose codename starts with these approve a second person's request (OPS-9: likes-approver).

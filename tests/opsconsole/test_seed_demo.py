@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from likes_project.audit.models import AuditRecord
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 
 def seed(*args: str) -> str:

@@ -23,7 +23,7 @@ from tests.factories import ApiClientFactory, make_user, make_video, put_like
 from tests.reconciliation.helpers import roles_ensure
 from tests.relations.helpers import assert_error, body_of, total
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "switch-pw-1"

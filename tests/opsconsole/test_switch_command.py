@@ -13,7 +13,7 @@ from likes_project.switches import switch_is_set, switch_models
 from relations.models import LikesReadOnlySwitch
 from tests.reconciliation.helpers import manage, member_of
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 def role_member(group: str):
     """A member of `group`, whose roles (`roles_ensure`) hold the switch permissions the switch migrations

@@ -25,7 +25,7 @@ from likes_project.audit.models import AuditRecord
 from opsconsole.admin import ApiTokenAdmin, PeriodicTaskAdmin
 from tests.factories import grant, make_user, staff_client
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 TASKS_URL = "/admin/django_celery_beat/periodictask/"
 TOKENS_URL = "/admin/authtoken/tokenproxy/"

@@ -27,7 +27,7 @@ from tests.drills import service_env
 from tests.factories import grant, make_staff, put_like, redis_unreachable
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_URL = "/admin/opsconsole/trace/"

@@ -23,7 +23,7 @@ from tests.counting.helpers import consume_everything, publish_all
 from tests.factories import ApiClientFactory, make_user, make_video, put_like
 from tests.reconciliation.helpers import roles_ensure
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 

@@ -18,7 +18,7 @@ from tests.opsconsole.test_dashboard import logged_in
 from tests.reconciliation.helpers import liked_video, run_check
 from tests.reconciliation.test_admin import failed_run
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 OPERATOR = Actor(name="panel-operator", channel="admin")
 

@@ -27,7 +27,7 @@ from reconciliation.models import CheckDiff, CheckRun, DiffTransition, RepairReq
 from reconciliation.services import checks, diffs, repair
 from tests.factories import TEST_ACTOR, make_user
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 RUNS_URL = "/admin/reconciliation/checkrun/"
 DIFFS_URL = "/admin/reconciliation/checkdiff/"

@@ -11,7 +11,7 @@ from likes_project.switches import switch_set
 from reconciliation.models import CheckDiff
 from tests.reconciliation.helpers import liked_video, run_check
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 ACTOR = system_actor("test-operator")
 

@@ -28,7 +28,7 @@ from tests.reconciliation.helpers import (
     run_check,
 )
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 

@@ -24,7 +24,7 @@ from tests.reconciliation.helpers import (
     member_of,
 )
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 REPORT_KEYS = {"runId", "mode", "status", "checked", "diffs", "diffsFixed", "watermarks", "skipped"}

@@ -37,7 +37,7 @@ from tests.reconciliation.helpers import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 GLOBAL_KEY = 1280000594  # write_barrier._GLOBAL_NS: a shard's global key; +1 is the per-video namespace

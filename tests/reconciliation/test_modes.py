@@ -8,7 +8,7 @@ from relations import routing
 from relations.models import LikeRelation
 from tests.reconciliation.helpers import bucket_add, liked_video, projection_delete, run_check, sql
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def test_every_mode_passes_on_a_healthy_pipeline(make_user, make_video):

@@ -38,7 +38,7 @@ from tests.reconciliation.helpers import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 REC7 = {"sourceShards", "offsetVector", "bucketSpaceVersion", "generation", "manifestId"}

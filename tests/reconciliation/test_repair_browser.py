@@ -25,7 +25,7 @@ from tests.browser import log_in, path_is
 from tests.factories import make_user, make_video
 from tests.reconciliation.helpers import bucket_add, liked_video, run_check
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"

@@ -18,7 +18,7 @@ from reconciliation.models import CheckRun
 from tests.metrics_helpers import parse, scrape_text
 from tests.reconciliation.helpers import api_liked_video, bucket_add, finished_long_ago, shard_transaction_holding
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 IDENTITY, COVERAGE, ROTATING = "reconcile-identity-recent", "reconcile-coverage-recent", "reconcile-coverage-rotating"

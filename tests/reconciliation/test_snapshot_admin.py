@@ -27,7 +27,7 @@ from reconciliation.models import RecoverySnapshot, RepairRequest
 from reconciliation.services import repair
 from tests.reconciliation.helpers import roles_ensure
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 SNAPSHOTS_URL = "/admin/reconciliation/recoverysnapshot/"
 TAKE_URL = "/admin/reconciliation/recoverysnapshot/take/"

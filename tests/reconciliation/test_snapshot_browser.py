@@ -25,7 +25,7 @@ from tests.browser import log_in, path_is
 from tests.factories import make_user, make_video
 from tests.reconciliation.helpers import liked_video, projection_delete, projection_rows, roles_ensure
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 

@@ -22,7 +22,7 @@ from reconciliation.services.recovery import schedule as recovery_schedule
 from tests.metrics_helpers import parse, scrape_text
 from tests.reconciliation.helpers import OPERATOR, api_liked_video, manage, member_of
 
-pytestmark = [pytest.mark.django_db(databases="__all__", transaction=True),
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 CREATE_KEYS = {"snapshotId", "status", "offsetVector", "artifacts", "dispatchPausedMs"}

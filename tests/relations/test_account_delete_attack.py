@@ -22,7 +22,7 @@ from tests.counting.helpers import bucket_sum, drain_all
 from tests.factories import TEST_ACTOR
 from tests.relations.helpers import relation_row
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def put_state(client, video_id: str, state: str, key: str):

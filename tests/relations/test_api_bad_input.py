@@ -14,7 +14,7 @@ from relations.models import LikeCommand, VideoSnapshot
 from tests.factories import put_like
 from tests.relations.helpers import NOTHING, assert_error, body_of, raw_put, shard_rows
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from relations.models import LikeCommand, LikeRelation, OutboxEvent
 from tests.factories import put_like
 from tests.relations.helpers import NOTHING, assert_command_shape, assert_error, body_of, service_client, shard_rows
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 SHARDS = list(django_settings.RELATION_SHARD_ALIASES)
 

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from relations.models import LikeCommand, LikeRelation, OutboxEvent, VideoSnapshot
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 FUZZ = hyp_settings(
     max_examples=150, deadline=None, derandomize=True, database=None,

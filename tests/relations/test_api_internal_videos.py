@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from relations.models import VideoSnapshot
 from tests.relations.helpers import SERVICE_TOKEN, assert_error, body_of, push_video
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 
 # --- internal video API ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from relations.services.social import block_set, friendship_set
 from tests.factories import TEST_ACTOR, put_like, redis_unreachable
 from tests.relations.helpers import NOTHING, assert_error, body_of, push_video, shard_rows
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from tests.counting.helpers import drain, liked_facts
 from tests.factories import put_like, redis_unreachable
 from tests.relations.helpers import cmd as like
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 URL = "/v1/like-relations/batch-query"
 
 

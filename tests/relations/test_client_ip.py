@@ -11,6 +11,8 @@ from django.test import RequestFactory
 
 from relations.api.views import client_ip
 
+pytestmark = pytest.mark.topology_independent
+
 PEER = "192.0.2.1"  # the nearest peer: REMOTE_ADDR
 
 

@@ -17,7 +17,7 @@ from relations.services import commands
 from relations.services.commands import relation_set_state
 from tests.relations.helpers import command_rows, nothing_written, outbox_rows, relation_row, total
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__")]
 
 LIKED, UNLIKED = "LIKED", "UNLIKED"
 

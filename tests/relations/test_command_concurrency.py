@@ -13,7 +13,7 @@ from relations.errors import IdempotencyKeyReused
 from relations.services.commands import relation_set_state
 from tests.relations.helpers import command_rows, outbox_rows, relation_row
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 N = 12
 

@@ -22,7 +22,7 @@ from relations import events
 from relations.models import LikeCommand, LikeRelation, OutboxEvent
 from relations.services import commands
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__")]
 
 LIKED, UNLIKED = "LIKED", "UNLIKED"
 VIDEOS = ("paths-a", "paths-b", "paths-down")  # the last one is taken down: a LIKED is refused

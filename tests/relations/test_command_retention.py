@@ -26,7 +26,7 @@ from relations.tasks import command_retention_task
 from tests.factories import TEST_ACTOR, grant, make_user
 from tests.relations.helpers import cmd, relation_row, total
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 WINDOW_H = settings.RELATION_COMMAND_RETENTION_HOURS
 
 

@@ -39,7 +39,7 @@ from tests.factories import TEST_ACTOR, run_jobs
 from tests.relations.helpers import cmd, outbox_rows, relation_row, total
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def sort_users(video_id: str) -> set[int]:

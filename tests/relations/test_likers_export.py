@@ -18,7 +18,7 @@ from tests.factories import grant, run_jobs
 from tests.reconciliation.helpers import roles_ensure
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 URL = "/admin/relations/likers-export/"
 

@@ -22,7 +22,7 @@ from relations.services import export
 from tests.factories import grant, login_non_staff, run_jobs
 from tests.relations.helpers import LIKED, UNLIKED, ids, like_new, set_state
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 transactional = pytest.mark.django_db(databases="__all__", transaction=True)
 
 EXPORT_ADMIN_URL = "/admin/relations/likes-export/"

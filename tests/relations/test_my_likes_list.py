@@ -17,7 +17,7 @@ from relations.models import LikeRelation, VideoSnapshot
 from tests.factories import put_like
 from tests.relations.helpers import LIKED, UNLIKED, ids, like_new, set_state
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 URL = "/v1/me/likes"
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from tests.relations.helpers import assert_error
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.schema, pytest.mark.django_db(databases="__all__")]
 
 NUL = "%00"
 

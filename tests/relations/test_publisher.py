@@ -22,7 +22,7 @@ from tests.counting.helpers import bucket_sum, consume_everything, drain, liked_
 from tests.factories import put_like
 from tests.relations.helpers import cmd as like
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def rows(alias, **filters):

@@ -16,7 +16,7 @@ from relations.tasks import publish_outbox_task
 from tests.counting.helpers import bucket_sum, liked_facts, project_all, publish_all
 from tests.relations.helpers import cmd as like
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 ACTOR = system_actor("test-operator")
 PAUSED, RUNNING = settings.RELATION_SHARD_ALIASES[0], settings.RELATION_SHARD_ALIASES[1]

@@ -27,7 +27,7 @@ from relations.tasks import relcache_repair_task
 from tests.counting.helpers import publish_all
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 URL = "/v1/like-relations/batch-query"
 REPAIR_QUEUE = settings.CELERY_TASK_ROUTES["relations.relcache_repair"]["queue"]
 

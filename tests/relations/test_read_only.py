@@ -17,7 +17,7 @@ from relations.services.commands import relation_set_state
 from tests.factories import put_like
 from tests.relations.helpers import assert_command_shape, assert_error, body_of
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 ACTOR = system_actor("test-operator")
 SHARDS = list(settings.RELATION_SHARD_ALIASES)

@@ -24,7 +24,7 @@ from tests.counting.helpers import drain
 from tests.factories import TEST_ACTOR, make_video, redis_unreachable
 from tests.relations.helpers import cmd as like
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 @contextlib.contextmanager
@@ -161,6 +161,7 @@ def test_a_round_error_is_thrown_into_the_flows_that_asked(settings):
 _INCR = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
 
 
+@pytest.mark.exclusive  # SCRIPT FLUSH empties the script cache every test process uses
 def test_lua_calls_take_one_round_trip_and_a_lost_script_runs_once():
     """`scripts_run`: EVALSHA in one pipeline (redis-py's own pipeline asks SCRIPT EXISTS first, a second
     round trip). After SCRIPT FLUSH the calls answer NOSCRIPT without running; they are sent again once."""

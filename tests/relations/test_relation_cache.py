@@ -23,7 +23,7 @@ from tests.counting.helpers import envelopes, mark_all_sent, publish_all
 from tests.factories import grant, redis_unreachable, run_jobs
 from tests.relations.helpers import cmd
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 
 def project_relcache():

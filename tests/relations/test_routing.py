@@ -7,7 +7,7 @@ from relations import routing
 from relations.models import RelationShardContract, RelationShardSlot
 from relations.services.contracts import relation_shard_contract_ensure
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 # user_id -> logical slot under contract v1 (sha256-be64, seed "likes-relation-shard-v1",
 # decimal-ascii-v1, 256 slots). These never change; a new contract version is the only way to move users.

@@ -17,7 +17,7 @@ from relations.services.social import block_set, friendship_set
 from tests.factories import TEST_ACTOR, put_like, redis_unreachable
 from tests.relations.helpers import nothing_written, relation_row
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 
 def like(user, video_id, key="op-1", desired="LIKED"):

@@ -19,7 +19,7 @@ from relations.models import (
 from relations.services import write_barrier
 from relations.services.commands import relation_set_state
 
-pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
+pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 LIKED, UNLIKED = "LIKED", "UNLIKED"
 

@@ -26,7 +26,7 @@ from relations.services.videos import video_override_clear, video_override_set
 from tests.factories import put_like
 from tests.relations.helpers import assert_error, body_of, push_video
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 OPERATOR = Actor(name="ops-alice", channel="admin")
 

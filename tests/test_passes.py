@@ -1,0 +1,88 @@
+"""Every test declares the passes that run it (tests/passes.py, D100): the guard over the collected suite,
+and the classifier and the run lock it relies on, each with its counter-example."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests import passes
+from tests.conftest import UNCLASSIFIED
+
+pytestmark = pytest.mark.topology_independent
+
+
+def test_every_collected_test_declares_whether_its_outcome_depends_on_the_topology(request):
+    unclassified = request.config.stash[UNCLASSIFIED]
+    assert not unclassified, (
+        "mark these `topology` (scaled runs them again) or `topology_independent` (tests/passes.py):\n"
+        + "\n".join(unclassified))
+
+
+class _Item:
+    def __init__(self, nodeid: str, *marks: str) -> None:
+        self.nodeid = nodeid
+        self._marks = [getattr(pytest.mark, name).mark for name in marks]
+
+    def iter_markers(self):
+        return iter(self._marks)
+
+
+def test_the_classifier_names_a_test_with_neither_marker_or_both():
+    items = [_Item("a", "django_db"), _Item("b", "topology"), _Item("c", "topology_independent", "schema"),
+             _Item("d", "topology", "topology_independent")]
+    assert passes.unclassified(items) == ["a (neither)", "d (topology and topology_independent)"]
+
+
+def test_an_exclusive_holder_waits_for_the_shared_ones_and_keeps_new_ones_out():
+    run = uuid.uuid4().hex
+    first, second, third = passes.RunLock(run), passes.RunLock(run), passes.RunLock(run)
+    events: list[str] = []
+    reader_in = threading.Event()
+    release_reader = threading.Event()
+
+    def reader(lock, name, hold: threading.Event | None) -> None:
+        with lock.held(exclusive=False):
+            events.append(f"{name} in")
+            reader_in.set()
+            if hold is not None:
+                hold.wait(10)
+            events.append(f"{name} out")
+
+    def writer() -> None:
+        with second.held(exclusive=True):
+            events.append("exclusive in")
+            events.append("exclusive out")
+
+    a = threading.Thread(target=reader, args=(first, "shared", release_reader))
+    a.start()
+    reader_in.wait(10)
+    w = threading.Thread(target=writer)
+    w.start()
+    while not _gate_taken(run):  # the exclusive side waits at the gate's far side
+        time.sleep(0.01)
+    late = threading.Thread(target=reader, args=(third, "late", None))
+    late.start()
+    time.sleep(0.2)  # a window in which a late test would start if nothing kept it out
+    assert events == ["shared in"]
+    release_reader.set()
+    for t in (a, w, late):
+        t.join(10)
+    assert events == ["shared in", "shared out", "exclusive in", "exclusive out", "late in", "late out"]
+
+
+def _gate_taken(run: str) -> bool:
+    import fcntl
+    import os
+    import tempfile
+
+    with open(os.path.join(tempfile.gettempdir(), f"likes-test-run-{run}.gate"), "a+") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
