@@ -41,7 +41,7 @@ on() {
   (
     LIKES_TOPOLOGY=$topology
     apply_topology
-    flock "$LOCK" "$VENV/bin/python" -m pytest -n "$TEST_WORKERS" "$@"
+    flock "$LOCK" "$VENV/bin/python" -m pytest -n "$TEST_WORKERS" --dist loadgroup "$@"
   )
 }
 

@@ -19,7 +19,9 @@ from likes_project.redis_client import cache_redis, stream_redis
 from opsconsole.services import contracts_ensure
 from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
-from tests import factories, legacy, passes
+from tests import factories, flush, legacy, passes
+
+flush.install()
 
 UNCLASSIFIED = pytest.StashKey[list]()
 
@@ -30,6 +32,13 @@ def pytest_collection_modifyitems(config, items):
     config.stash[UNCLASSIFIED] = passes.unclassified(items)
 
 _RUN_LOCK = passes.run_lock()
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` schedules with the module groups of tests/passes.py."""
+    if config.getvalue("dist") == "loadgroup":
+        return passes.ModuleGroupScheduling(config, log)
+    return None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,7 +5,12 @@ again on `scaled`) or `topology_independent` (it runs on `single` only). `unclas
 that declare neither or both; the guard test (tests/test_passes.py) fails on any, so nobody can drop a
 store test from `scaled` by forgetting a marker. `schema` adds a test to the upgraded-database pass.
 
-Under pytest-xdist the workers share the servers: a test marked `exclusive` (it stops a Cluster node or
+Under pytest-xdist (`--dist loadgroup`, scheduled by `ModuleGroupScheduling`) a test is a unit of work of its
+own, handed to the next free worker, except the modules of `WHOLE_MODULES`: each goes to one worker whole (its
+module fixture is built once; its tests, which start real processes, never run beside each other), and the
+biggest units start first.
+
+The workers share the servers: a test marked `exclusive` (it stops a Cluster node or
 flushes a Redis database every worker uses) runs while no other test of the run does. `RunLock` is a
 writer-preferring lock over two files every worker of one run opens: each test holds the shared side, an
 exclusive test the exclusive side, and a waiting exclusive test holds the gate, so workers that keep
@@ -20,9 +25,17 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 
+from xdist.scheduler.loadscope import LoadScopeScheduling
+
 TOPOLOGY = "topology"
 INDEPENDENT = "topology_independent"
 EXCLUSIVE = "exclusive"
+# Modules one worker runs whole, and why.
+WHOLE_MODULES = {
+    "tests/test_drills.py": "each drill starts a Celery worker and beat: two at once would starve each other",
+    "tests/test_cli_help.py": "its module fixture runs `manage.py help` once a command, in subprocesses",
+    "tests/test_upgrade.py": "its module fixture builds two scratch database sets with `migrate_all`",
+}
 
 
 def unclassified(items: Iterable) -> list[str]:
@@ -64,3 +77,14 @@ def run_lock() -> RunLock | None:
     process runs one test at a time anyway."""
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     return RunLock(run_id) if run_id and os.environ.get("PYTEST_XDIST_WORKER") else None
+
+
+class ModuleGroupScheduling(LoadScopeScheduling):
+    """xdist's load-group scheduling with the groups named here (`WHOLE_MODULES`). The `xdist_group` marker
+    does not reach the scheduler with pytest 9 (xdist 3.8 suffixes the group to `item._nodeid`, and pytest 9's
+    `nodeid` no longer reads that attribute: a group's tests ran on three workers), so the controller groups by
+    node id. Units are sorted biggest first (xdist's `--loadscope-reorder`, on by default)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return module if module in WHOLE_MODULES else nodeid

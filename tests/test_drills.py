@@ -4,9 +4,9 @@ flow through the API, and its verdict must PASS: the behaviour during the fault,
 (bounded by 120 s, never asserted as a duration) and the exact comparison of every projection with
 the relation facts and the acknowledged commands afterwards. Plus the command's refusals.
 
-Each drill holds its fault ~20 s and waits at most 120 s to heal; the cache drill runs its own
-redis-server as the cache role, the event-log drill its own as the event log and broker, so what they
-stop or flush is theirs alone."""
+Each drill holds its fault for its own length capped at DRILL_FAULT_MAX_S (4 s in the test settings: still
+several retries) and waits at most 120 s to heal; the cache drill runs its own redis-server as the cache
+role, the event-log drill its own as the event log and broker, so what they stop or flush is theirs alone."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -203,7 +204,8 @@ def holder_id() -> str:
 
 
 def consume_partition(projector: Projector, *, partition: int, batch_size: int = 200, max_batches: int = 10,
-                      lease_ttl_s: float = 30.0, holder: str | None = None, grant: leases.LeaseGrant | None = None,
+                      lease_ttl_s: float | None = None, holder: str | None = None,
+                      grant: leases.LeaseGrant | None = None,
                       ignore_backoff: bool = False) -> ConsumeReport:
     """Run one bounded pass of `projector` over one partition. A second concurrent copy is harmless:
     it does not get the lease and returns `busy`. A partition whose head is waiting out its backoff
@@ -214,6 +216,7 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
     if not ignore_backoff and _backing_off(consumer, partition):
         return ConsumeReport(consumer, partition, "backoff")
     resource = consumer_resource(consumer, partition)
+    lease_ttl_s = lease_ttl_s or settings.CONSUMER_LEASE_TTL_S
     grant = grant or leases.lease_acquire(resource=resource, holder=holder or holder_id(), ttl_s=lease_ttl_s)
     if grant is None:
         return ConsumeReport(consumer, partition, "busy")

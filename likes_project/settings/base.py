@@ -204,6 +204,9 @@ LIKES_RETRY_BASE_S = env_float("LIKES_RETRY_BASE_S", 0.5)
 LIKES_RETRY_MAX_BACKOFF_S = env_float("LIKES_RETRY_MAX_BACKOFF_S", 30.0)
 LIKES_RETRY_ALERT_AFTER = env_int("LIKES_RETRY_ALERT_AFTER", 10)
 REDRIVE_LEASE_S = env_float("REDRIVE_LEASE_S", 30.0)  # a dead-letter redrive holds its partition's lease
+# A consumer pass holds its partition's lease this long, renewed after every batch: a killed worker's
+# partitions wait out at most this much before another worker takes them over.
+CONSUMER_LEASE_TTL_S = env_float("CONSUMER_LEASE_TTL_S", 30.0)
 # Runtime switches (issue 14 §3, likes_project/switches.py): every process re-reads them at most this often,
 # so a change takes effect everywhere within SWITCH_CACHE_S (at once in the process that made it). A like
 # command refused by read-only mode says Retry-After READ_ONLY_RETRY_AFTER_S.
@@ -478,6 +481,9 @@ AUDIT_CHAIN_SIGNING_KEY = os.environ.get("AUDIT_CHAIN_SIGNING_KEY", "")
 # `manage.py drill` injects real faults (databases refusing connections, Redis flushed or paused,
 # workers killed); it refuses to run unless this is set.
 LIKES_DRILLS_ENABLED = env_bool("LIKES_DRILLS_ENABLED", False)
+# When set (seconds), no drill holds its fault longer than this; unset, each drill holds its own length
+# (20 s for a database down; `manage.py drill --fault-s` sets one run's).
+DRILL_FAULT_MAX_S = env_float("DRILL_FAULT_MAX_S", 0.0)
 
 # Structured logs (issue 10, likes_project.logs): one JSON object per line from every logger (ours,
 # Django's, Celery's, gunicorn's), or LOG_FORMAT=console for humans; django.request stays at ERROR.

@@ -11,6 +11,7 @@ import pytest
 import redis
 import redis.client
 import redis.cluster
+from django.conf import settings
 
 from counting import selectors as count_selectors
 from counting.tasks import display_snapshot_task
@@ -25,6 +26,7 @@ from tests.factories import TEST_ACTOR, make_video, redis_unreachable
 from tests.relations.helpers import cmd as like
 
 pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
+P = settings.LIKES_REDIS_PREFIX  # this test process's keys (tests/conftest.py deletes them before each test)
 
 
 @contextlib.contextmanager
@@ -125,7 +127,7 @@ def test_a_failed_round_falls_back_to_the_database_in_every_flow(settings, make_
 def test_run_flows_sends_each_round_once_and_a_read_without_commands_costs_none():
     from likes_project.redis_client import cache_redis
 
-    cache_redis().set("likes-test:rr:a", "1")
+    cache_redis().set(f"{P}:rr:a", "1")
     calls: list[str] = []
 
     def flow(name: str, keys: list[str]):
@@ -134,7 +136,7 @@ def test_run_flows_sends_each_round_once_and_a_read_without_commands_costs_none(
         return name, got
 
     with round_trips() as seen:
-        out = run_flows(flow("one", ["likes-test:rr:a"]), flow("none", []), flow("two", ["likes-test:rr:b"]))
+        out = run_flows(flow("one", [f"{P}:rr:a"]), flow("none", []), flow("two", [f"{P}:rr:b"]))
     assert out == [("one", [b"1"]), ("none", []), ("two", [None])]
     assert seen == {"pipelines": 1}
     with round_trips() as seen:
@@ -147,7 +149,7 @@ def test_a_round_error_is_thrown_into_the_flows_that_asked(settings):
 
     def flow(name: str, size: int):
         try:
-            got = yield Read(size, lambda pipe: [pipe.get("likes-test:rr:x") for _ in range(size)], list)
+            got = yield Read(size, lambda pipe: [pipe.get(f"{P}:rr:x") for _ in range(size)], list)
         except redis.RedisError:
             handled.append(name)
             return "fallback"
@@ -168,13 +170,13 @@ def test_lua_calls_take_one_round_trip_and_a_lost_script_runs_once():
     from likes_project.redis_client import cache_redis, scripts_run
 
     client = cache_redis()
-    client.delete("likes-test:rr:n1", "likes-test:rr:n2")
-    scripts_run([(_INCR, ["likes-test:rr:n1"], [1])])  # loaded
+    client.delete(f"{P}:rr:n1", f"{P}:rr:n2")
+    scripts_run([(_INCR, [f"{P}:rr:n1"], [1])])  # loaded
     with round_trips() as seen:
-        assert scripts_run([(_INCR, ["likes-test:rr:n1"], [1]), (_INCR, ["likes-test:rr:n2"], [5])]) == [2, 5]
+        assert scripts_run([(_INCR, [f"{P}:rr:n1"], [1]), (_INCR, [f"{P}:rr:n2"], [5])]) == [2, 5]
     assert seen == {"pipelines": 1}, seen
     client.script_flush()
     with round_trips() as seen:
-        assert scripts_run([(_INCR, ["likes-test:rr:n1"], [1]), (_INCR, ["likes-test:rr:n2"], [5])]) == [3, 10]
+        assert scripts_run([(_INCR, [f"{P}:rr:n1"], [1]), (_INCR, [f"{P}:rr:n2"], [5])]) == [3, 10]
     assert seen["pipelines"] == 2, seen  # NOSCRIPT, then the load and the calls sent again: each ran once
-    assert int(client.get("likes-test:rr:n1")) == 3 and int(client.get("likes-test:rr:n2")) == 10
+    assert int(client.get(f"{P}:rr:n1")) == 3 and int(client.get(f"{P}:rr:n2")) == 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
 
 from likes_project import metrics
 from likes_project.audit.models import AuditRecord
@@ -234,4 +235,4 @@ def test_token_bucket_state_lives_in_redis_under_the_prefix(fan):
 
     data = cache_redis().hgetall(cache.ratelimit_user_key(fan.pk))
     assert float(data[b"tokens"]) == pytest.approx(59, abs=0.5)
-    assert json.dumps(cache.ratelimit_user_key(fan.pk)).startswith('"likes-test:')
+    assert json.dumps(cache.ratelimit_user_key(fan.pk)).startswith(f'"{settings.LIKES_REDIS_PREFIX}:')
