@@ -52,9 +52,14 @@ class RunLock:
     """Shared by every test of one pytest-xdist run, exclusive for one (see the module's docstring)."""
 
     def __init__(self, run_id: str) -> None:
-        base = os.path.join(tempfile.gettempdir(), f"likes-test-run-{run_id}")
+        base = self.path(run_id)
         self._gate = open(base + ".gate", "a+")  # noqa: SIM115 - held for the worker's life
         self._main = open(base + ".lock", "a+")  # noqa: SIM115
+
+    @staticmethod
+    def path(run_id: str) -> str:
+        """Where one run's lock files live (`.gate`, `.lock` appended)."""
+        return os.path.join(tempfile.gettempdir(), f"likes-test-run-{run_id}")
 
     @contextlib.contextmanager
     def held(self, *, exclusive: bool) -> Iterator[None]:

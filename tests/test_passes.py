@@ -74,10 +74,8 @@ def test_an_exclusive_holder_waits_for_the_shared_ones_and_keeps_new_ones_out():
 
 def _gate_taken(run: str) -> bool:
     import fcntl
-    import os
-    import tempfile
 
-    with open(os.path.join(tempfile.gettempdir(), f"likes-test-run-{run}.gate"), "a+") as probe:
+    with open(passes.RunLock.path(run) + ".gate", "a+") as probe:
         try:
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
