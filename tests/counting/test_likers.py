@@ -172,7 +172,9 @@ def test_t31_an_all_hidden_page_is_empty_and_the_cursor_advances(make_user, make
     for u in newest[3:]:
         UserPrivacy.objects.create(user_id=u.pk, likes_private=True)
     got, pages = traverse(client, "lk-31", 2)  # everything hidden: ends, never loops
-    assert got == [] and len(pages) == 2
+    # Six entries at three pops a page: two pages, and a third (empty, cursor null) when a shard still
+    # held a full prefetch when the budget ran out, which depends on how the user ids fall on shards.
+    assert got == [] and len(pages) in (2, 3), pages
 
 
 def _three_shards(make_user, gen, per_shard: int):
