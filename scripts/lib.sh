@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Shared setup for scripts/run.sh and scripts/test.sh: virtualenv, requirements, PostgreSQL, Redis.
+# Shared setup for scripts/run.sh, scripts/manage.sh and scripts/test.sh: virtualenv, requirements,
+# PostgreSQL, Redis, and (run.sh and manage.sh) the service's environment.
 # Uses DATABASE_URL / REDIS_URL when set, else servers at 127.0.0.1, else starts private ones under
 # .data/ (installing the Debian packages first when missing and running as root).
+# setup_service (run.sh, manage.sh) installs only what the service needs; setup_all (test.sh, bench/)
+# adds the tests' and tools' packages and Debian's Chromium for the browser tests.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +41,13 @@ pick_python() {
   die "Python 3.11 or newer is required"
 }
 
-ensure_venv() {
+# requirements.txt has two parts: the service's packages, then, from the line REQUIREMENTS_TOOLING_HEADER
+# on, those only the tests, the benchmarks and the linter use (pytest, hypothesis, playwright, ruff, py-spy).
+# `ensure_venv runtime` installs the first part (the whole file when the header is missing); `ensure_venv`
+# the whole file. Each has its stamp; the whole file's stamp covers the first part too.
+REQUIREMENTS_TOOLING_HEADER="# Tests and tooling"
+
+ensure_venv() {  # ensure_venv [runtime]
   if [ ! -x "$VENV/bin/python" ]; then
     local py; py="$(pick_python)"
     log "creating virtualenv .venv with $py"
@@ -48,14 +57,23 @@ ensure_venv() {
       "$py" -m venv "$VENV"
     fi
   fi
-  local want have stamp="$VENV/.requirements.sha256"
-  want="$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)"
+  local want have stamp="$VENV/.requirements.sha256" req="$ROOT/requirements.txt"
+  want="$(sha256sum "$req" | cut -d' ' -f1)"
   have="$(cat "$stamp" 2>/dev/null || true)"
-  if [ "$want" != "$have" ]; then
+  [ "$want" = "$have" ] && return  # the whole file is installed (so is its first part)
+  if [ "${1:-}" = runtime ]; then
+    req="$VENV/requirements-runtime.txt" stamp="$VENV/.requirements-runtime.sha256"
+    awk -v header="$REQUIREMENTS_TOOLING_HEADER" 'index($0, header) == 1 { exit } { print }' \
+      "$ROOT/requirements.txt" > "$req"
+    want="$(sha256sum "$req" | cut -d' ' -f1)"
+    have="$(cat "$stamp" 2>/dev/null || true)"
+    [ "$want" = "$have" ] && return
+    log "installing requirements.txt: the service's packages (test.sh installs the tests' and tools')"
+  else
     log "installing requirements.txt"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
-    echo "$want" > "$stamp"
   fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  echo "$want" > "$stamp"
 }
 
 probe() { "$VENV/bin/python" "$ROOT/scripts/probe.py" "$@" 2>/dev/null; }
@@ -246,10 +264,49 @@ apply_topology() {
   export LIKES_TOPOLOGY
 }
 
+# What the service needs, for run.sh and manage.sh: the service's packages, PostgreSQL, Redis. No test-only
+# package and no browser.
+setup_service() {
+  cd "$ROOT"
+  ensure_venv runtime
+  ensure_postgres
+  ensure_redis
+}
+
+# Everything the tests and the benchmarks need (test.sh, bench/env.sh): the whole requirements.txt,
+# PostgreSQL, Redis and Debian's Chromium for the browser tests.
 setup_all() {
   cd "$ROOT"
   ensure_venv
   ensure_postgres
   ensure_redis
   ensure_chromium
+}
+
+# --- the service's environment (run.sh, manage.sh) ------------------------------------------------
+
+# secret_file VAR FILE: export VAR from .data/FILE unless VAR is set, making FILE (0600) the first time.
+secret_file() {
+  local var="$1" file="$DATA/$2"
+  if [ -z "${!var:-}" ]; then
+    [ -f "$file" ] || (umask 077 && "$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(24))' > "$file")
+    export "$var=$(cat "$file")"
+  fi
+}
+
+# After setup_service: the topology's store URLs, the settings module, the port, the private secrets of this
+# checkout (made once under .data/, never the public development defaults) and the host's Prometheus
+# multiprocess directory. run.sh and manage.sh both call this, so a command run through manage.sh sees
+# exactly the settings and stores the running service sees.
+service_env() {
+  apply_topology  # LIKES_TOPOLOGY=single (default) | scaled: a second PostgreSQL server and a Redis Cluster
+  export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-likes_project.settings.dev}"
+  export PORT="${PORT:-8000}"
+  secret_file VIDEO_SERVICE_TOKEN video-service-token
+  secret_file DJANGO_SECRET_KEY secret-key
+  secret_file CURSOR_SIGNING_KEY cursor-signing-key
+  secret_file METRICS_TOKEN metrics-token
+  # One Prometheus multiprocess directory for every process of this host (D45); run.sh empties it before it
+  # starts the service's processes, never while they run.
+  export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$DATA/prometheus}"
 }

@@ -2,23 +2,10 @@
 # The whole service, with its own setup: API (gunicorn on $PORT), Celery worker, Celery beat, demo data.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-setup_all
-apply_topology  # LIKES_TOPOLOGY=single (default) | scaled: a second PostgreSQL server and a Redis Cluster
-export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-likes_project.settings.dev}"
-export PORT="${PORT:-8000}"
-# Private secrets of this checkout, made once under .data/ (never the public development defaults).
-secret_file() {  # secret_file VAR FILE: export VAR from FILE unless set, making FILE the first time
-  local var="$1" file="$DATA/$2"
-  if [ -z "${!var:-}" ]; then
-    [ -f "$file" ] || (umask 077 && "$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(24))' > "$file")
-    export "$var=$(cat "$file")"
-  fi
-}
-secret_file VIDEO_SERVICE_TOKEN video-service-token
-secret_file DJANGO_SECRET_KEY secret-key
-secret_file CURSOR_SIGNING_KEY cursor-signing-key
-secret_file METRICS_TOKEN metrics-token
-[ -f "$DATA/admin-password" ] || "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(12))' > "$DATA/admin-password"
+setup_service  # the service's packages, PostgreSQL, Redis (no test-only package, no browser: test.sh adds those)
+service_env    # LIKES_TOPOLOGY's store URLs, settings module, PORT, private secrets under .data/ (as manage.sh)
+# The superuser `admin`'s password: made once per checkout, set by seed_demo on every start.
+[ -f "$DATA/admin-password" ] || (umask 077 && "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(12))' > "$DATA/admin-password")
 PY="$VENV/bin/python"
 
 "$PY" manage.py migrate_all
@@ -31,9 +18,8 @@ echo "Metrics token (GET /metrics, /readyz detail): in .data/metrics-token"
 echo "API docs: http://127.0.0.1:$PORT/v1/docs"
 echo
 
-# One Prometheus multiprocess directory for the web workers and Celery processes of this host (D45),
-# emptied here while none of them runs.
-export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$DATA/prometheus}"
+# The Prometheus multiprocess directory of this host (service_env; D45), emptied here while none of the
+# service's processes runs.
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 pids=()
