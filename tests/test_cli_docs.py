@@ -1,6 +1,6 @@
 """Every `manage.py` command the README or the runbook shows runs as shown (issue 10 §6b).
 
-The code of README.md and docs/runbook.md (fenced blocks and inline code spans) is read for
+The code of README.md and the docs in DOCS (fenced blocks and inline code spans) is read for
 `manage.py <command> ...`; each one is parsed as the synopsis it is (`[optional]`, `(a | b)`
 alternatives, `a|b` value choices, `<placeholder>` and `N`-style metavars), checked against the
 command's real parser (the command exists; every option exists and takes a value exactly when the doc
@@ -27,7 +27,9 @@ from django.core.management import call_command, get_commands, load_command_clas
 pytestmark = pytest.mark.topology_independent
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/runbook.md")
+# The README's reference sections live in docs/ (issue 29 §8): every file that shows commands.
+DOCS = ("README.md", "docs/runbook.md", "docs/operations.md", "docs/api.md", "docs/upgrading.md",
+        "docs/configuration.md", "docs/scaling-out.md", "docs/status.md")
 
 # --- reading the docs ------------------------------------------------------------------------------
 
