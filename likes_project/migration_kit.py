@@ -3,7 +3,18 @@ ever change what it returns: a new schema step is a new function."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from django.db import migrations, models
+
+
+def sql_file(package: str, name: str) -> str:
+    """The text of `<package>/sql/<name>`: the SQL a migration installs (a database function, a trigger), kept
+    where a reader finds it (issue 29 §5). A loaded file is never edited: a new version is a new file that a
+    new migration loads, so replaying the old migrations still builds what they built (D101)."""
+    origin = importlib.util.find_spec(package).origin
+    return (Path(origin).parent / "sql" / name).read_text(encoding="utf-8")
 
 
 def permission_grant_alongside(apps, *, app_label: str, model: str, old_codename: str, codename: str,

@@ -191,8 +191,8 @@ def _cas_update(alias: str, rel: _LockedRelation, *, state: str, version: int, o
 def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired_state: str, operation_id: str,
                   base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
     """CMD-5 steps 2-6 inside one durable transaction on `alias`, behind the write barrier (REC-5),
-    statement by statement: the readable reference of `likes_relation_apply` (relations migration
-    0013), which `_apply_function` runs in one round trip (D84)."""
+    statement by statement: the readable reference of `likes_relation_apply` (its current version:
+    `relations/sql/likes_relation_apply.v2.sql`), which `_apply_function` runs in one round trip (D84)."""
     with transaction.atomic(using=alias, durable=True):
         write_barrier.admit(alias, video_id, slot)
         for _attempt in range(2):
@@ -289,8 +289,9 @@ def _function_execute(conn, params: list) -> tuple:
 def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desired_state: str, operation_id: str,
                     base_version: int | None, device_id: str, client_sequence: int | None,
                     lookup: bool = False) -> CommandResult:
-    """`_apply_python` in one round trip: the shard's `likes_relation_apply` (relations migration 0013).
-    With `lookup` it first looks the operation id up in the same statement (raises _Replayed)."""
+    """`_apply_python` in one round trip: the shard's `likes_relation_apply`
+    (`relations/sql/likes_relation_apply.v2.sql`). With `lookup` it first looks the operation id up in the
+    same statement (raises _Replayed)."""
     event_id = uuid.uuid4()
     global_ns, video_ns = write_barrier.LOCK_NAMESPACES
     reject_stale = settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
