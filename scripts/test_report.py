@@ -54,6 +54,13 @@ def report(junit_dir: Path, passes: list[tuple[str, float, int]], *, total_s: fl
     lines += ["", f"The {SLOWEST} slowest tests (setup, call and teardown):"]
     lines += [f"  {seconds:7.1f} s  {name:<9} {test_id}" for seconds, name, test_id in
               sorted(slowest, reverse=True)[:SLOWEST]]
+    # Worker-seconds a module costs in a pass: what moving it out of a pass, or making it leaner, saves.
+    modules: dict[tuple[str, str], list[float]] = {}
+    for seconds, name, test_id in slowest:
+        modules.setdefault((name, test_id.split("::", 1)[0]), []).append(seconds)
+    lines += ["", f"The {SLOWEST} costliest modules (worker-seconds, tests):"]
+    lines += [f"  {sum(times):7.1f} s  {name:<9} {module} ({len(times)})" for (name, module), times in
+              sorted(modules.items(), key=lambda kv: -sum(kv[1]))[:SLOWEST]]
     if total_s > budget_s:
         banner = "!" * 100
         lines += ["", banner,

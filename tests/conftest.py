@@ -7,7 +7,6 @@ import contextlib
 import os
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
@@ -15,7 +14,6 @@ from pytest_django.fixtures import validate_django_db
 
 from counting.services.count_cache.layers import count_cache_generations_mirror
 from likes_project import l1cache
-from likes_project.redis_client import cache_redis, stream_redis
 from opsconsole.services import contracts_ensure
 from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
@@ -115,18 +113,9 @@ def _end_other_sessions() -> None:
                        "WHERE datname = ANY(%s) AND pid <> pg_backend_pid()", [names])
 
 
-def _flush_test_redis() -> None:
-    prefix = settings.LIKES_REDIS_PREFIX
-    assert prefix.startswith("likes-test"), "tests only ever delete their own keys"
-    for client in {id(c): c for c in (cache_redis(), stream_redis())}.values():
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-
-
 @pytest.fixture(autouse=True)
 def clean_redis():
-    _flush_test_redis()
+    flush.redis_flush()
     l1cache.clear_all()
     yield
 

@@ -16,8 +16,11 @@ transactional test, that was about 0.4 s a test on this machine: a TRUNCATE make
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.commands import flush as flush_command
 from django.db.backends.postgresql.operations import DatabaseOperations
+
+from likes_project.redis_client import cache_redis, stream_redis
 
 KEPT = frozenset({"django_content_type", "auth_permission"})
 _truncate = DatabaseOperations.sql_flush
@@ -45,3 +48,17 @@ def install() -> None:
     DatabaseOperations.sql_flush = sql_flush
     # What post_migrate writes (content types, permissions) was kept; it has nothing to add.
     flush_command.emit_post_migrate_signal = lambda *args, **kwargs: None
+
+
+def redis_flush(*clients) -> None:
+    """What a FLUSHDB is to the service, for this test process only: every key under its own prefix goes
+    (the service keeps nothing outside it), and the other xdist workers' keys on the same database stay, so a
+    test that flushes the event log need not run alone. Default: the cache and event-log Redis."""
+    prefix = settings.LIKES_REDIS_PREFIX
+    assert prefix.startswith("likes-test"), "tests only ever delete their own keys"
+    if not clients:
+        clients = (cache_redis(), stream_redis())
+    for client in {id(c): c for c in clients}.values():
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)

@@ -170,7 +170,10 @@ def test_t16_a_flushed_count_cache_is_rebuilt_from_the_durable_buckets_without_t
         routed = VideoLikeCountVbucket.objects.using(alias).filter(virtual_bucket__in=gen.buckets_on(alias)).count()
         assert report.rows[alias] == routed
         assert f"  {alias}: done, {routed} rows" in progress
-    assert any(m.startswith(f"  {settings.COUNT_PARTITION_ALIASES[0]}: 4 rows") for m in progress)
+    # Progress after every batch of 4: how many rows the first page holds depends on where the user ids put
+    # the buckets, so the line is the first page's size, not always 4.
+    first = settings.COUNT_PARTITION_ALIASES[0]
+    assert f"  {first}: {min(4, report.rows[first])} rows" in progress and report.rows[first] > 0, progress
     for video_id, facts in expected.items():
         rows = routed_rows(video_id)
         assert cache.buckets_read(2, sorted(rows)) == rows  # every routed bucket, exactly as durable

@@ -28,6 +28,7 @@ from likes_project.eventlog import leases, streams
 from likes_project.redis_client import stream_redis
 from relations.services import outbox
 from tests.counting.helpers import consume_everything, drain, lease_expire, liked_facts, publish_all
+from tests.flush import redis_flush
 from tests.relations.helpers import cmd
 
 pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
@@ -141,7 +142,6 @@ def test_a_rebuild_copying_an_older_snapshot_cannot_replace_a_newer_view(make_us
     assert view(video.video_id)[0] == 2
 
 
-@pytest.mark.exclusive  # FLUSHDB of the event-log Redis every test process uses
 def test_the_republisher_finds_a_flushed_tail_the_consumers_have_passed_reading_each_range_once(
         make_user, video, monkeypatch):
     users = [make_user() for _ in range(8)]
@@ -154,7 +154,7 @@ def test_the_republisher_finds_a_flushed_tail_the_consumers_have_passed_reading_
     for u in users[2:6]:
         cmd(u, video.video_id, "LIKED")
     publish_all()  # published, not consumed ...
-    stream_redis().flushdb()  # ... and the event-log Redis is flushed
+    redis_flush(stream_redis())  # ... and the event-log Redis is flushed
     for u in users[6:]:
         cmd(u, video.video_id, "LIKED")
     publish_all()  # new traffic recreates the streams, with ids after the lost ones ...
@@ -182,7 +182,6 @@ def test_the_republisher_finds_a_flushed_tail_the_consumers_have_passed_reading_
 
 
 @pytest.mark.parametrize("lookback_s", [900, 0])
-@pytest.mark.exclusive  # FLUSHDB of the event-log Redis every test process uses
 def test_a_first_check_after_a_flush_the_consumers_have_passed_still_finds_the_lost_rows(
         make_user, video, settings, lookback_s):
     """The drill's order (issue 10's CI failure): the log is flushed before the shard's first check
@@ -195,7 +194,7 @@ def test_a_first_check_after_a_flush_the_consumers_have_passed_still_finds_the_l
     for u in lost:
         cmd(u, video.video_id, "LIKED")
     publish_all()  # published, not consumed ...
-    stream_redis().flushdb()  # ... the event-log Redis is flushed before any lost-tail check ran
+    redis_flush(stream_redis())  # ... the event-log Redis is flushed before any lost-tail check ran
     # Then new traffic on every partition, so every consumer's checkpoint moves past the lost ids.
     uncovered, later = set(streams.all_partitions()), 0
     while uncovered:
@@ -216,7 +215,6 @@ def test_a_first_check_after_a_flush_the_consumers_have_passed_still_finds_the_l
         assert found == 0 and display(video.video_id) == later < liked_facts(video.video_id)
 
 
-@pytest.mark.exclusive  # FLUSHDB of the event-log Redis every test process uses
 def test_the_watermark_stays_below_rows_too_young_to_check_and_they_are_checked_later(make_user, video):
     from likes_project.eventlog.models import LostTailWatermark
 
@@ -226,7 +224,7 @@ def test_the_watermark_stays_below_rows_too_young_to_check_and_they_are_checked_
     for u in users:
         cmd(u, video.video_id, "LIKED")
     publish_all()
-    stream_redis().flushdb()
+    redis_flush(stream_redis())
     for u in [make_user() for _ in range(2)]:
         cmd(u, video.video_id, "LIKED")
     publish_all()
