@@ -120,12 +120,12 @@ def run_move(slots: list[int], target: str, *, series: bool = False) -> dict:
 
 def _rows_sql(slots: list[int]):
     from relations import routing
-    from relations.services.slot_moves import protocol
+    from relations.services.slot_moves import rows as protocol_rows
 
     contract = routing.active_contract()
-    cond, params = protocol._slot_sql(contract)
+    cond, params = protocol_rows.slot_sql(contract)
     return [(table, cols, f"SELECT {', '.join(cols)} FROM {table} WHERE {cond}", [*params, slots])
-            for table, cols, _types, _key in protocol.TABLES.values()]
+            for table, cols, _types, _key in protocol_rows.TABLES.values()]
 
 
 def baselines(slots: list[int], home: str, other: str) -> dict:
@@ -215,7 +215,7 @@ def final_check(samples: list[list], seeded: dict, slots: list[int]) -> dict:
 
     from relations import routing
     from relations.models import LikeCommand, LikeRelation
-    from relations.services.slot_moves import protocol
+    from relations.services.slot_moves import rows as protocol_rows
 
     routing.reset_cache()
     contract = routing.active_contract()
@@ -235,7 +235,7 @@ def final_check(samples: list[list], seeded: dict, slots: list[int]) -> dict:
                       [[u for u, _ in pairs], [v for _, v in pairs]])
             found = {(u, v): st for u, v, st in c.fetchall()}
         wrong += [p for p in pairs if found.get(p) != last[p]]
-    cond, params = protocol._slot_sql(contract)
+    cond, params = protocol_rows.slot_sql(contract)
     totals, strays = {}, {}
     for alias in settings.RELATION_SHARD_ALIASES:
         with connections[alias].cursor() as c:

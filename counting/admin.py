@@ -22,13 +22,11 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_safe
 
 from counting import routing, selectors
@@ -62,9 +60,8 @@ from likes_project.admin_kit import (
     require_permission,
     start_job_or_message,
 )
-from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
-from likes_project.ledgers.console import LedgerAdmin, LedgerConsole, json_block
+from likes_project.ledgers.console import LedgerAdmin, LedgerConsole, LedgerPlanForm, json_block
 from relations import validation
 
 VBUCKETS_PERMISSION = "counting.view_videolikecountvbucket"
@@ -284,10 +281,6 @@ class CountRefreshSwitchAdmin(PauseSwitchAdmin):
 # --- virtual-bucket migrations (issue 13): the ledger, read-only; its steps through the ledger service ----
 
 
-def _url(name: str, *args, query: dict | None = None) -> str:
-    return reverse(f"admin:{name}", args=args) + (f"?{urlencode(query)}" if query else "")
-
-
 def _migration_url(migration_id) -> str:
     return CONSOLE.change_url(migration_id)
 
@@ -296,62 +289,34 @@ def _json_or_none(value, css: str) -> str:
     return json_block(value, css) if value else "-"
 
 
-class MigrationPlanForm(forms.Form):
+class MigrationPlanForm(LedgerPlanForm):
     target = forms.ChoiceField(label="Target partition", help_text="The count partition the buckets move onto.")
     buckets = forms.CharField(label="Virtual buckets", max_length=4000,
                               help_text="Ranges of the active bucket space: 0-255, or 0-9,100-109.")
-    reason = forms.CharField(max_length=4000, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                             help_text="Required; recorded in the ledger and the audit log.")
 
-    def __init__(self, *args, buckets_on: dict[str, int] | None = None, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        gen = _active_routes()
         self.fields["target"].choices = [
-            (alias, alias if buckets_on is None else f"{alias} ({buckets_on.get(alias, 0)} buckets now)")
+            (alias, alias if gen is None else f"{alias} ({len(gen.buckets_on(alias))} buckets now)")
             for alias in settings.COUNT_PARTITION_ALIASES]
 
-    def clean_reason(self):
-        reason = self.cleaned_data["reason"].strip()
-        if not reason:
-            raise forms.ValidationError("Give a reason.", code="reason_required")
-        return reason
 
-
-# The service's refusals of a plan, shown on the field they are about (the rest above the form).
-_PLAN_ERROR_FIELDS = {"invalid_buckets": "buckets", "already_on_target": "buckets", "migration_overlap": "buckets",
-                      "unknown_partition": "target", "reason_required": "reason"}
-
-
-@require_http_methods(["GET", "POST"])
-def migration_plan_view(request, *, admin_site):
-    """Plan a migration (AWAITING_APPROVAL) through `ledger.migration_plan`; the ledger row's page follows.
-    A refusal is a form error and writes nothing. Nothing runs until another operator approves it."""
-    require_permission(request, ledger.PLAN_PERMISSION)
+def _active_routes() -> routing.GenerationRoutes | None:
     try:
-        gen = routing.active()
+        return routing.active()
     except routing.NoActiveGeneration:
-        gen = None
-    buckets_on = None if gen is None else {a: len(gen.buckets_on(a)) for a in settings.COUNT_PARTITION_ALIASES}
-    form = MigrationPlanForm(request.POST if request.method == "POST" else None, buckets_on=buckets_on)
-    if form.is_valid():
-        try:
-            m = ledger.migration_plan(target=form.cleaned_data["target"], buckets=form.cleaned_data["buckets"],
-                                      reason=form.cleaned_data["reason"], actor=admin_actor(request.user))
-        except DomainError as exc:
-            form.add_error(_PLAN_ERROR_FIELDS.get(exc.code), f"{exc.message} ({exc.code})")
-        else:
-            messages.success(request, f"Planned migration {m.pk}: buckets {ledger.buckets_label(m.buckets)} "
-                                      f"({len(m.buckets)}) -> {m.target_partition}, {m.rows_to_copy} rows to copy. "
-                                      "It waits for another operator's approval.")
-            return HttpResponseRedirect(_migration_url(m.pk))
+        return None
+
+
+def _plan_intro() -> str:
+    gen = _active_routes()
     space = ("" if gen is None else
              f" The active bucket space (v{gen.space.version}) has buckets 0-{gen.space.virtual_buckets - 1}.")
-    return render_page(
-        request, admin_site, "admin_kit/form_page.html", title="Plan a migration", form=form,
-        submit="Plan the migration", body_class="bucket-migration-plan",
-        intro="Moves virtual buckets of the active generation onto a count partition (scale out onto a new partition, "
-              "or in off an old one). Planning writes only the ledger row: the migration waits for another "
-              "operator's approval, then the system copies the buckets, replays the changes, pauses their writes "
-              "for the cutover and verifies the copy, as an ops job." + space)
+    return ("Moves virtual buckets of the active generation onto a count partition (scale out onto a new partition, "
+            "or in off an old one). Planning writes only the ledger row: the migration waits for another operator's "
+            "approval, then the system copies the buckets, replays the changes, pauses their writes for the cutover "
+            "and verifies the copy, as an ops job." + space)
 
 
 class MigrationConsole(LedgerConsole):
@@ -367,6 +332,15 @@ class MigrationConsole(LedgerConsole):
 
 
 CONSOLE = MigrationConsole(ledger.LEDGER, url_prefix="counting_migration", title="Migration")
+PLAN_PAGE = CONSOLE.plan_page(
+    form=MigrationPlanForm, title="Plan a migration", body_class="bucket-migration-plan", intro=_plan_intro,
+    plan=lambda data, actor: ledger.migration_plan(target=data["target"], buckets=data["buckets"],
+                                                   reason=data["reason"], actor=actor),
+    # The service's refusals of a plan, shown on the field they are about (the rest above the form).
+    error_fields={"invalid_buckets": "buckets", "already_on_target": "buckets", "migration_overlap": "buckets",
+                  "unknown_partition": "target", "reason_required": "reason"},
+    planned=lambda m: (f"Planned migration {m.pk}: buckets {ledger.buckets_label(m.buckets)} ({len(m.buckets)}) -> "
+                       f"{m.target_partition}, {m.rows_to_copy} rows to copy."))
 
 
 def _sources_text(m: BucketMigration) -> str:
@@ -406,11 +380,7 @@ class BucketMigrationAdmin(LedgerAdmin):
                        "audit_link", "report_json")
     change_list_template = "counting/admin/bucketmigration_change_list.html"
     change_form_template = "counting/admin/bucketmigration_change_form.html"
-    pages = [
-        AdminPage("plan/", migration_plan_view, name="counting_migration_plan", title="Plan a migration",
-                  permission=ledger.PLAN_PERMISSION),
-        *CONSOLE.pages(),
-    ]
+    pages = [PLAN_PAGE, *CONSOLE.pages()]
 
     @admin.display(description="buckets")
     def bucket_range(self, m: BucketMigration) -> str:

@@ -18,8 +18,9 @@ from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
+from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
 
 from likes_project.errors import DomainError
@@ -262,6 +263,18 @@ class RuntimeSwitchAdmin(PauseSwitchAdmin):
 
 
 # --- extra pages -------------------------------------------------------------------------------
+
+
+def admin_url(name: str, *args, query: dict | str | None = None) -> str | None:
+    """The console's `admin:<name>` URL with `args`, then `query` (a dict or an encoded string); None when the
+    console has no such page (its model is not registered here)."""
+    try:
+        url = reverse(f"admin:{name}", args=args)
+    except NoReverseMatch:
+        return None
+    if not query:
+        return url
+    return f"{url}?{query if isinstance(query, str) else urlencode(query)}"
 
 
 @dataclass(frozen=True)

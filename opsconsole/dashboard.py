@@ -20,12 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from likes_project import switches
+from likes_project.admin_kit import admin_url
 from likes_project.eventlog.models import GaugeSnapshot
 from likes_project.observability import SNAPSHOT_KEY, scrape_families
 from likes_project.opsjobs.models import FINISHED_JOB_STATUSES, OpsJob
@@ -139,14 +139,6 @@ class Panel:
     alert: bool = False  # something here needs an operator
 
 
-def _admin_url(name: str, *args, query: str = "") -> str | None:
-    try:
-        url = reverse(f"admin:{name}", args=args)
-    except NoReverseMatch:  # the model is not registered in this console
-        return None
-    return f"{url}?{query}" if query else url
-
-
 def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
     if at is None:
         return "never"
@@ -194,7 +186,7 @@ def _outbox(cur: dict[str, Samples], hist: History) -> Panel:
         panel.rows.append([Cell(shard), Cell(_seconds(age or 0.0), warn=(age or 0) > 60), Cell(f"{rows:.0f}"),
                            Cell("", svg=chart)])
         panel.alert = panel.alert or (age or 0) > 60
-    panel.link = ("Outbox lookup", _admin_url("opsconsole_lookup") or "")
+    panel.link = ("Outbox lookup", admin_url("opsconsole_lookup") or "")
     return panel
 
 
@@ -212,7 +204,7 @@ def _lag(cur: dict[str, Samples], hist: History) -> Panel:
         panel.rows.append([Cell(key[0]), Cell(key[1]), Cell(f"{entries or 0:.0f}", warn=(entries or 0) > 1000),
                            Cell(_seconds(age), warn=age > 30), Cell("", svg=chart)])
         panel.alert = panel.alert or age > 30
-    panel.link = ("Consumer checkpoints", _admin_url("eventlog_consumercheckpoint_changelist") or "")
+    panel.link = ("Consumer checkpoints", admin_url("eventlog_consumercheckpoint_changelist") or "")
     return panel
 
 
@@ -230,7 +222,7 @@ def _dead_letters(cur: dict[str, Samples], hist: History) -> Panel:
             panel.alert = panel.alert or new > 0
     panel.charts.append(("new", sparkline(hist.series("likes_dead_letters", status="NEW"), start=hist.start,
                                           end=hist.end, what="NEW dead letters")))
-    panel.link = ("Dead letters", _admin_url("eventlog_deadletter_changelist", query="status__exact=NEW") or "")
+    panel.link = ("Dead letters", admin_url("eventlog_deadletter_changelist", query="status__exact=NEW") or "")
     return panel
 
 
@@ -242,7 +234,7 @@ def _diffs(cur: dict[str, Samples], hist: History) -> Panel:
     panel.alert = bool(panel.rows)
     panel.charts.append(("open", sparkline(hist.series("likes_reconcile_open_diffs"), start=hist.start,
                                            end=hist.end, what="open diffs")))
-    panel.link = ("Diffs", _admin_url("reconciliation_checkdiff_changelist") or "")
+    panel.link = ("Diffs", admin_url("reconciliation_checkdiff_changelist") or "")
     return panel
 
 
@@ -251,12 +243,12 @@ def _repairs(now: dt.datetime, hist: History) -> Panel:
                   empty="No repair is waiting for approval.")
     waiting = RepairRequest.objects.filter(status=RepairStatus.AWAITING_APPROVAL).order_by("created_at")
     for r in waiting[:LIST_LIMIT]:
-        panel.rows.append([Cell(f"#{r.pk}", _admin_url("reconciliation_repairrequest_change", r.pk)),
+        panel.rows.append([Cell(f"#{r.pk}", admin_url("reconciliation_repairrequest_change", r.pk)),
                            Cell(r.requested_by), Cell(r.reason), Cell(_ago(r.created_at, now))])
     panel.alert = bool(panel.rows)
     panel.charts.append(("waiting", sparkline(hist.series("likes_repairs_awaiting_approval"), start=hist.start,
                                               end=hist.end, what="repairs awaiting approval")))
-    panel.link = ("Repairs", _admin_url("reconciliation_repairrequest_changelist") or "")
+    panel.link = ("Repairs", admin_url("reconciliation_repairrequest_changelist") or "")
     return panel
 
 
@@ -267,12 +259,12 @@ def _jobs(now: dt.datetime, hist: History) -> Panel:
         progress = f"{job.done:,} / {job.total:,} {job.unit}" if job.total else f"{job.done:,} {job.unit}"
         if job.total:
             progress += f" ({100 * job.done / job.total:.0f}%)"
-        panel.rows.append([Cell(f"#{job.pk}", _admin_url("opsjobs_opsjob_change", job.pk)), Cell(job.kind),
+        panel.rows.append([Cell(f"#{job.pk}", admin_url("opsjobs_opsjob_change", job.pk)), Cell(job.kind),
                            Cell(job.target), Cell(job.status), Cell(progress),
                            Cell(f"{job.message} ({_ago(job.updated_at, now)})" if job.message else "")])
     panel.charts.append(("unfinished", sparkline(hist.series("likes_ops_jobs_unfinished"), start=hist.start,
                                                  end=hist.end, what="jobs queued or running")))
-    panel.link = ("Jobs", _admin_url("opsjobs_opsjob_changelist") or "")
+    panel.link = ("Jobs", admin_url("opsjobs_opsjob_changelist") or "")
     return panel
 
 
@@ -292,9 +284,9 @@ def _moves(now: dt.datetime, hist: History) -> Panel:
         for m in led.model.objects.exclude(state__in=TERMINAL).order_by("id")[:LIST_LIMIT]:
             waiting = m.state == LedgerState.AWAITING_APPROVAL
             stuck = not waiting and m.job_id not in running
-            job = (Cell(f"#{m.job_id}", _admin_url("opsjobs_opsjob_change", m.job_id), warn=stuck) if m.job_id
+            job = (Cell(f"#{m.job_id}", admin_url("opsjobs_opsjob_change", m.job_id), warn=stuck) if m.job_id
                    else Cell("-", warn=stuck))
-            page = _admin_url(f"{meta.app_label}_{meta.model_name}_change", m.pk)
+            page = admin_url(f"{meta.app_label}_{meta.model_name}_change", m.pk)
             panel.rows.append([Cell(f"{led.noun} {m.pk}", page), Cell(led.summary(m)),
                                Cell(m.state, warn=waiting or stuck or bool(m.error)),
                                Cell(_ago(m.state_changed_at, now).removesuffix(" ago")), job, Cell(m.requested_by)])
@@ -313,13 +305,13 @@ def _verdicts(now: dt.datetime, hist: History) -> Panel:
                .order_by("-finished_at", "-id").first())
         if run is None:
             continue
-        panel.rows.append([Cell(mode), Cell(f"#{run.pk}", _admin_url("reconciliation_checkrun_change", run.pk)),
+        panel.rows.append([Cell(mode), Cell(f"#{run.pk}", admin_url("reconciliation_checkrun_change", run.pk)),
                            Cell(run.status, warn=run.status != "PASSED"), Cell(f"{run.checked:,}"),
                            Cell(f"{run.diffs_found} found, {run.diffs_fixed} fixed"), Cell(_ago(run.finished_at, now))])
         panel.alert = panel.alert or run.status != "PASSED"
         panel.charts.append((mode, sparkline(hist.series("likes_reconcile_last_run_passed", mode=mode),
                                              start=hist.start, end=hist.end, what=f"{mode}: 1 passed, 0 not")))
-    panel.link = ("Check runs", _admin_url("reconciliation_checkrun_changelist") or "")
+    panel.link = ("Check runs", admin_url("reconciliation_checkrun_changelist") or "")
     return panel
 
 

@@ -3,13 +3,10 @@ forms that act (start a check, request a repair, pause or resume the video's ref
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from django import forms
-from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_safe
 
-from likes_project.admin_kit import render_page, require_permission
+from likes_project.admin_kit import admin_url, render_page, require_permission
 from likes_project.errors import DomainError
 from opsconsole import dashboard
 from opsconsole.video_panel import video_panel_get
@@ -28,26 +25,19 @@ class VideoPanelForm(forms.Form):
             raise forms.ValidationError(exc.message, code=exc.code) from None
 
 
-def _url(name: str, *args, **query) -> str | None:
-    try:
-        url = reverse(f"admin:{name}", args=args)
-    except NoReverseMatch:
-        return None
-    return f"{url}?{urlencode(query)}" if query else url
-
-
 def _actions(request, panel) -> list[tuple[str, str]]:
     """(label, url) of what this user may do to the video from here (OPS-4, OPS-5)."""
     user, v = request.user, panel.video_id
     out = []
     if user.has_perm("reconciliation.run_check"):
-        out.append(("Request a reconcile", _url("reconciliation_check_start", videos=v, mode="identity")))
+        out.append(("Request a reconcile",
+                    admin_url("reconciliation_check_start", query={"videos": v, "mode": "identity"})))
     if user.has_perm("reconciliation.request_repair"):
-        out.append(("Request a repair", _url("reconciliation_repair_request", videos=v)))
+        out.append(("Request a repair", admin_url("reconciliation_repair_request", query={"videos": v})))
     if user.has_perm("counting.change_countrefreshswitch"):
         label = "Resume its refresh" if panel.refresh_paused else "Pause its refresh"
-        url = (_url("counting_countrefreshswitch_change", v) if panel.refresh_switch is not None
-               else _url("counting_countrefreshswitch_add", video_id=v))
+        url = (admin_url("counting_countrefreshswitch_change", v) if panel.refresh_switch is not None
+               else admin_url("counting_countrefreshswitch_add", query={"video_id": v}))
         out.append((label, url))
     return [(label, url) for label, url in out if url]
 
@@ -58,7 +48,7 @@ def video_panel(request, *, admin_site):
     require_permission(request, VIDEO_PANEL_PERMISSION)
     form = VideoPanelForm(request.GET if "video_id" in request.GET else None)
     panel = video_panel_get(video_id=form.cleaned_data["video_id"]) if form.is_valid() else None
+    vbuckets = admin_url("counting_vbuckets", query={"video_id": panel.video_id}) if panel else None
     return render_page(request, admin_site, "opsconsole/video.html", title="Video panel", form=form, panel=panel,
                        actions=_actions(request, panel) if panel else [],
-                       links={"vbuckets": _url("counting_vbuckets", video_id=panel.video_id) if panel else None,
-                              "migration": _url("counting_bucketmigration_changelist")})
+                       links={"vbuckets": vbuckets, "migration": admin_url("counting_bucketmigration_changelist")})

@@ -1,5 +1,6 @@
 """The ops-job kinds of the relations app (registered in RelationsConfig.ready): the relation cache
-rebuild, account deletion and the exact export of a user's likes. Thin adapters: each slice calls the
+rebuild, account deletion, the exact export of a user's likes and of a video's likers, and the slot move (the
+ledger kit's job). Thin adapters: each slice calls the
 services, saves its cursor in the job and reports progress."""
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from django.conf import settings
 
 from likes_project.audit.services import Actor
 from likes_project.cursors import iso_utc
+from likes_project.ledgers.jobs import ledger_job_kind
 from likes_project.opsjobs.services import JobKind, SliceContext, job_files_dir
 from relations import routing
 from relations.models import LikeRelation, RelationState
 from relations.services import accounts, export
 from relations.services.relation_cache_rebuild import JOB_KIND as RELCACHE_REBUILD
+from relations.services.slot_moves import ledger as slot_moves_ledger
+from relations.services.slot_moves import protocol as slot_moves_protocol
 
 ACCOUNT_DELETE = "account.delete"
 LIKES_EXPORT = "likes.export"
@@ -130,60 +134,8 @@ LIKERS_EXPORT_KIND = JobKind(kind=LIKERS_EXPORT, permission=export.LIKERS_EXPORT
                              create=lambda job, actor: setattr(job, "target", f"video:{job.params['video_id']}"),
                              unit="likers", single_slice=True)
 
-
-
 # --- relation slot moves (issue 16 §3) ----------------------------------------------------------------
 
 
-def _slot_move_slice(ctx: SliceContext) -> bool:
-    """Runs the move's protocol from its ledger state; the ledger says where it stopped and why."""
-    import time
-
-    from relations.models import RelationSlotMove
-    from relations.services.slot_moves import protocol
-
-    shown = [0.0]
-    move_id = int(ctx.params["moveId"])
-
-    def tick(m: RelationSlotMove) -> None:
-        # At most once a second: the job's progress saved and its lease renewed (a long copy is not a dead worker).
-        if time.monotonic() - shown[0] >= 1.0:
-            shown[0] = time.monotonic()
-            ctx.progress(done=m.copied_rows + m.captured_applied, total=max(m.rows_to_copy, 1))
-
-    def say(message: str) -> None:
-        m = RelationSlotMove.objects.get(pk=move_id)
-        ctx.say(f"slot move {m.pk} {m.state}: {message}")
-        ctx.progress(done=m.copied_rows + m.captured_applied, total=max(m.rows_to_copy, 1))
-
-    try:
-        m = protocol.move_run(move_id, say=say, tick=tick)
-    except Exception as exc:
-        RelationSlotMove.objects.filter(pk=move_id).update(error=f"{exc.__class__.__name__}: {exc}"[:4000])
-        raise
-    ctx.result = {"moveId": m.pk, "status": m.state, "writePauseMs": m.write_pause_ms, "copiedRows": m.copied_rows,
-                  "capturedApplied": m.captured_applied, "error": m.error or None}
-    ctx.job.message = f"slot move {m.pk}: {m.state}" + (f" ({m.error[:300]})" if m.error else "")
-    return True
-
-
-def _slot_move_abandon(job, actor: Actor, reason: str) -> None:
-    import logging
-
-    from relations.models import RelationSlotMove
-    from relations.services.slot_moves import ledger as slot_ledger
-
-    m = RelationSlotMove.objects.filter(pk=job.params.get("moveId")).first()
-    if m is None or m.finished:
-        return
-    RelationSlotMove.objects.filter(pk=m.pk).update(error=f"its job {job.pk} stopped: {reason}"[:4000])
-    try:
-        slot_ledger.move_resume(move_id=m.pk, actor=actor)
-    except Exception:  # the operator resumes it by hand; the ledger says where it stands
-        logging.getLogger(__name__).exception("slot move %s could not be resumed after its job %s stopped", m.pk,
-                                              job.pk)
-
-
-SLOT_MOVE_KIND = JobKind("relations.slot_move", "relations.approve_relationslotmove", _slot_move_slice,
-                         abandon=_slot_move_abandon, unit="rows", single_slice=True)
+SLOT_MOVE_KIND = ledger_job_kind(slot_moves_ledger.LEDGER, slot_moves_protocol.move_run)
 JOB_KINDS = [RELCACHE_REBUILD, ACCOUNT_DELETE_KIND, LIKES_EXPORT_KIND, LIKERS_EXPORT_KIND, SLOT_MOVE_KIND]

@@ -8,26 +8,20 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin, messages
-from django.http import HttpResponseRedirect
-from django.views.decorators.http import require_http_methods
+from django.contrib import admin
 
-from likes_project.admin_kit import AdminPage, render_page, require_permission
-from likes_project.audit.services import admin_actor
-from likes_project.errors import DomainError
-from likes_project.ledgers.console import LedgerAdmin, LedgerConsole
+from likes_project.admin_kit import render_page
+from likes_project.ledgers.console import LedgerAdmin, LedgerConsole, LedgerPlanForm
 from likes_project.ranges import ranges_label
 from relations import routing
 from relations.models import RelationSlotMove
 from relations.services.slot_moves import ledger
 
 
-class SlotMovePlanForm(forms.Form):
+class SlotMovePlanForm(LedgerPlanForm):
     slots = forms.CharField(label="Logical slots", max_length=2000,
                             help_text="Ranges of the contract's logical slots, all on one shard: 128-191, or 0,2,4.")
     target = forms.ChoiceField(label="Target shard", help_text="The relation shard the slots move onto.")
-    reason = forms.CharField(max_length=4000, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                             help_text="Required; recorded in the ledger and the audit log.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -38,43 +32,6 @@ class SlotMovePlanForm(forms.Form):
             held = {}
         self.fields["target"].choices = [(a, f"{a} ({held.get(a, 0)} slots now)")
                                          for a in settings.RELATION_SHARD_ALIASES]
-
-    def clean_reason(self):
-        reason = self.cleaned_data["reason"].strip()
-        if not reason:
-            raise forms.ValidationError("Give a reason.", code="reason_required")
-        return reason
-
-
-_PLAN_ERROR_FIELDS = {"invalid_slots": "slots", "already_on_target": "slots", "several_sources": "slots",
-                      "slot_move_overlap": "slots", "unknown_shard": "target", "reason_required": "reason"}
-
-
-@require_http_methods(["GET", "POST"])
-def slot_move_plan_view(request, *, admin_site):
-    """Plan a slot move (AWAITING_APPROVAL) through `ledger.move_plan`; a refusal is a form error and writes
-    nothing. Nothing runs until another operator approves it."""
-    require_permission(request, ledger.PLAN_PERMISSION)
-    form = SlotMovePlanForm(request.POST if request.method == "POST" else None)
-    if form.is_valid():
-        try:
-            m = ledger.move_plan(slots=form.cleaned_data["slots"], target=form.cleaned_data["target"],
-                                 reason=form.cleaned_data["reason"], actor=admin_actor(request.user))
-        except DomainError as exc:
-            form.add_error(_PLAN_ERROR_FIELDS.get(exc.code), f"{exc.message} ({exc.code})")
-        else:
-            messages.success(request, f"Planned slot move {m.pk}: slots {ranges_label(m.slots)} {m.source_alias} -> "
-                                      f"{m.target_alias}, {m.rows_to_copy} rows to copy. It waits for another "
-                                      "operator's approval.")
-            return HttpResponseRedirect(CONSOLE.change_url(m.pk))
-    return render_page(
-        request, admin_site, "admin_kit/form_page.html", title="Plan a slot move", form=form,
-        submit="Plan the slot move", body_class="slot-move-plan",
-        intro="Moves logical relation slots (the users they hold, their likes and commands) from their shard onto "
-              "another, online. Planning writes only the ledger row: the move waits for another operator's "
-              "approval, then the system copies the rows, applies the changes captured meanwhile, pauses the slots' "
-              f"commands for the switch (at most {settings.RELATION_MOVE_MAX_PAUSE_MS} ms) and verifies the copy, "
-              "as an ops job.")
 
 
 class SlotMoveConsole(LedgerConsole):
@@ -90,6 +47,19 @@ class SlotMoveConsole(LedgerConsole):
 
 
 CONSOLE = SlotMoveConsole(ledger.LEDGER, url_prefix="relations_slot_move", title="Slot move")
+PLAN_PAGE = CONSOLE.plan_page(
+    form=SlotMovePlanForm, title="Plan a slot move", body_class="slot-move-plan",
+    plan=lambda data, actor: ledger.move_plan(slots=data["slots"], target=data["target"], reason=data["reason"],
+                                              actor=actor),
+    error_fields={"invalid_slots": "slots", "already_on_target": "slots", "several_sources": "slots",
+                  "slot_move_overlap": "slots", "unknown_shard": "target", "reason_required": "reason"},
+    planned=lambda m: (f"Planned slot move {m.pk}: slots {ranges_label(m.slots)} {m.source_alias} -> "
+                       f"{m.target_alias}, {m.rows_to_copy} rows to copy."),
+    intro=lambda: (
+        "Moves logical relation slots (the users they hold, their likes and commands) from their shard onto another, "
+        "online. Planning writes only the ledger row: the move waits for another operator's approval, then the "
+        "system copies the rows, applies the changes captured meanwhile, pauses the slots' commands for the switch "
+        f"(at most {settings.RELATION_MOVE_MAX_PAUSE_MS} ms) and verifies the copy, as an ops job."))
 
 
 @admin.register(RelationSlotMove)
@@ -111,11 +81,7 @@ class RelationSlotMoveAdmin(LedgerAdmin):
                        "audit_link", "report_json")
     change_list_template = "relations/admin/relationslotmove_change_list.html"
     change_form_template = "relations/admin/relationslotmove_change_form.html"
-    pages = [
-        AdminPage("plan/", slot_move_plan_view, name="relations_slot_move_plan", title="Plan a slot move",
-                  permission=ledger.PLAN_PERMISSION),
-        *CONSOLE.pages(),
-    ]
+    pages = [PLAN_PAGE, *CONSOLE.pages()]
 
     @admin.display(description="slots")
     def slot_range(self, m: RelationSlotMove) -> str:

@@ -18,8 +18,8 @@ from bench.projection.roles import reset_connections
 STEPS = ("_prepare", "_copy", "_catch_up", "_cutover", "_verify", "_cleanup")
 # Inside the cutover: from the source fences DRAINING (horizon with a state) to the CAS commit.
 PARTS = {
-    "protocol": ("_replay", "_fences_set", "_candidate", "_source_fences_retire", "_source_fences_reopen",
-                 "_contract_problems", "transition", "_save", "checkpoints_get"),
+    "protocol": ("_replay", "target_fences_set", "_candidate", "source_fences_retire", "source_fences_reopen",
+                 "_contract_problems", "transition", "save", "checkpoints_get"),
     "changelog": ("horizon", "position", "rows_after", "rows_apply", "changes_between", "bucket_rows",
                   "identity_problems", "rows_delete", "rows_count"),
     "manifests": ("manifest_seal", "manifest_items", "routes_materialize"),

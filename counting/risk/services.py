@@ -16,21 +16,20 @@ needs nothing from the ledger.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from counting import routing
 from counting.models import DirtyVideo
 from counting.risk.models import STANDING, RiskDecision, RiskKind, RiskRelationState, RiskStatus
+from likes_project.approvals import Approval, ApprovalVoid, params_hash
 from likes_project.audit.services import Actor, audit_record, system_actor
-from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
+from likes_project.errors import Conflict, InvalidInput, NotFound
 from relations import selectors as relation_selectors
 
 REQUEST_PERMISSION = "risk.request_riskdecision"
@@ -41,21 +40,13 @@ CHUNK = 500  # users per transaction on default
 MAX_USERS = 100_000
 REASON_MAX = 512
 EVIDENCE_MAX = 20_000
+APPROVAL = Approval(noun="risk decision", target_type="risk_decision", action="risk.approve", job_kind=APPLY_JOB,
+                    executor=EXECUTOR, id_param="riskId", job_target="risk")
 
 
 class RiskNotFound(NotFound):
     code = "risk_not_found"
     default_message = "No such risk decision."
-
-
-class SelfApproval(Forbidden):
-    code = "self_approval"
-    default_message = "The requester of a risk decision cannot approve it; another operator must."
-
-
-class ApprovalVoid(Conflict):
-    code = "approval_void"
-    default_message = "The decision's parameters changed after it was requested; request it again."
 
 
 class RiskNotAwaitingApproval(Conflict):
@@ -64,11 +55,6 @@ class RiskNotAwaitingApproval(Conflict):
 
 class RiskNotRestorable(Conflict):
     code = "risk_not_restorable"
-
-
-def params_hash(params: dict) -> str:
-    """The hash an approval is bound to: canonical JSON of the parameters."""
-    return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def risk_get(decision_id) -> RiskDecision:
@@ -180,45 +166,30 @@ def risk_approve(*, decision_id, actor: Actor) -> RiskDecision:
     """APPROVED by `actor` (never the requester: refused here, with code `self_approval`, and by the
     database), bound to the parameters' hash, with the next risk version; then the system's apply job is
     started (never run in the caller's request)."""
-    from likes_project.opsjobs.services import job_start
-
     with transaction.atomic(using="default", durable=True):
         decision = RiskDecision.objects.select_for_update().filter(pk=risk_get(decision_id).pk).first()
         if decision.status != RiskStatus.AWAITING_APPROVAL:
             raise RiskNotAwaitingApproval(f"Risk decision {decision.pk} is {decision.status}; only "
                                           "AWAITING_APPROVAL can be approved.")
-        refused = None
-        if actor.name == decision.requested_by:
-            audit_record(actor=actor, action="risk.approve", target_type="risk_decision", target_id=str(decision.pk),
-                         outcome="refused", params={"reason": "self_approval"})
-            refused = SelfApproval()
-        elif params_hash(decision.params) != decision.params_hash:
+        refused = APPROVAL.refuse_self(decision, actor)
+        if refused is None and not APPROVAL.hash_holds(decision):
             audit_record(actor=actor, action="risk.approve", target_type="risk_decision", target_id=str(decision.pk),
                          outcome="refused", params={"reason": "approval_void"})
-            refused = ApprovalVoid()
-        elif decision.restores is not None and not RiskDecision.objects.filter(
+            refused = ApprovalVoid("The decision's parameters changed after it was requested; request it again.")
+        elif refused is None and decision.restores is not None and not RiskDecision.objects.filter(
                 pk=decision.restores, status__in=[RiskStatus.APPLIED, RiskStatus.FAILED]).exists():
             refused = RiskNotRestorable(f"The hide {decision.restores} is no longer APPLIED.")
-        else:
-            try:
-                with transaction.atomic(using="default"):
-                    with connections["default"].cursor() as cursor:
-                        cursor.execute("SELECT nextval('risk_version_seq')")
-                        version = cursor.fetchone()[0]
-                    RiskDecision.objects.filter(pk=decision.pk).update(
-                        status=RiskStatus.APPROVED, approved_by=actor.name, approved_hash=decision.params_hash,
-                        approved_at=timezone.now(), risk_version=version)
-            except IntegrityError:  # the database's own refusal (risk_not_approved_by_requester)
-                refused = SelfApproval()
-            else:
-                audit_record(actor=actor, action="risk.approve", target_type="risk_decision",
-                             target_id=str(decision.pk), params={"paramsHash": decision.params_hash,
-                                                                 "riskVersion": version})
+        elif refused is None:  # the database refuses the requester too (risk_not_approved_by_requester)
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT nextval('risk_version_seq')")
+                version = cursor.fetchone()[0]
+            refused = APPROVAL.record(decision, actor, lambda: RiskDecision.objects.filter(pk=decision.pk).update(
+                status=RiskStatus.APPROVED, approved_by=actor.name, approved_hash=decision.params_hash,
+                approved_at=timezone.now(), risk_version=version),
+                {"paramsHash": decision.params_hash, "riskVersion": version})
     if refused is not None:
         raise refused
-    job = job_start(kind=APPLY_JOB, actor=system_actor(EXECUTOR), params={"riskId": decision.pk},
-                    target=f"risk {decision.pk}")
-    RiskDecision.objects.filter(pk=decision.pk).update(job_id=job.pk)
+    APPROVAL.job_start(decision)
     return risk_get(decision.pk)
 
 

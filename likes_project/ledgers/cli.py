@@ -1,12 +1,13 @@
-"""The approved ledgers' approve, resume and abort commands: a ledger's command module is its docstring, its help
-and the `ledger` it drives (plus, for approve, the fields of its result). Each checks the approver's permission,
-goes through the ledger's service (which audits) and prints the kit's JSON last line with `--json`."""
+"""The approved ledgers' five commands (plan, approve, resume, abort, show): a ledger's command module is its
+docstring, its help and the `ledger` it drives, plus, for plan and show, what it names and prints. Each checks the
+operator's permission, goes through the ledger's service (which audits) and prints the kit's JSON last line with
+`--json`."""
 
 from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from likes_project.audit.services import cli_actor_resolve
+from likes_project.audit.services import Actor, cli_actor_resolve
 from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
 from likes_project.errors import DomainError
 from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
@@ -49,10 +50,6 @@ class LedgerApproveCommand(LedgerCommand):
         parser.add_argument("--wait-timeout", type=float, default=1800.0, help="Seconds --wait follows it at most.")
         add_json_argument(parser)
 
-    def result_fields(self, m: ApprovedLedgerModel) -> dict:
-        """What this kind of ledger adds to the result (between copiedRows and error)."""
-        return {}
-
     def run(self, *args, **options):
         try:
             m = self.ledger.approve(options[self.id_dest], actor=self.approver(options))
@@ -63,7 +60,7 @@ class LedgerApproveCommand(LedgerCommand):
             m = self.ledger.wait(m.pk, timeout_s=options["wait_timeout"],
                                  on_change=lambda x: self.stderr.write(f"  {x.state}"))
         result = {self.ledger.id_param: m.pk, "status": m.state, "writePauseMs": m.write_pause_ms,
-                  "copiedRows": m.copied_rows, **self.result_fields(m), "error": m.error or None}
+                  "copiedRows": m.copied_rows, **self.ledger.progress_fields(m), "error": m.error or None}
         emit(self, options, result, f"{self.name(m)}: {m.state}" + (f" ({m.error})" if m.error else "")
              + (f"; write pause {m.write_pause_ms} ms" if m.write_pause_ms is not None else ""))
         if m.state in (LedgerState.FAILED, LedgerState.ABORTED):
@@ -104,3 +101,71 @@ class LedgerAbortCommand(LedgerCommand):
         except DomainError as exc:
             raise refuse(self, options, exc) from exc
         emit(self, options, {self.ledger.id_param: m.pk, "status": m.state}, f"{self.name(m)}: {m.state}")
+
+
+class LedgerPlanCommand(LedgerCommand):
+    """--WHAT ... --to WHERE --reason TEXT --actor USER [--json]: AWAITING_APPROVAL; exit 1 when refused. A ledger's
+    plan command adds its own flags (`add_plan_arguments`), calls its plan service (`plan`) and says what its result
+    holds (`plan_result`)."""
+
+    def add_plan_arguments(self, parser) -> None:
+        raise NotImplementedError  # what moves where: every plan command names its flags
+
+    def plan(self, options: dict, actor: Actor) -> ApprovedLedgerModel:
+        raise NotImplementedError  # the ledger's plan service
+
+    def plan_result(self, m: ApprovedLedgerModel) -> dict:
+        return {}
+
+    def add_arguments(self, parser):
+        self.add_plan_arguments(parser)
+        parser.add_argument("--reason", required=True, help="Why (recorded in the ledger and the audit log).")
+        parser.add_argument("--actor", required=True, help="The requesting operator's username.")
+        add_json_argument(parser)
+
+    def run(self, *args, **options):
+        try:
+            actor = cli_actor_resolve(username=options["actor"], permission=self.ledger.plan_permission)
+            m = self.plan(options, actor)
+        except DomainError as exc:
+            raise refuse(self, options, exc) from exc
+        emit(self, options, {self.ledger.id_param: m.pk, "status": m.state, **self.plan_result(m)},
+             f"{self.name(m)}: {m.state}; {self.ledger.summary(m)}, {m.rows_to_copy} rows to copy")
+
+
+class LedgerShowCommand(LedgerCommand):
+    """ID [--json]: the ledger's report (or, when `listed` and no ID, the newest 100 under `list_field`); exit 1
+    when there is no such ledger. A ledger's show command says its lines (`show_lines`, `list_line`)."""
+
+    listed = False  # without an ID, every ledger of the kind, newest first
+    list_field = ""  # the JSON field of that list ("moves")
+
+    def show_lines(self, m: ApprovedLedgerModel, report: dict) -> list[str]:
+        raise NotImplementedError  # what the ledger prints above the kit's tail lines
+
+    def list_line(self, report: dict) -> str:
+        return f"{self.ledger.noun} {report[self.ledger.id_param]}: {report['status']}"
+
+    def add_arguments(self, parser):
+        if self.listed:
+            parser.add_argument(self.id_dest, nargs="?", metavar=self.id_metavar)
+        else:
+            self.add_id_argument(parser)
+        add_json_argument(parser)
+
+    def run(self, *args, **options):
+        if options[self.id_dest] is None:
+            reports = [self.ledger.report(m) for m in self.ledger.model.objects.all()[:100]]
+            emit(self, options, {self.list_field: reports},
+                 "\n".join(self.list_line(r) for r in reports) or f"no {self.ledger.noun}")
+            return
+        try:
+            m = self.ledger.get(options[self.id_dest])
+        except DomainError as exc:
+            raise refuse(self, options, exc) from exc
+        report = self.ledger.report(m)
+        emit(self, options, report, "\n".join(self.show_lines(m, report) + self.tail_lines(m)))
+
+    def who_line(self, m: ApprovedLedgerModel) -> str:
+        return (f"requested by {m.requested_by}" + (f", approved by {m.approved_by}" if m.approved_by else "")
+                + f"; reason: {m.reason}")

@@ -1,5 +1,6 @@
-"""The approved ledgers in the console: the Approve and Resume buttons (POST only), Abort (a reason first), the
-offers a ledger's page shows, and the plain text the lists show. Every step goes through the ledger's service,
+"""The approved ledgers in the console: the Plan page (a form; a refusal is a form error and writes nothing), the
+Approve and Resume buttons (POST only), Abort (a reason first), the offers a ledger's page shows, and the plain
+text the lists show. Every step goes through the ledger's service,
 which checks the workflow and the second person and audits; approve and resume only start the system's job,
 nothing long runs in a request. A ledger's admin module makes one `LedgerConsole`, mounts its `pages()` and
 registers a `LedgerAdmin` (the read-only ledger, with the columns every ledger shows)."""
@@ -7,8 +8,10 @@ registers a `LedgerAdmin` (the read-only ledger, with the columns every ledger s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.http import HttpResponseRedirect
@@ -17,10 +20,27 @@ from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_http_methods, require_POST
 
 from likes_project.admin_kit import AdminPage, ReadOnlyAdmin, ReasonForm, render_page, require_permission
-from likes_project.audit.services import admin_actor
+from likes_project.audit.services import Actor, admin_actor
 from likes_project.errors import DomainError
 from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
 from likes_project.ledgers.service import ApprovedLedger
+
+
+class LedgerPlanForm(forms.Form):
+    """A plan's form: a ledger's adds what moves where; the reason is required and stripped."""
+
+    reason = forms.CharField(max_length=4000, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Required; recorded in the ledger and the audit log.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reason"] = self.fields.pop("reason")  # after what the ledger's form adds
+
+    def clean_reason(self):
+        reason = self.cleaned_data["reason"].strip()
+        if not reason:
+            raise forms.ValidationError("Give a reason.", code="reason_required")
+        return reason
 
 
 class LedgerConsole:
@@ -53,6 +73,34 @@ class LedgerConsole:
     def changelist_url(self) -> str:
         meta = self.ledger.model._meta
         return reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+
+    def plan_page(self, *, form: Callable[[dict | None], forms.Form],
+                  plan: Callable[[dict, Actor], ApprovedLedgerModel], error_fields: dict[str, str],
+                  planned: Callable[[ApprovedLedgerModel], str], title: str, body_class: str,
+                  intro: Callable[[], str]) -> AdminPage:
+        """The Plan page (`plan_permission`): `form(data)` is the form, `plan(cleaned_data, actor)` the ledger's plan
+        service; a refusal is an error on the field `error_fields` names for its code (else above the form) and
+        writes nothing. A plan goes to the ledger's page with `planned(m)`; nothing runs until another operator
+        approves it."""
+        noun = self.ledger.noun
+
+        @require_http_methods(["GET", "POST"])
+        def view(request, *, admin_site):
+            require_permission(request, self.ledger.plan_permission)
+            bound = form(request.POST if request.method == "POST" else None)
+            if bound.is_valid():
+                try:
+                    m = plan(bound.cleaned_data, admin_actor(request.user))
+                except DomainError as exc:
+                    bound.add_error(error_fields.get(exc.code), f"{exc.message} ({exc.code})")
+                else:
+                    messages.success(request, f"{planned(m)} It waits for another operator's approval.")
+                    return HttpResponseRedirect(self.change_url(m.pk))
+            return render_page(request, admin_site, "admin_kit/form_page.html", title=title, form=bound,
+                               submit=f"Plan the {noun}", body_class=body_class, intro=intro())
+
+        return AdminPage("plan/", view, name=f"{self.url_prefix}_plan", title=title,
+                         permission=self.ledger.plan_permission)
 
     def pages(self) -> list[AdminPage]:
         """Approve, Resume and Abort, reached from a ledger's page (not listed on the index)."""

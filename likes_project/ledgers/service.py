@@ -3,8 +3,9 @@ relation slot move). A subclass names its model, its refusal codes and job, and 
 what else an approval or an abort must check, and how an abort is undone; the rest is here, once:
 
 - `transition`: the one audited compare-and-set through the table of allowed transitions;
-- `approve`: PREPARE by a second person (the service and the database refuse the requester), then the system's
-  job; `resume`: a new job from the ledger; `abort`: before the switch only, with a reason;
+- `approve`: PREPARE by a second person (the two-person approval kit, `likes_project.approvals`: the service and
+  the database refuse the requester), then the system's job; `resume`: a new job from the ledger; `abort`:
+  before the switch only, with a reason;
 - `plan_transaction`: plans and approvals serialised, so two overlapping ones cannot both pass `refuse_overlap`;
 - `wait`: following the job; `report`: the fields every ledger prints.
 """
@@ -12,6 +13,7 @@ what else an approval or an abort must check, and how an abort is undone; the re
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -19,8 +21,9 @@ from collections.abc import Callable
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from likes_project.approvals import Approval
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
+from likes_project.errors import Conflict, DomainError, InvalidInput, NotFound
 from likes_project.ledgers.model import TERMINAL, TRANSITIONS, ApprovedLedgerModel, LedgerState
 from likes_project.ranges import ranges_label
 
@@ -69,7 +72,6 @@ class ApprovedLedger(ABC):
     not_found: type[NotFound]
     state_conflict: type[Conflict]
     overlap: type[Conflict]
-    self_approval: type[Forbidden]
     refused: type[Conflict]
     units_name: str  # "buckets", "slots"
 
@@ -107,6 +109,11 @@ class ApprovedLedger(ABC):
         """The report's fields of this kind of ledger (what moves where, its own cursors)."""
         return {}
 
+    def progress_fields(self, m: ApprovedLedgerModel) -> dict[str, int]:
+        """What this kind of ledger counts besides the copied rows (replayed events, captured changes applied):
+        in the approve command's and the job's results, and in the job's progress."""
+        return {}
+
     # --- the lifecycle ------------------------------------------------------------------------------------
 
     def get(self, ledger_id) -> ApprovedLedgerModel:
@@ -138,24 +145,28 @@ class ApprovedLedger(ABC):
                 raise self.overlap(f"{self.noun} {other.pk} ({other.state}) also moves {self.units_name} "
                                    f"{ranges_label(sorted(common))}; finish or abort it first.")
 
+    @functools.cached_property
+    def approval(self) -> Approval:
+        return Approval(noun=self.noun, target_type=self.target_type, action=f"{self.target_type}.approve",
+                        job_kind=self.job_kind, executor=self.executor, id_param=self.id_param,
+                        job_target=self.job_target)
+
     def approve(self, ledger_id, *, actor: Actor) -> ApprovedLedgerModel:
         """PREPARE, approved by `actor` (never the requester); then the system's job runs the protocol."""
         m = self.get(ledger_id)
         if m.state != S.AWAITING_APPROVAL:
             raise self.state_conflict(f"{self.noun} {m.pk} is {m.state}; only AWAITING_APPROVAL can be approved.",
                                       code=f"{self.code}_not_awaiting_approval")
-        if actor.name == m.requested_by:
-            with transaction.atomic(using="default", durable=True):
-                audit_record(actor=actor, action=f"{self.target_type}.approve", target_type=self.target_type,
-                             target_id=str(m.pk), outcome="refused", params={"reason": "self_approval"})
-            raise self.self_approval()
+        refused = self.approval.refuse_self(m, actor)
+        if refused is not None:
+            raise refused
         self.approval_checks(m)
         try:
             with self.approval_guard(m), self.plan_transaction():
                 self.refuse_overlap(self.units(m), besides=m.pk)
                 m = self.transition(m, S.PREPARE, actor=actor, approved_by=actor.name, approved_at=timezone.now())
         except IntegrityError:  # the database's own refusal (the check that the approver is not the requester)
-            raise self.self_approval() from None
+            raise self.approval.self_approval() from None
         return self._start_job(m)
 
     def resume(self, ledger_id, *, actor: Actor) -> ApprovedLedgerModel:
@@ -178,12 +189,9 @@ class ApprovedLedger(ABC):
         return self._start_job(m, error="")
 
     def _start_job(self, m: ApprovedLedgerModel, **fields) -> ApprovedLedgerModel:
-        from likes_project.audit.services import system_actor
-        from likes_project.opsjobs.services import job_start
-
-        job = job_start(kind=self.job_kind, actor=system_actor(self.executor), params={self.id_param: m.pk},
-                        target=f"{self.job_target} {m.pk}")
-        self.model.objects.filter(pk=m.pk).update(job_id=job.pk, **fields)
+        self.approval.job_start(m)
+        if fields:
+            self.model.objects.filter(pk=m.pk).update(**fields)
         return self.get(m.pk)
 
     def abort(self, ledger_id, *, actor: Actor, reason: str) -> ApprovedLedgerModel:

@@ -16,19 +16,18 @@ Every step is audited; the record keeps both watermark sets and each video's bef
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from counting import routing
 from counting.services import rebuild_scoped, route_switch, snapshots
 from counting.services.migration import ledger as migration_ledger
+from likes_project.approvals import Approval, ApprovalVoid, params_hash
 from likes_project.audit.services import Actor, audit_record, system_actor
-from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
+from likes_project.errors import Conflict, InvalidInput, NotFound
 from likes_project.eventlog import streams
 from reconciliation.models import (
     CheckDiff,
@@ -51,6 +50,8 @@ SOURCES = ("facts", "snapshot:<id>")  # snapshot: a SEALED recovery snapshot, th
 SNAPSHOT_SOURCE = "snapshot:"
 EXECUTOR = "repair-executor"
 REPAIR_JOB = "reconcile.repair"
+APPROVAL = Approval(noun="repair", target_type="repair", action="repair.approve", job_kind=REPAIR_JOB,
+                    executor=EXECUTOR, id_param="repairId", job_target="repair")
 
 
 class RepairNotFound(NotFound):
@@ -58,23 +59,8 @@ class RepairNotFound(NotFound):
     default_message = "No such repair request."
 
 
-class SelfApproval(Forbidden):
-    code = "self_approval"
-    default_message = "The requester of a repair cannot approve it; another operator must."
-
-
-class ApprovalVoid(Conflict):
-    code = "approval_void"
-    default_message = "The repair's parameters changed after it was requested; request it again."
-
-
 class RepairNotAwaitingApproval(Conflict):
     code = "repair_not_awaiting_approval"
-
-
-def params_hash(params: dict) -> str:
-    """The hash an approval is bound to: canonical JSON of the parameters."""
-    return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def repair_get(repair_id) -> RepairRequest:
@@ -146,41 +132,26 @@ def repair_approve(*, repair_id, actor: Actor) -> RepairRequest:
     """APPROVED by `actor` (never the requester: refused here and by the database), bound to the hash
     of the parameters as they stand; then the system's job is started. Parameters that no longer hash
     to the request's (edited after the request) void it."""
-    from likes_project.opsjobs.services import job_start
-
     with transaction.atomic(using="default", durable=True):
         repair = RepairRequest.objects.select_for_update().filter(pk=repair_get(repair_id).pk).first()
         if repair.status != RepairStatus.AWAITING_APPROVAL:
             raise RepairNotAwaitingApproval(f"Repair {repair.pk} is {repair.status}; only AWAITING_APPROVAL can be "
                                             "approved.")
-        if actor.name == repair.requested_by:
-            audit_record(actor=actor, action="repair.approve", target_type="repair", target_id=str(repair.pk),
-                         outcome="refused", params={"reason": "self_approval"})
-            refused = SelfApproval()
-        elif params_hash(repair.params) != repair.params_hash:
+        refused = APPROVAL.refuse_self(repair, actor)
+        if refused is None and not APPROVAL.hash_holds(repair):
             RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.VOID, finished_at=timezone.now(),
                                                               error="parameters changed after the request")
             audit_record(actor=actor, action="repair.void", target_type="repair", target_id=str(repair.pk),
                          outcome="void", params={"paramsHash": repair.params_hash,
                                                  "nowHashes": params_hash(repair.params)})
-            refused = ApprovalVoid()
-        else:
-            refused = None
-            try:
-                with transaction.atomic(using="default"):
-                    RepairRequest.objects.filter(pk=repair.pk).update(
-                        status=RepairStatus.APPROVED, approved_by=actor.name, approved_hash=repair.params_hash,
-                        approved_at=timezone.now())
-            except IntegrityError:  # the database's own refusal (repair_not_approved_by_requester)
-                refused = SelfApproval()
-            else:
-                audit_record(actor=actor, action="repair.approve", target_type="repair", target_id=str(repair.pk),
-                             params={"paramsHash": repair.params_hash})
+            refused = ApprovalVoid("The repair's parameters changed after it was requested; request it again.")
+        if refused is None:  # the database refuses the requester too (repair_not_approved_by_requester)
+            refused = APPROVAL.record(repair, actor, lambda: RepairRequest.objects.filter(pk=repair.pk).update(
+                status=RepairStatus.APPROVED, approved_by=actor.name, approved_hash=repair.params_hash,
+                approved_at=timezone.now()), {"paramsHash": repair.params_hash})
     if refused is not None:
         raise refused
-    job = job_start(kind=REPAIR_JOB, actor=system_actor(EXECUTOR), params={"repairId": repair.pk},
-                    target=f"repair {repair.pk}")
-    RepairRequest.objects.filter(pk=repair.pk).update(job_id=job.pk)
+    APPROVAL.job_start(repair)
     return repair_get(repair.pk)
 
 

@@ -197,11 +197,11 @@ def test_the_projector_is_refused_at_the_drained_source_and_its_checkpoint_stays
         seen["projected"] = sql(source, "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk])
         seen["target"] = sql("cnt_02", "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk])
 
-    protocol.step_hook = during_cutover
+    protocol.RUNNER.step_hook = during_cutover
     try:
         m = _run(moving, "cnt_02")
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     assert m.state == S.RETIRED, m.error
     assert seen["projected"] == 0 and seen["target"] == 0
     drain()  # the route is refreshed and the event applies at the target
@@ -283,11 +283,11 @@ def test_like_unlike_relike_across_a_scale_out_keep_one_virtual_bucket(api, make
             assert api_like(api, user, video.video_id, "UNLIKED").status_code == 200
             drain()
 
-    protocol.step_hook = unlike_mid_copy
+    protocol.RUNNER.step_hook = unlike_mid_copy
     try:
         m = _run([vb], "cnt_02")
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     assert m.state == S.RETIRED, m.error
     assert api_like(api, user, video.video_id).status_code == 200  # re-like after the move
     drain()
@@ -327,7 +327,7 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
             crashed.append(m.state)
             raise Crash(f"killed at {at}")
 
-    protocol.step_hook = crash
+    protocol.RUNNER.step_hook = crash
     try:
         m = _run(moving, "cnt_02")
         assert crashed and m.state not in (S.RETIRED, S.ABORTED, S.FAILED), m.state
@@ -339,7 +339,7 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
         m = ledger.migration_resume(migration_id=m.pk, actor=APPROVER)
         job_run_inline(m.job_id)
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     m = ledger.migration_get(m.pk)
     assert m.state == S.RETIRED, (m.state, m.error)
     assert _authorities(moving) == {vb: ["cnt_02"] for vb in moving}
@@ -393,11 +393,11 @@ def test_an_abort_before_the_cas_gives_the_source_back_and_one_after_it_is_refus
             stop["at"] = at
             raise Crash("stop here")
 
-    protocol.step_hook = halt
+    protocol.RUNNER.step_hook = halt
     try:
         job_run_inline(m.job_id)
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     assert ledger.migration_get(m.pk).state == S.CUTOVER
     m = ledger.migration_abort(migration_id=m.pk, actor=APPROVER, reason="not now")
     assert m.state == S.ABORTED
@@ -425,11 +425,11 @@ def test_verify_finds_a_target_that_lost_a_row_and_the_migration_waits_for_a_rep
                 cursor.execute("DELETE FROM counting_likecountprojection WHERE ctid = (SELECT ctid FROM "
                                "counting_likecountprojection WHERE video_id = 'mig-verify' LIMIT 1)")
 
-    protocol.step_hook = lose_a_row
+    protocol.RUNNER.step_hook = lose_a_row
     try:
         m = _run(moving, "cnt_02")
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     assert m.state == S.VERIFY and m.verify_result["ok"] is False and m.error
     assert m.verify_result["mismatches"] or m.verify_result["identityProblems"]
 

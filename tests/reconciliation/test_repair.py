@@ -10,13 +10,13 @@ import threading
 import pytest
 from django.db import IntegrityError
 
+from likes_project.approvals import SelfApproval
 from likes_project.audit.models import AuditRecord
 from likes_project.errors import Conflict
 from likes_project.opsjobs.models import OpsJob
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckRun, DiffStatus, RepairRequest
 from reconciliation.services import diffs, repair
-from reconciliation.services.repair import SelfApproval
 from tests.counting.helpers import drain
 from tests.reconciliation.helpers import (
     APPROVER,

@@ -23,7 +23,7 @@ from relations.models import (
     RelationSlotState,
     SlotMoveState,
 )
-from relations.services.slot_moves import ledger, protocol
+from relations.services.slot_moves import ledger, protocol, rows
 from tests.counting.helpers import drain
 from tests.reconciliation.helpers import (
     APPROVER,
@@ -195,9 +195,9 @@ def test_a_plan_counts_a_small_shard_exactly_and_samples_a_large_one(api, make_u
     contract = routing.active_contract()
     slots = _slots_of(SOURCE)
     exact = sum(model.objects.using(SOURCE).count() for model in (LikeRelation, LikeCommand))
-    assert protocol.rows_count(SOURCE, contract, slots) == exact > 0
-    monkeypatch.setattr(protocol, "EXACT_COUNT_ROWS", 0)  # every table is "large": the sample's statement runs
-    sampled = protocol.rows_count(SOURCE, contract, slots)
+    assert rows.rows_count(SOURCE, contract, slots) == exact > 0
+    monkeypatch.setattr(rows, "EXACT_COUNT_ROWS", 0)  # every table is "large": the sample's statement runs
+    sampled = rows.rows_count(SOURCE, contract, slots)
     assert isinstance(sampled, int) and sampled >= 0
 
 
@@ -245,7 +245,7 @@ def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_
             crashed.append(m.state)
             raise Crash(f"killed at {at}")
 
-    protocol.step_hook = crash
+    protocol.RUNNER.step_hook = crash
     try:
         m = _run(moving)
         assert crashed and m.state not in (S.RETIRED, S.ABORTED, S.FAILED), (point, m.state)
@@ -264,7 +264,7 @@ def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_
         m = ledger.move_resume(move_id=m.pk, actor=APPROVER)
         job_run_inline(m.job_id)
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     m = ledger.move_get(m.pk)
     assert m.state == S.RETIRED, (point, m.state, m.error)
     _placement_holds()
@@ -281,11 +281,11 @@ def test_an_abort_before_the_switch_gives_the_source_back_and_one_after_it_is_re
             stop.append(at)
             raise Crash("stopped before the switch")
 
-    protocol.step_hook = halt
+    protocol.RUNNER.step_hook = halt
     try:
         m = _run(moving)
     finally:
-        protocol.step_hook = None
+        protocol.RUNNER.step_hook = None
     assert m.state == S.CUTOVER
     m = ledger.move_abort(move_id=m.pk, actor=APPROVER, reason="changed our mind")
     assert m.state == S.ABORTED

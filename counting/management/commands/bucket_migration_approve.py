@@ -15,6 +15,3 @@ class Command(LedgerApproveCommand):
             "this command follows it until it is RETIRED.")
     ledger = LEDGER
     id_dest, id_metavar = "migration_id", "MIGRATION_ID"
-
-    def result_fields(self, m) -> dict:
-        return {"replayedEvents": m.replayed_events}

@@ -18,11 +18,13 @@ from django.utils import timezone
 from counting import routing
 from counting.models import BucketMigration, CountProjectionGeneration
 from counting.services import route_switch
-from counting.services.migration import changelog
+from counting.services.migration import changelog, fences
+from likes_project.approvals import SelfApproval as SelfApproval  # the kit's one class
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
+from likes_project.errors import Conflict, InvalidInput, NotFound
 from likes_project.ledgers.model import BEFORE_SWITCH, IN_FLIGHT
 from likes_project.ledgers.model import TRANSITIONS as TRANSITIONS  # the protocol's table, walked by the tests
+from likes_project.ledgers.runner import LedgerRunner
 from likes_project.ledgers.service import ApprovedLedger
 from likes_project.ranges import parse_ranges, ranges_label
 
@@ -47,9 +49,11 @@ class MigrationStateConflict(Conflict):
     code = "migration_state"
 
 
-class SelfApproval(Forbidden):
-    code = "self_approval"
-    default_message = "The requester of a migration cannot approve it; another operator must."
+class MigrationWaiting(Conflict):
+    """A step cannot go on now (a snapshot or a count-cache rebuild pins the routes, a repair runs): the job
+    ends and the migration stays where it is, to be resumed."""
+
+    code = "migration_waiting"
 
 
 class TransitionRefused(Conflict):
@@ -63,7 +67,7 @@ class BucketMigrations(ApprovedLedger):
     plan_permission, approve_permission = PLAN_PERMISSION, APPROVE_PERMISSION
     plan_lock = 0x4C4B4D47  # "LKMG"
     not_found, state_conflict, overlap = MigrationNotFound, MigrationStateConflict, MigrationOverlap
-    self_approval, refused = SelfApproval, TransitionRefused
+    refused = TransitionRefused
     units_name = "buckets"
 
     def units(self, m: BucketMigration) -> list[int]:
@@ -90,12 +94,13 @@ class BucketMigrations(ApprovedLedger):
 
     def undo_before_switch(self, m: BucketMigration) -> None:
         """The source fences are lifted back to ACTIVE, the target's copy and fences of the buckets removed."""
-        from counting.services.migration import protocol
-
-        protocol.undo_before_cas(m)
+        fences.undo_before_cas(m)
 
     def after_abort(self) -> None:
         routing.reset_cache()
+
+    def progress_fields(self, m: BucketMigration) -> dict[str, int]:
+        return {"replayedEvents": m.replayed_events}
 
     def report_fields(self, m: BucketMigration) -> dict:
         return {
@@ -112,6 +117,7 @@ class BucketMigrations(ApprovedLedger):
 
 
 LEDGER = BucketMigrations()
+RUNNER = LedgerRunner(LEDGER, lock=0x4C4B4D52, waiting=MigrationWaiting)  # "LKMR", with the migration id
 migration_get = LEDGER.get
 transition = LEDGER.transition  # the protocol's steps: a CAS through the table, audited
 migration_report = LEDGER.report

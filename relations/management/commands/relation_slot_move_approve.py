@@ -15,6 +15,3 @@ class Command(LedgerApproveCommand):
             "--wait this command follows it until it is RETIRED.")
     ledger = LEDGER
     id_dest, id_metavar = "move_id", "MOVE_ID"
-
-    def result_fields(self, m) -> dict:
-        return {"capturedApplied": m.captured_applied}

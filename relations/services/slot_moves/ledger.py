@@ -15,14 +15,17 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils import timezone
 
+from likes_project.approvals import SelfApproval as SelfApproval  # the kit's one class
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import Conflict, Forbidden, InvalidInput, NotFound
+from likes_project.errors import Conflict, InvalidInput, NotFound
 from likes_project.ledgers.model import BEFORE_SWITCH
 from likes_project.ledgers.model import TRANSITIONS as TRANSITIONS  # the protocol's table, walked by the tests
+from likes_project.ledgers.runner import LedgerRunner
 from likes_project.ledgers.service import ApprovedLedger
 from likes_project.ranges import parse_ranges, ranges_label
 from relations import routing
 from relations.models import RelationSlotMove
+from relations.services.slot_moves import rows
 
 PLAN_PERMISSION = "relations.plan_relationslotmove"
 APPROVE_PERMISSION = "relations.approve_relationslotmove"
@@ -44,9 +47,11 @@ class SlotMoveStateConflict(Conflict):
     code = "slot_move_state"
 
 
-class SelfApproval(Forbidden):
-    code = "self_approval"
-    default_message = "The requester of a slot move cannot approve it; another operator must."
+class SlotMoveWaiting(Conflict):
+    """A step cannot go on now (commands in flight hold the slots, an old transaction is open): the job ends and
+    the move stays where it is, to be resumed."""
+
+    code = "slot_move_waiting"
 
 
 class TransitionRefused(Conflict):
@@ -60,7 +65,7 @@ class SlotMoves(ApprovedLedger):
     plan_permission, approve_permission = PLAN_PERMISSION, APPROVE_PERMISSION
     plan_lock = 0x4C4B534D  # "LKSM"
     not_found, state_conflict, overlap = SlotMoveNotFound, SlotMoveStateConflict, SlotMoveOverlap
-    self_approval, refused = SelfApproval, TransitionRefused
+    refused = TransitionRefused
     units_name = "slots"
 
     def units(self, m: RelationSlotMove) -> list[int]:
@@ -78,9 +83,7 @@ class SlotMoves(ApprovedLedger):
     def undo_before_switch(self, m: RelationSlotMove) -> None:
         """The source's slot states are removed (it owns the slots and was never fenced for good), the target's
         copy and slot states too. After the switch the target is the owner: moving back is another move."""
-        from relations.services.slot_moves import protocol
-
-        protocol.undo_before_switch(m)
+        rows.undo_before_switch(m)
 
     def after_abort(self) -> None:
         routing.reset_cache()
@@ -90,8 +93,12 @@ class SlotMoves(ApprovedLedger):
                 "source": m.source_alias, "target": m.target_alias, "contractVersion": m.contract_version,
                 "newContractVersion": m.new_contract_version, "capturedApplied": m.captured_applied}
 
+    def progress_fields(self, m: RelationSlotMove) -> dict[str, int]:
+        return {"capturedApplied": m.captured_applied}
+
 
 LEDGER = SlotMoves()
+RUNNER = LedgerRunner(LEDGER, lock=0x4C4B5352, waiting=SlotMoveWaiting)  # "LKSR", with the move id
 move_get = LEDGER.get
 transition = LEDGER.transition  # the protocol's steps: a CAS through the table, audited
 move_report = LEDGER.report
@@ -118,18 +125,16 @@ def move_plan(*, slots: str | list[int], target: str, reason: str, actor: Actor)
                            code="several_sources")
     if target in sources:
         raise InvalidInput(f"slots {ranges_label(wanted)} are already on {target}.", code="already_on_target")
-    from relations.services.slot_moves import protocol
-
-    rows = protocol.rows_count(sources[0], contract, wanted)
+    to_copy = rows.rows_count(sources[0], contract, wanted)
     with LEDGER.plan_transaction():
         LEDGER.refuse_overlap(wanted)
         m = RelationSlotMove.objects.create(
             slots=wanted, source_alias=sources[0], target_alias=target, contract_version=contract.version,
-            rows_to_copy=rows, reason=reason, requested_by=actor.name, requested_channel=actor.channel,
+            rows_to_copy=to_copy, reason=reason, requested_by=actor.name, requested_channel=actor.channel,
             state_changed_at=timezone.now())
         audit_record(actor=actor, action="relation_slot_move.plan", target_type="relation_slot_move",
                      target_id=str(m.pk), params={"slots": ranges_label(wanted), "from": sources[0], "to": target,
-                                                  "rowsToCopy": rows, "reason": reason,
+                                                  "rowsToCopy": to_copy, "reason": reason,
                                                   "contractVersion": contract.version})
     return m
 

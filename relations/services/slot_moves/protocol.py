@@ -22,209 +22,57 @@ idempotent and reads its position from the ledger, so a crash anywhere resumes.
 
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
 from likes_project import metrics
-from likes_project.audit.services import Actor, system_actor
-from likes_project.errors import Conflict
+from likes_project.audit.services import audit_record
+from likes_project.ledgers.runner import Say, cleanup_due, save
 from relations import routing
-from relations.models import (
-    LikeCommand,
-    LikeRelation,
-    RelationShardContract,
-    RelationShardSlot,
-    RelationSlotChange,
-    RelationSlotMove,
-    RelationSlotState,
-    SlotFenceState,
-    SlotMoveState,
-)
+from relations.models import RelationShardContract, RelationShardSlot, RelationSlotMove, SlotFenceState, SlotMoveState
 from relations.services import write_barrier
-from relations.services.slot_moves.ledger import move_get, transition
+from relations.services.slot_moves.ledger import LEDGER, RUNNER, SlotMoveWaiting
+from relations.services.slot_moves.rows import (
+    CHANGE_T,
+    STATE_T,
+    TABLES,
+    changes_delete,
+    contract_now,
+    rows_write,
+    slot_sql,
+    slots_off_source,
+    states_delete,
+    states_set,
+    undo_before_switch,
+    users_rows_delete,
+    windows,
+)
 
+__all__ = ["RUNNER", "SlotMoveWaiting", "move_run", "moves_cleanup_due"]
 logger = logging.getLogger(__name__)
 S = SlotMoveState
-Say = Callable[[str], None]
-RUNNER_LOCK = 0x4C4B5352  # "LKSR", with the move id: one runner per move, whatever the job leases say
-
-# A test's crash injection: called with (move, point) at each step's points of no return.
-step_hook: Callable[[RelationSlotMove, str], None] | None = None
-_tick: contextvars.ContextVar[Callable[[RelationSlotMove], None] | None] = contextvars.ContextVar(
-    "slot_move_tick", default=None)
-
-REL, CMD = LikeRelation._meta.db_table, LikeCommand._meta.db_table
-STATE_T, CHANGE_T = RelationSlotState._meta.db_table, RelationSlotChange._meta.db_table
-_REL_COLS = ("user_id", "video_id", "state", "relation_version", "last_operation_id", "state_changed_at",
-             "created_at", "updated_at")
-_REL_TYPES = ("bigint", "text", "text", "bigint", "text", "timestamptz", "timestamptz", "timestamptz")
-_CMD_COLS = ("user_id", "operation_id", "video_id", "desired_state", "result_state", "result_version", "changed",
-             "base_version", "device_id", "client_sequence", "created_at")
-_CMD_TYPES = ("bigint", "text", "text", "text", "text", "bigint", "boolean", "bigint", "text", "bigint",
-              "timestamptz")
-TABLES = {"rel": (REL, _REL_COLS, _REL_TYPES, "video_id"), "cmd": (CMD, _CMD_COLS, _CMD_TYPES, "operation_id")}
+transition = LEDGER.transition  # a CAS through the kit's table, audited
 
 
-class SlotMoveWaiting(Conflict):
-    """A step cannot go on now (commands in flight hold the slots, an old transaction is open): the job ends and
-    the move stays where it is, to be resumed."""
-
-    code = "slot_move_waiting"
-
-
-def _hook(m: RelationSlotMove, point: str) -> None:
-    if step_hook is not None:
-        step_hook(m, point)
+def move_run(move_id: int, *, say: Say = lambda _m: None, tick=None) -> RelationSlotMove:
+    """Run the protocol from the ledger's state to RETIRED (or to where it must wait), on the kit's runner: one
+    runner per move (a session advisory lock), idempotent. The steps are looked up on every call."""
+    steps = {S.PREPARE: _prepare, S.COPYING: _copy, S.CATCHING_UP: _catch_up, S.CUTOVER: _cutover,
+             S.VERIFY: _verify, S.RETIRED: _cleanup}
+    return RUNNER.run(move_id, steps, say=say, tick=tick)
 
 
-def _actor() -> Actor:
-    return system_actor("relation-slot-move")
-
-
-def _save(m: RelationSlotMove, **fields) -> None:
-    RelationSlotMove.objects.filter(pk=m.pk).update(**fields)
-    for k, v in fields.items():
-        setattr(m, k, v)
-    tick = _tick.get()
-    if tick is not None:
-        tick(m)
-
-
-def _windows(alias: str, table: str, start: int, end: int, m: RelationSlotMove | None = None):
-    """The (lo, hi] id windows of `table` on `alias` over (start, end], RELATION_MOVE_COPY_CHUNK ids wide, each one
-    starting at the next id that exists: an id space thinned by deletes (or far from 0) costs no empty statements.
-    Between windows the job's tick runs (its lease renewed, at most once a second)."""
-    step = settings.RELATION_MOVE_COPY_CHUNK
-    lo = start
-    while lo < end:
-        with connections[alias].cursor() as cursor:
-            cursor.execute(f"SELECT min(id) FROM {table} WHERE id > %s AND id <= %s", [lo, end])
-            first = cursor.fetchone()[0]
-        if first is None:
-            return
-        lo = first - 1
-        hi = min(lo + step, end)
-        yield lo, hi
-        lo = hi
-        tick = _tick.get()
-        if tick is not None and m is not None:
-            tick(m)
-
-
-def _slot_sql(contract: routing.ShardContract) -> tuple[str, list]:
-    return "likes_slot_of(user_id, %s, %s) = ANY(%s)", [contract.hash_seed, contract.logical_slots]
-
-
-def _contract(m: RelationSlotMove) -> routing.ShardContract:
-    routing.reset_cache()
-    return routing.active_contract()
-
-
-EXACT_COUNT_ROWS = 200_000  # above this many rows a table, a plan estimates from a sample
-
-
-def rows_count(alias: str, contract: routing.ShardContract, slots: list[int]) -> int:
-    """Relation and command rows of the slots' users on `alias` (the plan's figure and the job's progress total).
-    Exact for a table of up to EXACT_COUNT_ROWS rows; above, an estimate from a block sample of about that many
-    rows (TABLESAMPLE SYSTEM), because a plan must answer within the statement timeout on a shard of any size
-    (a count through `likes_slot_of` over 2,000,000 rows takes seconds). The copy counts what it really moves."""
-    cond, params = _slot_sql(contract)
-    total = 0
-    with connections[alias].cursor() as cursor:
-        for table in (REL, CMD):
-            cursor.execute("SELECT reltuples::bigint, pg_relation_size(oid) FROM pg_class WHERE oid = %s::regclass",
-                           [table])
-            tuples, size = cursor.fetchone()
-            if tuples < 0:  # never analysed: its size tells (about 100 rows a page)
-                tuples = size // 8192 * 100
-            if tuples <= EXACT_COUNT_ROWS:
-                cursor.execute(f"SELECT count(*) FROM {table} WHERE {cond}", [*params, slots])
-                total += int(cursor.fetchone()[0])
-                continue
-            pct = max(100.0 * EXACT_COUNT_ROWS / tuples, 0.01)
-            cursor.execute(f"SELECT count(*) FROM {table} TABLESAMPLE SYSTEM (%s) WHERE {cond}",
-                           [pct, *params, slots])
-            total += round(cursor.fetchone()[0] * 100.0 / pct)
-    return total
-
-
-# --- the runner ---------------------------------------------------------------------------------------
-
-
-def move_run(move_id: int, *, say: Say = lambda _m: None,
-             tick: Callable[[RelationSlotMove], None] | None = None) -> RelationSlotMove:
-    """Run the protocol from the ledger's state to RETIRED (or to where it must wait). Idempotent. One runner per
-    move: a session advisory lock held for the run (released if the process dies)."""
-    with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [RUNNER_LOCK, int(move_id)])
-        if not cursor.fetchone()[0]:
-            raise SlotMoveWaiting(f"slot move {move_id} is being run by another process")
-    token = _tick.set(tick)
-    try:
-        steps = {S.PREPARE: _prepare, S.COPYING: _copy, S.CATCHING_UP: _catch_up, S.CUTOVER: _cutover,
-                 S.VERIFY: _verify, S.RETIRED: _cleanup}
-        while True:
-            m = move_get(move_id)
-            step = steps.get(m.state)
-            if step is None or (m.state == S.RETIRED and (m.source_cleaned_at or not _cleanup_due(m))) or \
-                    (m.state == S.VERIFY and m.verify_result.get("ok") is False and m.error):
-                return m
-            before = m.state
-            step(m, say)
-            m = move_get(move_id)
-            if m.state == before and m.state != S.RETIRED:
-                return m
-    finally:
-        _tick.reset(token)
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUNNER_LOCK, int(move_id)])
+def moves_cleanup_due() -> list[int]:
+    """Beat: delete the source rows of moves whose retention passed."""
+    return RUNNER.cleanup_due_run(_cleanup)
 
 
 # --- PREPARE ------------------------------------------------------------------------------------------
-
-
-def _states_set(alias: str, m: RelationSlotMove, state: str, contract: routing.ShardContract) -> None:
-    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {STATE_T} (slot, state, move_id, hash_seed, logical_slots, changed_at) "
-            f"SELECT s, %s, %s, %s, %s, now() FROM unnest(%s::integer[]) AS s "
-            f"ON CONFLICT (slot) DO UPDATE SET state = EXCLUDED.state, move_id = EXCLUDED.move_id, "
-            f"changed_at = EXCLUDED.changed_at",
-            [state, m.pk, contract.hash_seed, contract.logical_slots, m.slots])
-
-
-def _states_delete(alias: str, m: RelationSlotMove, state: str | None = None) -> None:
-    extra = " AND state = %s" if state else ""
-    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        cursor.execute(f"DELETE FROM {STATE_T} WHERE move_id = %s AND slot = ANY(%s){extra}",
-                       [m.pk, m.slots, *([state] if state else [])])
-
-
-def _users_rows_delete(alias: str, slots: list[int], contract: routing.ShardContract,
-                       m: RelationSlotMove | None = None) -> int:
-    """Every relation and command row of the `slots`' users on `alias`, in id windows (bounded transactions)."""
-    cond, params = _slot_sql(contract)
-    deleted = 0
-    for table in (REL, CMD):
-        with connections[alias].cursor() as cursor:
-            cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}")
-            end = cursor.fetchone()[0]
-        for lo, hi in _windows(alias, table, 0, end, m):
-            with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-                cursor.execute(f"DELETE FROM {table} WHERE id > %s AND id <= %s AND {cond}", [lo, hi, *params, slots])
-                deleted += cursor.rowcount
-    return deleted
-
-
-def _slots_on_source(m: RelationSlotMove, contract: routing.ShardContract) -> list[int]:
-    return [s for s in m.slots if contract.slot_aliases[s] != m.source_alias]
 
 
 def _wait_for_older_transactions(alias: str, timeout_s: float = 30.0) -> None:
@@ -245,25 +93,24 @@ def _wait_for_older_transactions(alias: str, timeout_s: float = 30.0) -> None:
 
 
 def _prepare(m: RelationSlotMove, say: Say) -> None:
-    contract = _contract(m)
-    off = _slots_on_source(m, contract)
+    contract = contract_now(m)
+    off = slots_off_source(m, contract)
     if off:
-        transition(m, S.FAILED, actor=_actor(), params={"slotsNotOnSource": off},
+        transition(m, S.FAILED, actor=RUNNER.actor(), params={"slotsNotOnSource": off},
                    error=f"slots {off[:20]} are no longer on {m.source_alias}")
         return
-    stale = _users_rows_delete(m.target_alias, m.slots, contract, m)  # an aborted earlier move's copy
-    _states_set(m.target_alias, m, SlotFenceState.INCOMING, contract)
-    with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
-        cursor.execute(f"DELETE FROM {CHANGE_T} WHERE move_id = %s", [m.pk])
-    _states_set(m.source_alias, m, SlotFenceState.CAPTURING, contract)
-    _hook(m, "prepare_capturing")
+    stale = users_rows_delete(m.target_alias, m.slots, contract, m)  # an aborted earlier move's copy
+    states_set(m.target_alias, m, SlotFenceState.INCOMING, contract)
+    changes_delete(m.source_alias, m)
+    states_set(m.source_alias, m, SlotFenceState.CAPTURING, contract)
+    RUNNER.hook(m, "prepare_capturing")
     _wait_for_older_transactions(m.source_alias)
     ends = {}
     for kind, (table, *_rest) in TABLES.items():
         with connections[m.source_alias].cursor() as cursor:
             cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}")
             ends[kind] = {"next": 0, "end": cursor.fetchone()[0]}
-    transition(m, S.COPYING, actor=_actor(), params={"staleTargetRowsDeleted": stale, "copyEnds": ends},
+    transition(m, S.COPYING, actor=RUNNER.actor(), params={"staleTargetRowsDeleted": stale, "copyEnds": ends},
                copy_cursor=ends)
     say(f"prepare: capturing on {m.source_alias}; copy up to ids {ends}")
 
@@ -271,41 +118,24 @@ def _prepare(m: RelationSlotMove, say: Say) -> None:
 # --- COPYING and CATCHING_UP --------------------------------------------------------------------------
 
 
-def _write_rows(alias: str, kind: str, rows: list[tuple]) -> None:
-    """Relations upserted by version (never backwards), commands inserted once: idempotent."""
-    if not rows:
-        return
-    table, cols, types, _key = TABLES[kind]
-    arrays = [list(col) for col in zip(*rows, strict=True)]
-    select = ", ".join(f"%s::{t}[]" for t in types)
-    if kind == "rel":
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols[2:])
-        conflict = (f"ON CONFLICT (user_id, video_id) DO UPDATE SET {sets} "
-                    f"WHERE {table}.relation_version < EXCLUDED.relation_version")
-    else:
-        conflict = "ON CONFLICT (user_id, operation_id) DO NOTHING"
-    with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
-        cursor.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM unnest({select}) {conflict}", arrays)
-
-
 def _copy(m: RelationSlotMove, say: Say) -> None:
-    contract = _contract(m)
-    cond, params = _slot_sql(contract)
+    contract = contract_now(m)
+    cond, params = slot_sql(contract)
     cursor_state = {k: dict(v) for k, v in m.copy_cursor.items()}
     copied = m.copied_rows
     for kind, (table, cols, _types, _key) in TABLES.items():
         pos = cursor_state[kind]
-        for lo, hi in _windows(m.source_alias, table, pos["next"], pos["end"]):
+        for lo, hi in windows(m.source_alias, table, pos["next"], pos["end"]):
             with connections[m.source_alias].cursor() as cursor:
                 cursor.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE id > %s AND id <= %s AND {cond}",
                                [lo, hi, *params, m.slots])
                 rows = cursor.fetchall()
-            _write_rows(m.target_alias, kind, rows)
+            rows_write(m.target_alias, kind, rows)
             copied += len(rows)
             pos["next"] = hi
-            _save(m, copy_cursor=cursor_state, copied_rows=copied)
-            _hook(m, f"copy_{kind}")
-    transition(m, S.CATCHING_UP, actor=_actor(), params={"copiedRows": copied})
+            save(m, copy_cursor=cursor_state, copied_rows=copied)
+            RUNNER.hook(m, f"copy_{kind}")
+    transition(m, S.CATCHING_UP, actor=RUNNER.actor(), params={"copiedRows": copied})
     say(f"copy: {copied} rows onto {m.target_alias}")
 
 
@@ -330,7 +160,7 @@ def _apply_captured(m: RelationSlotMove, *, limit: int | None = None) -> int:
                 cursor.execute(f"SELECT {', '.join(cols)} FROM {table} t JOIN unnest(%s::bigint[], %s::text[]) "
                                f"AS k(u, n) ON t.user_id = k.u AND t.{key} = k.n", [users, names])
                 rows = cursor.fetchall()
-            _write_rows(m.target_alias, kind, rows)
+            rows_write(m.target_alias, kind, rows)
             key_at = cols.index(key)
             present = {(r[0], r[key_at]) for r in rows}
             gone = [k for k in keys if k not in present]
@@ -340,11 +170,11 @@ def _apply_captured(m: RelationSlotMove, *, limit: int | None = None) -> int:
                     cursor.execute(f"DELETE FROM {table} t USING unnest(%s::bigint[], %s::text[]) AS k(u, n) "
                                    f"WHERE t.user_id = k.u AND t.{key} = k.n",
                                    [[u for u, _k in gone], [k for _u, k in gone]])
-        _hook(m, "catch_up_applied")
+        RUNNER.hook(m, "catch_up_applied")
         with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
             cursor.execute(f"DELETE FROM {CHANGE_T} WHERE move_id = %s AND id <= %s", [m.pk, changes[-1][0]])
         applied += len(changes)
-        _save(m, captured_applied=m.captured_applied + len(changes))
+        save(m, captured_applied=m.captured_applied + len(changes))
         if len(changes) < batch:
             break
     return applied
@@ -353,10 +183,10 @@ def _apply_captured(m: RelationSlotMove, *, limit: int | None = None) -> int:
 def _catch_up(m: RelationSlotMove, say: Say) -> None:
     while True:
         applied = _apply_captured(m)
-        _save(m, catchup_passes=m.catchup_passes + 1)
+        save(m, catchup_passes=m.catchup_passes + 1)
         if applied <= settings.RELATION_MOVE_CUTOVER_LAG or m.catchup_passes >= settings.RELATION_MOVE_CATCHUP_PASSES:
             break
-    transition(m, S.CUTOVER, actor=_actor(), params={"capturedApplied": m.captured_applied,
+    transition(m, S.CUTOVER, actor=RUNNER.actor(), params={"capturedApplied": m.captured_applied,
                                                      "passes": m.catchup_passes})
     say(f"catch-up: {m.captured_applied} captured changes applied in {m.catchup_passes} passes")
 
@@ -406,36 +236,36 @@ def _contract_switch(m: RelationSlotMove, pause_started: float) -> int:
             RelationShardSlot(contract_version=new, slot=s, alias=m.target_alias if s in moving else a)
             for s, a in sorted(slots.items()))
         pause_ms = round((time.monotonic() - pause_started) * 1000.0, 3)
-        transition(m, S.VERIFY, actor=_actor(),
+        transition(m, S.VERIFY, actor=RUNNER.actor(),
                    params={"contractVersion": active.version, "newContractVersion": new, "writePauseMs": pause_ms},
                    new_contract_version=new, write_pause_ms=pause_ms, cutover_at=timezone.now(), error="")
     return new
 
 
 def _cutover(m: RelationSlotMove, say: Say) -> None:
-    contract = _contract(m)
-    if _slots_on_source(m, contract):
+    contract = contract_now(m)
+    if slots_off_source(m, contract):
         undo_before_switch(m)
-        transition(m, S.FAILED, actor=_actor(), error="the slots are no longer on the source")
+        transition(m, S.FAILED, actor=RUNNER.actor(), error="the slots are no longer on the source")
         return
     try:
         _locks(m.source_alias, m.slots, take=True)
     except Exception as exc:
-        _save(m, error=f"cutover waits: commands in flight hold the slots ({exc.__class__.__name__})")
+        save(m, error=f"cutover waits: commands in flight hold the slots ({exc.__class__.__name__})")
         raise SlotMoveWaiting(f"slot move {m.pk}: the slots' locks were not reached; resume") from exc
     started = time.monotonic()
     switched = False
     try:
-        _hook(m, "cutover_locked")
+        RUNNER.hook(m, "cutover_locked")
         _apply_captured(m)  # the last pass: no command of the slots can write now
         with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
             cursor.execute(f"UPDATE {STATE_T} SET state = %s, changed_at = now() WHERE move_id = %s AND slot = ANY(%s)",
                            [SlotFenceState.MOVED_OUT, m.pk, m.slots])
-        _hook(m, "cutover_moved_out")
+        RUNNER.hook(m, "cutover_moved_out")
         new = _contract_switch(m, started)
         switched = True
-        _hook(m, "cutover_switched")
-        _states_delete(m.target_alias, m, SlotFenceState.INCOMING)
+        RUNNER.hook(m, "cutover_switched")
+        states_delete(m.target_alias, m, SlotFenceState.INCOMING)
     finally:
         if not switched:  # before the switch the source is still the owner: its writes go on
             with transaction.atomic(using=m.source_alias, durable=True), \
@@ -444,34 +274,20 @@ def _cutover(m: RelationSlotMove, say: Say) -> None:
                                [SlotFenceState.CAPTURING, m.pk, m.slots])
         _locks(m.source_alias, m.slots, take=False)
     pause_ms = round((time.monotonic() - started) * 1000.0, 3)
-    _save(m, write_pause_ms=pause_ms)
+    save(m, write_pause_ms=pause_ms)
     routing.reset_cache()
     metrics.observe("likes_relation_slot_move_write_pause_seconds", pause_ms / 1000.0)
     say(f"cutover: contract v{new}; write pause {pause_ms} ms")
-
-
-def undo_before_switch(m: RelationSlotMove) -> None:
-    """Before the switch the source owns the slots: its slot states removed (writes go on, uncaptured), the
-    target's copy and slot states removed, the capture rows dropped. Idempotent."""
-    if m.new_contract_version:
-        raise Conflict(f"slot move {m.pk} is past its switch; it cannot be undone", code="slot_move_past_switch")
-    contract = _contract(m)
-    _states_delete(m.source_alias, m)
-    with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
-        cursor.execute(f"DELETE FROM {CHANGE_T} WHERE move_id = %s", [m.pk])
-    if not _slots_on_source(m, contract):
-        _users_rows_delete(m.target_alias, m.slots, contract)
-    _states_delete(m.target_alias, m)
 
 
 # --- VERIFY and RETIRED ------------------------------------------------------------------------------
 
 
 def _verify(m: RelationSlotMove, say: Say) -> None:
-    _states_delete(m.target_alias, m, SlotFenceState.INCOMING)  # a crash between the switch and this
-    _hook(m, "verify")
-    contract = _contract(m)
-    cond, params = _slot_sql(contract)
+    states_delete(m.target_alias, m, SlotFenceState.INCOMING)  # a crash between the switch and this
+    RUNNER.hook(m, "verify")
+    contract = contract_now(m)
+    cond, params = slot_sql(contract)
     problems: list[dict] = []
     compared = 0
     for kind, (table, cols, _types, key) in TABLES.items():
@@ -479,7 +295,7 @@ def _verify(m: RelationSlotMove, say: Say) -> None:
             cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}")
             end = cursor.fetchone()[0]
         key_at = cols.index(key)
-        for lo, hi in _windows(m.source_alias, table, 0, end, m):
+        for lo, hi in windows(m.source_alias, table, 0, end, m):
             with connections[m.source_alias].cursor() as cursor:
                 cursor.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE id > %s AND id <= %s AND {cond}",
                                [lo, hi, *params, m.slots])
@@ -502,43 +318,26 @@ def _verify(m: RelationSlotMove, say: Say) -> None:
     result = {"ok": not problems, "rowsCompared": compared, "problems": problems,
               "at": timezone.now().isoformat().replace("+00:00", "Z")}
     if problems:
-        _save(m, verify_result=result, error="verify found source rows the target lacks; resume to verify again")
+        save(m, verify_result=result, error="verify found source rows the target lacks; resume to verify again")
         say(f"verify FAILED: {len(problems)} rows")
         return
     now = timezone.now()
-    transition(m, S.RETIRED, actor=_actor(), params={"rowsCompared": compared}, verify_result=result,
+    transition(m, S.RETIRED, actor=RUNNER.actor(), params={"rowsCompared": compared}, verify_result=result,
                verified_at=now, source_cleanup_after=now + dt.timedelta(seconds=settings.RELATION_MOVE_RETENTION_S))
     say(f"verify: {compared} source rows found on the target; the source rows are kept until the retention passes")
 
 
-def _cleanup_due(m: RelationSlotMove) -> bool:
-    return m.source_cleanup_after is not None and m.source_cleanup_after <= timezone.now()
-
-
 def _cleanup(m: RelationSlotMove, say: Say) -> None:
-    if m.source_cleaned_at or not _cleanup_due(m):
+    if not cleanup_due(m):
         return
-    contract = _contract(m)
+    contract = contract_now(m)
     # A slot a later move took back to the source is live there again: never delete it.
     back = [s for s in m.slots if contract.slot_aliases[s] == m.source_alias]
     gone = [s for s in m.slots if s not in back]
-    deleted = _users_rows_delete(m.source_alias, gone, contract, m) if gone else 0
-    with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
-        cursor.execute(f"DELETE FROM {CHANGE_T} WHERE move_id = %s", [m.pk])
+    deleted = users_rows_delete(m.source_alias, gone, contract, m) if gone else 0
+    changes_delete(m.source_alias, m)
     with transaction.atomic(using="default", durable=True):
-        _save(m, source_cleaned_at=timezone.now())
-        from likes_project.audit.services import audit_record
-
-        audit_record(actor=_actor(), action="relation_slot_move.cleanup", target_type="relation_slot_move",
+        save(m, source_cleaned_at=timezone.now())
+        audit_record(actor=RUNNER.actor(), action="relation_slot_move.cleanup", target_type="relation_slot_move",
                      target_id=str(m.pk), params={"rowsDeleted": deleted})
     say(f"cleanup: {deleted} source rows deleted")
-
-
-def moves_cleanup_due() -> list[int]:
-    """Beat: delete the source rows of moves whose retention passed."""
-    done = []
-    for m in RelationSlotMove.objects.filter(state=S.RETIRED, source_cleaned_at__isnull=True,
-                                             source_cleanup_after__lte=timezone.now()):
-        _cleanup(m, lambda _m: None)
-        done.append(m.pk)
-    return done
