@@ -7,7 +7,7 @@ Redis db 14 with the prefix likes-bench, rate limiting off) and sets LIKES_NUDGE
      concurrent clients, in three cases: warm relation cache, cold relation cache, Redis down;
      at the service layer (spawned processes calling counting.selectors.feed_page_read, what the view
      calls) and over HTTP against gunicorn;
-  2. the my-likes page (relations.selectors_my_likes.liked_page_list) of a user with 50,000 likes at page 1
+  2. the my-likes page (relations.selectors.my_likes.liked_page_list) of a user with 50,000 likes at page 1
      and page 500, next to an OFFSET baseline in the same run;
   3. relation_cache_rebuild() end to end over 1,000,000 relations (or 250,000, extrapolated, when a
      calibration says 1,000,000 would take longer than the budget), with the Redis memory it uses.

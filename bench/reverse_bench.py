@@ -6,7 +6,7 @@ Redis db 14 with the prefix likes-bench, rate limiting off). One run:
   1. likers page latency: 200,000 likers of ONE video bulk-loaded with SQL into the ACTIVE reverse
      generation's tables (each user's reverse shard from counting.routing, rows on the count partition
      the generation's placement names, distinct liked_at, matching LIKED state rows), then
-     counting.selectors_likers.likers_page_list (plus the cursor encoding the API does) called as the
+     counting.selectors.likers.likers_page_list (plus the cursor encoding the API does) called as the
      author with limit 20, timed at page 1 and at page 1,000 (the cursor walked once, then reused);
   2. reverse projector throughput: a backlog of N crafted LikeRelationChanged envelopes XADDed into the
      bench streams, once over many videos (uniform) and once for one video (hot), drained by

@@ -7,9 +7,9 @@ from django import forms
 
 from likes_project.errors import DomainError
 from opsconsole.trace import trace_query_parse
-from relations import selectors_lookup as selectors
 from relations import validation
 from relations.models import OutboxStatus
+from relations.selectors import lookup as selectors
 
 
 def _domain_checked(fn, *args, **kwargs):

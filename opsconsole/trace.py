@@ -11,7 +11,7 @@ that changed nothing wrote none), the one named, or the relation's current versi
 moved to the archive past its retention (OUT-7) is still found there (status ARCHIVED).
 
 Evidence per consumer: the count and reverse projectors write a receipt per consumed stream position
-(`counting.selectors_trace`); the relation cache keeps no per-event receipt, so its evidence is its
+(`counting.selectors.trace`); the relation cache keeps no per-event receipt, so its evidence is its
 durable version floor, which covers the event when its version is not below the event's. Rows a rebuild
 wrote have no receipt: the projected row's version is shown instead, and the trace says which it is.
 
@@ -25,14 +25,14 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
-from counting import selectors_trace as projector_reads
+from counting.selectors import trace as projector_reads
 from likes_project.errors import InvalidInput
 from likes_project.eventlog import selectors as eventlog
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import CONSUMERS
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
-from relations import selectors_lookup as lookup
 from relations import validation
+from relations.selectors import lookup as lookup
 
 # The order a trace lists the consumers in: the count chain first, then the reverse index, the relation
 # cache; a consumer added later follows (with no evidence reader until it gets one).

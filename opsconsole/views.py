@@ -9,11 +9,11 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_safe
 
-from counting import selectors_trace
+from counting.selectors import trace as selectors_trace
 from likes_project.errors import DomainError
 from opsconsole import trace as tracing
 from opsconsole.forms import CommandLookupForm, OutboxLookupForm, RelationLookupForm, TraceForm
-from relations import selectors_lookup as selectors
+from relations.selectors import lookup as selectors
 
 LOOKUP_PERMISSION = "opsconsole.view_relation_lookup"
 

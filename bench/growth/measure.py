@@ -404,7 +404,7 @@ def run_batch(plan: Plan, users: Users, n: int, *, reps: int, warmup: int, seed:
 def run_my_likes(users: Users, *, reps: int, warmup: int, limit: int, deep: int) -> dict:
     """The heavy user's my-likes page 1 and page `deep` (limit `limit`): liked_page_list plus its cursor encode
     (and decode for the deep page), as the API view does; the cursor walked once to the deep page."""
-    from relations import selectors_my_likes as sel
+    from relations.selectors import my_likes as sel
 
     uid = users.heavy
 
@@ -444,7 +444,7 @@ def run_likers(*, reps: int, warmup: int, limit: int, deep: int) -> dict:
     """The hot video's likers page 1 and page `deep` (limit `limit`), as its author: likers_page_list plus
     likers_cursor_encode (bench/reverse/likers.py's fetch); the cursor walked once to the deep page."""
     from bench.dataset import author_id
-    from counting.selectors_likers import likers_cursor_encode, likers_page_list
+    from counting.selectors.likers import likers_cursor_encode, likers_page_list
 
     author = author_id()
 

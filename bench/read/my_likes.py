@@ -1,5 +1,5 @@
 """2. The my-likes page of the read-path benchmark: page 1 and a deep page of a user with many likes, ours
-(keyset, relations.selectors_my_likes) against LIMIT/OFFSET in the same run, with the plans of the deep page."""
+(keyset, relations.selectors.my_likes) against LIMIT/OFFSET in the same run, with the plans of the deep page."""
 
 from __future__ import annotations
 
@@ -34,11 +34,12 @@ def _explain(alias: str, sql: str, params: list) -> dict:
 
 def run_list(args, user_id: int) -> dict:
     """The my-likes page at page 1 and page `--list-page` (limit `--list-limit`) of a user with `--list-likes`
-    LIKED relations: ours (keyset, relations.selectors_my_likes) against LIMIT/OFFSET, interleaved in one run."""
+    LIKED relations: ours (keyset, relations.selectors.my_likes) against LIMIT/OFFSET, interleaved in one run."""
     from django.db import connections, transaction
 
-    from relations import routing, selectors_my_likes
+    from relations import routing
     from relations.models import LikeRelation
+    from relations.selectors import my_likes as selectors_my_likes
 
     alias = routing.alias_for_user(user_id)
     t = LikeRelation._meta.db_table

@@ -1,5 +1,5 @@
 """1. The likers page of the reverse-index benchmark: one video with many likers bulk-loaded into the ACTIVE
-reverse generation's tables, then counting.selectors_likers.likers_page_list timed at page 1 and a deep page;
+reverse generation's tables, then counting.selectors.likers.likers_page_list timed at page 1 and a deep page;
 and the reset of the reverse index between the phases and rounds."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def likers_load(args) -> dict:
 
 
 def _fetch(author: int, limit: int, cursor: str | None):
-    from counting.selectors_likers import likers_cursor_encode, likers_page_list
+    from counting.selectors.likers import likers_cursor_encode, likers_page_list
 
     page = likers_page_list(caller_id=author, video_id=PAGE_VIDEO, limit=limit, cursor=cursor)
     nxt = None if page.exhausted else likers_cursor_encode(caller_id=author, video_id=PAGE_VIDEO, page=page)

@@ -50,7 +50,7 @@ def generated_section(result: dict) -> str:
         f"shard: {', '.join(f'{n:,}' for n in load['per_shard'])}; per partition: "
         f"{', '.join(f'{a} {n:,}' for a, n in load['per_partition'].items())}. A public `VideoSnapshot` by the "
         "bench author; no privacy, ban or block rows (nothing hidden).",
-        "Method: `counting.selectors_likers.likers_page_list` plus `likers_cursor_encode` (what the API view does "
+        "Method: `counting.selectors.likers.likers_page_list` plus `likers_cursor_encode` (what the API view does "
         "after its permission check), called in-process as the author. The cursor was walked once from page 1 to "
         f"page {lat['deep_page']:,} ({lat['walk_pages']} pages in {lat['walk_seconds']} s; the page-"
         f"{lat['deep_page']:,} cursor is {lat['cursor_chars']} characters), then each page was fetched 3 times "

@@ -1,6 +1,6 @@
 """DRF views of who liked a video (`GET /v1/videos/<videoId>/likers` and `.../likers/recent`, issue 5
 §2). Validate, check the permission, call the likers selector, serialize; the rules live in
-`counting.selectors_likers`."""
+`counting.selectors.likers`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from counting import selectors_likers
+from counting.selectors import likers as selectors_likers
 from relations import validation
 from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer, liked_at_field, next_cursor_field
 

@@ -41,7 +41,7 @@ from counting.services.reverse.retire import reverse_index_retire_deleted
 from likes_project.eventlog import streams
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.generations import LIVE, GenerationStatus
-from relations.selectors_retire import DeletedVideo, deleted_videos_list, outbox_oldest_unpublished_at
+from relations.selectors.retire import DeletedVideo, deleted_videos_list, outbox_oldest_unpublished_at
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,9 @@ os.environ.setdefault("COUNT_BOOTSTRAP_PARTITIONS", "cnt_00,cnt_01")
 # Under pytest-xdist each worker process (PYTEST_XDIST_WORKER=gw0, gw1, ...) has a database set of its own
 # (pytest-django suffixes every alias's test database name) and its own Redis key prefix, on the plain Redis
 # and on the Cluster alike; the processes a test starts inherit both through the environment (D100).
-os.environ["LIKES_REDIS_PREFIX"] = "-".join(filter(None, ["likes-test", os.environ.get("PYTEST_XDIST_WORKER")]))
+# LIKES_TEST_RUN_TAG keeps a second run on other databases (DATABASE_URL) off this run's keys too.
+os.environ["LIKES_REDIS_PREFIX"] = "-".join(filter(None, ["likes-test", os.environ.get("LIKES_TEST_RUN_TAG"),
+                                                          os.environ.get("PYTEST_XDIST_WORKER")]))
 # Metric files of this test process (and the processes it starts) in a directory of its own, never the
 # checkout's .data/prometheus, which the run script empties (D45).
 import tempfile

@@ -1,6 +1,6 @@
 """DRF views of liked lists: the caller's (`GET /v1/me/likes`, spec §4.13) and another user's
 (`GET /v1/users/<username>/likes`). Validate the query, call the list selector, serialize; the rules
-live in `relations.selectors_my_likes` and `relations.selectors_privacy`."""
+live in `relations.selectors.my_likes` and `relations.selectors.privacy`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from relations import selectors_my_likes, selectors_privacy
 from relations.api.serializers import PAGE_PARAMETERS, ErrorSerializer, liked_at_field, next_cursor_field
+from relations.selectors import my_likes as selectors_my_likes
+from relations.selectors import privacy as selectors_privacy
 
 
 class MyLikesItemSerializer(serializers.Serializer):

@@ -1,5 +1,5 @@
 """DRF views of the caller's privacy settings and the per-video likers override (issue 5 §3). Validate,
-call `relations.services.privacy` / `relations.selectors_privacy`, serialize."""
+call `relations.services.privacy` / `relations.selectors.privacy`, serialize."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from rest_framework.views import APIView
 
 from likes_project.audit.services import api_actor
 from likes_project.jsonbody import parse_json_object
-from relations import selectors_privacy, validation
+from relations import validation
 from relations.api.serializers import ErrorSerializer
+from relations.selectors import privacy as selectors_privacy
 from relations.services import privacy
 
 PRIVACY_FIELDS = {"likesPrivate": "likes_private", "likersPublic": "likers_public"}

@@ -1,5 +1,5 @@
 """Writes of a user's privacy settings and the per-video likers override (issue 5 §3, PRIV). The
-settings are enforced at read time (`relations.selectors_privacy`)."""
+settings are enforced at read time (`relations.selectors.privacy`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from likes_project.audit.services import Actor, audit_record
 from relations import selectors, validation
 from relations.errors import NotAuthor, VideoNotFound
 from relations.models import UserPrivacy, VideoLikersVisibility
-from relations.selectors_privacy import PrivacySettings
+from relations.selectors.privacy import PrivacySettings
 
 
 def user_privacy_set(*, user_id: int, likes_private: bool | None = None, likers_public: bool | None = None,

@@ -25,7 +25,7 @@ from counting.models import (
 from counting.services.retire import deleted_videos_retire
 from counting.tasks import display_snapshot_task, retire_deleted_videos_task
 from relations.models import VideoSnapshot
-from relations.selectors_retire import deleted_videos_list
+from relations.selectors.retire import deleted_videos_list
 from tests.counting.helpers import drain, drain_all, project_reverse, publish_all
 from tests.relations.helpers import cmd
 

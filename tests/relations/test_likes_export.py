@@ -16,8 +16,9 @@ from django.urls import reverse
 
 from likes_project.audit.models import AuditRecord
 from likes_project.audit.services import Actor
-from relations import routing, selectors_my_likes
+from relations import routing
 from relations.models import LikeRelation
+from relations.selectors import my_likes as selectors_my_likes
 from relations.services import export
 from tests.factories import grant, login_non_staff, run_jobs
 from tests.relations.helpers import LIKED, UNLIKED, ids, like_new, set_state

@@ -12,8 +12,9 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from relations import routing, selectors_my_likes
+from relations import routing
 from relations.models import LikeRelation, VideoSnapshot
+from relations.selectors import my_likes as selectors_my_likes
 from tests.factories import put_like
 from tests.relations.helpers import LIKED, UNLIKED, ids, like_new, set_state
 

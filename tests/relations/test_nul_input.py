@@ -110,7 +110,7 @@ def test_a_nul_in_the_lookup_forms_is_a_form_error(admin_client):
 
 def test_the_lookup_selector_itself_refuses_a_nul_username():
     from relations.errors import UserNotFound
-    from relations.selectors_lookup import lookup_user_get
+    from relations.selectors.lookup import lookup_user_get
 
     with pytest.raises(UserNotFound):
         lookup_user_get(query="a\x00b")

@@ -21,7 +21,7 @@ from likes_project.errors import InvalidInput
 from relations import cache, selectors
 from relations.errors import VideoNotFound
 from relations.models import VideoSnapshot
-from relations.selectors_my_likes import listed_video_ids
+from relations.selectors.my_likes import listed_video_ids
 from relations.services.videos import video_override_clear, video_override_set
 from tests.factories import put_like
 from tests.relations.helpers import assert_error, body_of, push_video

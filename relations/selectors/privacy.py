@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 
-from relations import selectors, selectors_my_likes, validation
+from relations import selectors, validation
 from relations.errors import LikesPrivate, UserNotFound
 from relations.models import AccountStatus, AccountStatusValue, Block, UserPrivacy, VideoLikersVisibility
+from relations.selectors import my_likes as selectors_my_likes
 
 
 @dataclass(frozen=True)

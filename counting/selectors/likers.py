@@ -55,8 +55,8 @@ from likes_project.errors import DomainError, Forbidden
 from likes_project.eventlog.checkpoints import consumer_watermark
 from relations import selectors
 from relations.errors import VideoNotFound
-from relations.selectors_my_likes import list_limit_parse
-from relations.selectors_privacy import hidden_likers, likers_public
+from relations.selectors.my_likes import list_limit_parse
+from relations.selectors.privacy import hidden_likers, likers_public
 
 DEFAULT_SCAN_LIMIT = 1000
 DEFAULT_FETCH_BATCH = 128
