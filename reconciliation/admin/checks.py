@@ -1,0 +1,95 @@
+"""Check runs (issue 11; OPS-4), read-only. The one write: "Start a check" (`reconciliation.run_check`), a
+form (mode; videos one a line, or all) that starts the check as an ops job (`reconciliation.jobs`) and shows
+the job's page; nothing runs in the request."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.views.decorators.http import require_http_methods
+
+from likes_project.admin_kit import AdminPage, admin_url, job_form_page
+from likes_project.ledgers.console import json_block
+from reconciliation.admin.common import StatusAdmin, audit_records_link, link, list_text, table
+from reconciliation.forms import CheckStartForm
+from reconciliation.jobs import job_for_mode
+from reconciliation.models import CheckRun
+from reconciliation.services.checks import RUN_PERMISSION
+
+DIFFS_SHOWN = 100  # diffs listed on a run's page (the rest are one link away)
+
+
+@require_http_methods(["GET", "POST"])
+def check_start_view(request, *, admin_site):
+    """The form that starts a check as an ops job (the job's page follows it)."""
+    return job_form_page(
+        request, admin_site, form_class=CheckStartForm, permission=RUN_PERMISSION, title="Start a check",
+        submit="Start the check",
+        intro="Proves the counts of the videos named (or of all videos) at recorded watermarks, as an ops job on the "
+              "workers; its page shows the progress and the run's verdict. Disagreements become diffs to triage. "
+              "An exact check holds a short write barrier on its videos; if the barrier cannot be held it is "
+              "REFUSED, never PASSED.",
+        start=lambda data: (job_for_mode(data["mode"]), {"mode": data["mode"], "scope": data["scope"]},
+                            f"{data['mode']} check"),
+    )
+
+
+@admin.register(CheckRun)
+class CheckRunAdmin(StatusAdmin):
+    list_display = ("id", "mode", "kind", "status_code", "scope_text", "checked", "diffs_found", "barrier_held_ms",
+                    "refused_because", "created_at", "finished_at")
+    list_filter = ("mode", "status", "kind")
+    search_fields = ("=id", "=actor", "schedule")
+    ordering = ("-id",)
+    fields = ("mode", "kind", "status_code", "scope_text", "checked", "total", "diffs_found", "diffs_fixed",
+              "barrier_held_ms", "refused_because", "watermarks_json", "skipped_json", "diffs_table", "actor",
+              "channel", "schedule", "job_link", "repair_link", "checkpoint", "audit_link", "created_at",
+              "started_at", "finished_at")
+    readonly_fields = ("status_code", "scope_text", "watermarks_json", "skipped_json", "diffs_table", "job_link",
+                       "repair_link", "audit_link")
+    change_list_template = "reconciliation/admin/checkrun_change_list.html"
+    change_form_template = "reconciliation/admin/checkrun_change_form.html"
+    pages = [AdminPage("start/", check_start_view, name="reconciliation_check_start", title="Start a check",
+                       permission=RUN_PERMISSION)]
+
+    @admin.display(description="scope")
+    def scope_text(self, run: CheckRun) -> str:
+        scope = run.scope or {}
+        if scope.get("all"):
+            return "all videos"
+        if "bucketRange" in scope:
+            low, high = scope["bucketRange"]
+            return f"all videos, virtual buckets {low}..{high}"
+        videos = scope.get("videos", [])
+        return f"{len(videos)} video(s): {list_text(videos)}"
+
+    @admin.display(description="watermarks")
+    def watermarks_json(self, run: CheckRun) -> str:
+        return json_block(run.watermarks, "run-watermarks")
+
+    @admin.display(description="skipped")
+    def skipped_json(self, run: CheckRun) -> str:
+        return json_block(run.skipped, "run-skipped") if run.skipped else "none"
+
+    @admin.display(description="diffs")
+    def diffs_table(self, run: CheckRun) -> str:
+        shown = list(run.diffs.order_by("id")[:DIFFS_SHOWN])
+        if not shown:
+            return "none"
+        return table("run-diffs", ("diff", "video", "virtual bucket", "layer", "expected", "actual", "status"),
+                     ((link("reconciliation_checkdiff_change", d.pk), d.video_id,
+                       "-" if d.virtual_bucket is None else d.virtual_bucket, d.get_layer_display(), d.expected,
+                       d.actual, d.status) for d in shown),
+                     row_css="run-diff", template="reconciliation/admin/run_diffs.html", run_id=run.pk,
+                     every=admin_url("reconciliation_checkdiff_changelist", query={"run__id__exact": run.pk}))
+
+    @admin.display(description="ops job")
+    def job_link(self, run: CheckRun) -> str:
+        return link("opsjobs_opsjob_change", run.job_id)
+
+    @admin.display(description="verifies repair")
+    def repair_link(self, run: CheckRun) -> str:
+        return link("reconciliation_repairrequest_change", run.repair_id)
+
+    @admin.display(description="audit")
+    def audit_link(self, run: CheckRun) -> str:
+        return audit_records_link("check_run", run.pk)
