@@ -14,6 +14,7 @@ import time
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from likes_project.audit.services import cli_actor_resolve
 from likes_project.errors import DomainError, UserNotFound
 
 
@@ -56,6 +57,53 @@ def user_by_username(username: str):
     return user
 
 
+class ApproveCommand(DomainCommand):
+    """ID --actor USER [--wait] [--wait-timeout S] [--json]: approve a request another operator made (never your
+    own; `likes_project.approvals`); the system runs it on the workers. Exit 1 when refused, when it ended in one
+    of `failed_statuses`, or when --wait ran out before it finished. A command says its `noun` ("repair"), what
+    the workers do (`runs`: "run", "apply"), its id argument, the approve permission and its three service calls."""
+
+    noun: str
+    runs: str
+    id_dest: str
+    id_metavar: str
+    permission: str
+    failed_statuses: tuple[str, ...]
+
+    def approve(self, request_id: int, actor):
+        raise NotImplementedError  # the request's approve service
+
+    def wait(self, request_id: int, *, timeout_s: float):
+        raise NotImplementedError  # following the request until it finished, bounded
+
+    def result(self, row) -> dict:
+        raise NotImplementedError  # the JSON the command prints last
+
+    def add_arguments(self, parser):
+        parser.add_argument(self.id_dest, type=int, metavar=self.id_metavar)
+        parser.add_argument("--actor", required=True, help="The approving operator's username.")
+        parser.add_argument("--wait", action="store_true", help=f"Follow the {self.noun} until it ends.")
+        parser.add_argument("--wait-timeout", type=float, default=600.0, help="Seconds --wait follows it at most.")
+        add_json_argument(parser)
+
+    def run(self, *args, **options):
+        try:
+            row = self.approve(options[self.id_dest], cli_actor_resolve(username=options["actor"],
+                                                                        permission=self.permission))
+        except DomainError as exc:
+            raise refuse(self, options, exc) from exc
+        if options["wait"]:
+            self.stderr.write(f"{self.noun} {row.pk} approved; the workers {self.runs} it (job {row.job_id}); "
+                              "following it")
+            row = self.wait(row.pk, timeout_s=options["wait_timeout"])
+        emit(self, options, self.result(row), f"{self.noun} {row.pk}: {row.status}" + (
+            f" ({row.error})" if row.error else ""))
+        if row.status in self.failed_statuses:
+            raise CommandError(f"{self.noun} {row.pk} {row.status}: {row.error}")
+        if options["wait"] and not row.finished:
+            raise CommandError(f"{self.noun} {row.pk} is still {row.status} after {options['wait_timeout']:.0f} s")
+
+
 class JobCommand(DomainCommand):
     """A command whose work is an ops job (the same job the admin starts): in the foreground it runs
     the job here with a progress bar on stderr (a plain line per progress message when stderr is not a
@@ -72,7 +120,6 @@ class JobCommand(DomainCommand):
 
     def job_run(self, *, options: dict, params: dict, target: str = ""):
         """Start the job as the resolved operator, run or follow it to its end, and return it."""
-        from likes_project.audit.services import cli_actor_resolve
         from likes_project.opsjobs.services import job_run_inline, job_start
 
         actor = cli_actor_resolve(username=options.get("actor"), permission=self.permission)

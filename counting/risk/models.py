@@ -77,6 +77,10 @@ class RiskDecision(models.Model):
         return f"risk {self.pk}: {self.kind} {len(self.user_ids)} users on {self.video_id} ({self.status})"
 
     @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
     def user_ids(self) -> list[int]:
         return [int(u) for u in self.params.get("users", [])]
 

@@ -23,7 +23,6 @@ from django.db import connections
 from django.utils import timezone
 
 from likes_project.audit.services import Actor, system_actor
-from likes_project.errors import Conflict
 from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
 from likes_project.ledgers.service import ApprovedLedger
 
@@ -56,11 +55,11 @@ def cleanup_due(m: ApprovedLedgerModel) -> bool:
 
 
 class LedgerRunner:
-    """The runner of one kind of ledger. `lock` is the advisory lock's first key ("LKSR"); `waiting` is the
-    protocol's "cannot go on now" refusal (the job ends and the ledger stays where it is, to be resumed)."""
+    """The runner of one kind of ledger. `lock` is the advisory lock's first key ("LKSR"); a step raises `waiting`
+    (the ledger's "cannot go on now" refusal) to end the job and leave the ledger where it is, to be resumed."""
 
-    def __init__(self, ledger: ApprovedLedger, *, lock: int, waiting: type[Conflict]):
-        self.ledger, self.lock, self.waiting = ledger, lock, waiting
+    def __init__(self, ledger: ApprovedLedger, *, lock: int):
+        self.ledger, self.lock, self.waiting = ledger, lock, ledger.waiting
         self.step_hook: Callable[[ApprovedLedgerModel, str], None] | None = None  # a test's crash injection
 
     def hook(self, m: ApprovedLedgerModel, point: str) -> None:

@@ -50,6 +50,24 @@ def ledger_transition(row: ApprovedLedgerModel, to: str, *, refused: type[Confli
     return row
 
 
+def ledger_errors(kind: type) -> tuple[type, ...]:
+    """The five refusal classes of a kind of ledger, named and coded from its `code` ("slot_move" -> SlotMoveNotFound,
+    `slot_move_not_found`), in the kind's module."""
+    prefix = "".join(part.title() for part in kind.code.split("_"))
+
+    def error(base: type, name: str, code: str, message: str = "") -> type:
+        body = {"code": f"{kind.code}_{code}", "__module__": kind.__module__}
+        if message:
+            body["default_message"] = message
+        return type(f"{prefix}{name}", (base,), body)
+
+    return (error(NotFound, "NotFound", "not_found", f"No such {kind.job_target}."),
+            error(Conflict, "Overlap", "overlap", f"Another {kind.noun} that is not finished moves some of these "
+                                                  f"{kind.units_name}."),
+            error(Conflict, "StateConflict", "state"), error(Conflict, "Waiting", "waiting"),
+            error(Conflict, "TransitionRefused", "transition_refused"))
+
+
 def iso(value) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
@@ -69,11 +87,20 @@ class ApprovedLedger(ABC):
     plan_permission: str
     approve_permission: str  # approve, resume, abort
     plan_lock: int  # the advisory lock that serialises plans and approvals
-    not_found: type[NotFound]
-    state_conflict: type[Conflict]
-    overlap: type[Conflict]
-    refused: type[Conflict]
     units_name: str  # "buckets", "slots"
+    # The refusals, one class each, made for every subclass from its `code` (`ledger_errors`): SlotMoveNotFound
+    # (`slot_move_not_found`), SlotMoveOverlap, SlotMoveStateConflict (`slot_move_state`, or a finer code given
+    # where it is raised), SlotMoveWaiting (a step cannot go on now: the job ends, the ledger waits to be resumed)
+    # and SlotMoveTransitionRefused (a transition the table or the row's current state refuses).
+    not_found: type[NotFound]
+    overlap: type[Conflict]
+    state_conflict: type[Conflict]
+    waiting: type[Conflict]
+    refused: type[Conflict]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.not_found, cls.overlap, cls.state_conflict, cls.waiting, cls.refused = ledger_errors(cls)
 
     # --- hooks --------------------------------------------------------------------------------------------
 

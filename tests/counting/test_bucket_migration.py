@@ -352,7 +352,7 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
 def test_an_overlapping_migration_is_refused_and_a_disjoint_one_is_not():
     on_00 = _gen().buckets_on("cnt_00")
     first = ledger.migration_plan(target="cnt_02", buckets=on_00[:10], reason="first", actor=REQUESTER)
-    with pytest.raises(ledger.MigrationOverlap):
+    with pytest.raises(ledger.LEDGER.overlap):
         ledger.migration_plan(target="cnt_02", buckets=on_00[5:15], reason="overlap", actor=REQUESTER)
     other = ledger.migration_plan(target="cnt_02", buckets=on_00[10:20], reason="disjoint", actor=REQUESTER)
     assert BucketMigration.objects.count() == 2 and other.pk != first.pk
@@ -406,7 +406,7 @@ def test_an_abort_before_the_cas_gives_the_source_back_and_one_after_it_is_refus
     _exact_everywhere(["mig-abort"])
     done = _run(moving, "cnt_02")
     assert done.state == S.RETIRED
-    with pytest.raises(ledger.MigrationStateConflict) as info:
+    with pytest.raises(ledger.LEDGER.state_conflict) as info:
         ledger.migration_abort(migration_id=done.pk, actor=APPROVER, reason="too late")
     assert info.value.code == "migration_past_cutover"
 
@@ -448,6 +448,6 @@ def test_every_edge_of_the_transition_table():
                 assert ledger.transition(m, to, actor=APPROVER).state == to, (frm, to)
             assert AuditRecord.objects.filter(action=f"bucket_migration.{to.lower()}", target_id=str(m.pk)).exists()
         else:
-            with pytest.raises(ledger.TransitionRefused):
+            with pytest.raises(ledger.LEDGER.refused):
                 ledger.transition(m, to, actor=APPROVER)
             assert BucketMigration.objects.get(pk=m.pk).state == frm, (frm, to)

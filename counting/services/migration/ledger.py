@@ -21,7 +21,7 @@ from counting.services import route_switch
 from counting.services.migration import changelog, fences
 from likes_project.approvals import SelfApproval as SelfApproval  # the kit's one class
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import Conflict, InvalidInput, NotFound
+from likes_project.errors import InvalidInput
 from likes_project.ledgers.model import BEFORE_SWITCH, IN_FLIGHT
 from likes_project.ledgers.model import TRANSITIONS as TRANSITIONS  # the protocol's table, walked by the tests
 from likes_project.ledgers.runner import LedgerRunner
@@ -35,39 +35,12 @@ EXECUTOR = "bucket-migration"
 BEFORE_CAS = BEFORE_SWITCH  # the route CAS is a migration's switch
 
 
-class MigrationNotFound(NotFound):
-    code = "migration_not_found"
-    default_message = "No such bucket migration."
-
-
-class MigrationOverlap(Conflict):
-    code = "migration_overlap"
-    default_message = "Another migration that is not finished moves some of these buckets."
-
-
-class MigrationStateConflict(Conflict):
-    code = "migration_state"
-
-
-class MigrationWaiting(Conflict):
-    """A step cannot go on now (a snapshot or a count-cache rebuild pins the routes, a repair runs): the job
-    ends and the migration stays where it is, to be resumed."""
-
-    code = "migration_waiting"
-
-
-class TransitionRefused(Conflict):
-    code = "migration_transition_refused"
-
-
 class BucketMigrations(ApprovedLedger):
     model = BucketMigration
     noun, code, target_type, id_param = "migration", "migration", "bucket_migration", "migrationId"
     job_kind, job_target, executor = MIGRATION_JOB, "bucket migration", EXECUTOR
     plan_permission, approve_permission = PLAN_PERMISSION, APPROVE_PERMISSION
     plan_lock = 0x4C4B4D47  # "LKMG"
-    not_found, state_conflict, overlap = MigrationNotFound, MigrationStateConflict, MigrationOverlap
-    refused = TransitionRefused
     units_name = "buckets"
 
     def units(self, m: BucketMigration) -> list[int]:
@@ -88,7 +61,7 @@ class BucketMigrations(ApprovedLedger):
     def abort_refusal(self, m: BucketMigration):
         if m.state in BEFORE_CAS:
             return None
-        return MigrationStateConflict(f"migration {m.pk} is {m.state}: past the cutover (or finished), it cannot be "
+        return self.state_conflict(f"migration {m.pk} is {m.state}: past the cutover (or finished), it cannot be "
                                       "aborted; plan a reverse migration to move the buckets back.",
                                       code="migration_past_cutover")
 
@@ -117,7 +90,7 @@ class BucketMigrations(ApprovedLedger):
 
 
 LEDGER = BucketMigrations()
-RUNNER = LedgerRunner(LEDGER, lock=0x4C4B4D52, waiting=MigrationWaiting)  # "LKMR", with the migration id
+RUNNER = LedgerRunner(LEDGER, lock=0x4C4B4D52)  # "LKMR", with the migration id
 migration_get = LEDGER.get
 transition = LEDGER.transition  # the protocol's steps: a CAS through the table, audited
 migration_report = LEDGER.report
@@ -173,7 +146,7 @@ def _refuse_generation_change(gen: routing.GenerationRoutes) -> None:
     building = CountProjectionGeneration.objects.filter(status="SHADOW", scratch=False).exclude(
         generation=gen.generation).values_list("generation", flat=True)
     if building:
-        raise MigrationStateConflict(f"generation {list(building)} is being built to replace generation "
+        raise BucketMigrations.state_conflict(f"generation {list(building)} is being built to replace generation "
                                      f"{gen.generation}; migrate after it is switched or dropped.",
                                      code="generation_changing")
 

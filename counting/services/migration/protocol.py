@@ -48,14 +48,14 @@ from counting.services.migration.fences import (
     target_fences_set,
     undo_before_cas,
 )
-from counting.services.migration.ledger import LEDGER, RUNNER, MigrationWaiting
+from counting.services.migration.ledger import LEDGER, RUNNER
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import metrics
 from likes_project.audit.services import audit_record
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.ledgers.runner import Say, beat, cleanup_due, save
 
-__all__ = ["RUNNER", "MigrationWaiting", "migration_run", "migrations_cleanup_due", "undo_before_cas"]
+__all__ = ["RUNNER", "migration_run", "migrations_cleanup_due", "undo_before_cas"]
 logger = logging.getLogger(__name__)
 S = MigrationState
 transition = LEDGER.transition  # a CAS through the kit's table, audited
@@ -202,7 +202,7 @@ def _cutover(m: BucketMigration, say: Say) -> None:
     pinned = _pinned_by()
     if pinned:
         save(m, error=f"cutover waits: {pinned}")
-        raise MigrationWaiting(f"migration {m.pk}: cutover waits: {pinned}")
+        raise RUNNER.waiting(f"migration {m.pk}: cutover waits: {pinned}")
     problems = _contract_problems(m)
     if problems:
         undo_before_cas(m)
@@ -248,7 +248,7 @@ def _drained_cutover(m: BucketMigration, sources: dict[str, list[int]], h: dict[
         moved = CountProjectionGeneration.objects.filter(generation=m.generation, active_manifest_id=replaced).update(
             active_manifest_id=manifest.pk)
         if not moved:
-            raise MigrationWaiting(f"migration {m.pk}: the active manifest changed under the cutover; resume")
+            raise RUNNER.waiting(f"migration {m.pk}: the active manifest changed under the cutover; resume")
         changed = manifests.routes_materialize(bucket_space_version=m.bucket_space_version, items=items)
         pause_ms = round((time.monotonic() - started) * 1000.0, 3)
         transition(m, S.VERIFY, actor=RUNNER.actor(),

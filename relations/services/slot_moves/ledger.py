@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from likes_project.approvals import SelfApproval as SelfApproval  # the kit's one class
 from likes_project.audit.services import Actor, audit_record
-from likes_project.errors import Conflict, InvalidInput, NotFound
+from likes_project.errors import InvalidInput
 from likes_project.ledgers.model import BEFORE_SWITCH
 from likes_project.ledgers.model import TRANSITIONS as TRANSITIONS  # the protocol's table, walked by the tests
 from likes_project.ledgers.runner import LedgerRunner
@@ -33,39 +33,12 @@ MOVE_JOB = "relations.slot_move"
 EXECUTOR = "relation-slot-move"
 
 
-class SlotMoveNotFound(NotFound):
-    code = "slot_move_not_found"
-    default_message = "No such relation slot move."
-
-
-class SlotMoveOverlap(Conflict):
-    code = "slot_move_overlap"
-    default_message = "Another slot move that is not finished moves some of these slots."
-
-
-class SlotMoveStateConflict(Conflict):
-    code = "slot_move_state"
-
-
-class SlotMoveWaiting(Conflict):
-    """A step cannot go on now (commands in flight hold the slots, an old transaction is open): the job ends and
-    the move stays where it is, to be resumed."""
-
-    code = "slot_move_waiting"
-
-
-class TransitionRefused(Conflict):
-    code = "slot_move_transition_refused"
-
-
 class SlotMoves(ApprovedLedger):
     model = RelationSlotMove
     noun, code, target_type, id_param = "slot move", "slot_move", "relation_slot_move", "moveId"
     job_kind, job_target, executor = MOVE_JOB, "relation slot move", EXECUTOR
     plan_permission, approve_permission = PLAN_PERMISSION, APPROVE_PERMISSION
     plan_lock = 0x4C4B534D  # "LKSM"
-    not_found, state_conflict, overlap = SlotMoveNotFound, SlotMoveStateConflict, SlotMoveOverlap
-    refused = TransitionRefused
     units_name = "slots"
 
     def units(self, m: RelationSlotMove) -> list[int]:
@@ -77,7 +50,7 @@ class SlotMoves(ApprovedLedger):
     def abort_refusal(self, m: RelationSlotMove):
         if m.state in BEFORE_SWITCH and not m.new_contract_version:
             return None
-        return SlotMoveStateConflict(f"slot move {m.pk} is {m.state}: past its switch (or finished), it cannot be "
+        return self.state_conflict(f"slot move {m.pk} is {m.state}: past its switch (or finished), it cannot be "
                                      "aborted; plan a move back instead.", code="slot_move_past_switch")
 
     def undo_before_switch(self, m: RelationSlotMove) -> None:
@@ -98,7 +71,7 @@ class SlotMoves(ApprovedLedger):
 
 
 LEDGER = SlotMoves()
-RUNNER = LedgerRunner(LEDGER, lock=0x4C4B5352, waiting=SlotMoveWaiting)  # "LKSR", with the move id
+RUNNER = LedgerRunner(LEDGER, lock=0x4C4B5352)  # "LKSR", with the move id
 move_get = LEDGER.get
 transition = LEDGER.transition  # the protocol's steps: a CAS through the table, audited
 move_report = LEDGER.report

@@ -36,7 +36,7 @@ from likes_project.ledgers.runner import Say, cleanup_due, save
 from relations import routing
 from relations.models import RelationShardContract, RelationShardSlot, RelationSlotMove, SlotFenceState, SlotMoveState
 from relations.services import write_barrier
-from relations.services.slot_moves.ledger import LEDGER, RUNNER, SlotMoveWaiting
+from relations.services.slot_moves.ledger import LEDGER, RUNNER
 from relations.services.slot_moves.rows import (
     CHANGE_T,
     STATE_T,
@@ -53,7 +53,7 @@ from relations.services.slot_moves.rows import (
     windows,
 )
 
-__all__ = ["RUNNER", "SlotMoveWaiting", "move_run", "moves_cleanup_due"]
+__all__ = ["RUNNER", "move_run", "moves_cleanup_due"]
 logger = logging.getLogger(__name__)
 S = SlotMoveState
 transition = LEDGER.transition  # a CAS through the kit's table, audited
@@ -88,7 +88,7 @@ def _wait_for_older_transactions(alias: str, timeout_s: float = 30.0) -> None:
             if cursor.fetchone()[0] > mark:
                 return
         if time.monotonic() >= deadline:
-            raise SlotMoveWaiting(f"a transaction on {alias} older than the capture is still open")
+            raise RUNNER.waiting(f"a transaction on {alias} older than the capture is still open")
         time.sleep(0.05)  # long transactions are bounded by the statement timeout; poll until they end
 
 
@@ -225,7 +225,7 @@ def _contract_switch(m: RelationSlotMove, pause_started: float) -> int:
         slots = dict(RelationShardSlot.objects.filter(contract_version=active.version).values_list("slot", "alias"))
         off = [s for s in m.slots if slots[s] != m.source_alias]
         if off:
-            raise SlotMoveWaiting(f"slot move {m.pk}: slots {off[:20]} moved under the cutover")
+            raise RUNNER.waiting(f"slot move {m.pk}: slots {off[:20]} moved under the cutover")
         new = (RelationShardContract.objects.order_by("-version").values_list("version", flat=True).first() or 0) + 1
         RelationShardContract.objects.filter(pk=active.pk).update(is_active=False)
         RelationShardContract.objects.create(version=new, hash_algorithm=active.hash_algorithm,
@@ -252,7 +252,7 @@ def _cutover(m: RelationSlotMove, say: Say) -> None:
         _locks(m.source_alias, m.slots, take=True)
     except Exception as exc:
         save(m, error=f"cutover waits: commands in flight hold the slots ({exc.__class__.__name__})")
-        raise SlotMoveWaiting(f"slot move {m.pk}: the slots' locks were not reached; resume") from exc
+        raise RUNNER.waiting(f"slot move {m.pk}: the slots' locks were not reached; resume") from exc
     started = time.monotonic()
     switched = False
     try:

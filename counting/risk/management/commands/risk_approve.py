@@ -5,39 +5,22 @@ applies it as an ops job on the workers. Non-zero exit when refused, or FAILED."
 
 from __future__ import annotations
 
-from django.core.management.base import CommandError
-
 from counting.risk import services
 from counting.risk.models import RiskStatus
-from likes_project.audit.services import cli_actor_resolve
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
-from likes_project.errors import DomainError
+from likes_project.cli import ApproveCommand
 
 
-class Command(DomainCommand):
+class Command(ApproveCommand):
     help = ("Approve a risk hide or restore another operator requested (never your own). The system applies it; "
             "with --wait this command follows it to its end.")
+    noun, runs, id_dest, id_metavar = "risk", "apply", "risk_id", "ID"
+    permission, failed_statuses = services.APPROVE_PERMISSION, (RiskStatus.FAILED,)
 
-    def add_arguments(self, parser):
-        parser.add_argument("risk_id", type=int, metavar="ID")
-        parser.add_argument("--actor", required=True, help="The approving operator's username.")
-        parser.add_argument("--wait", action="store_true", help="Follow the apply job until it ends.")
-        parser.add_argument("--wait-timeout", type=float, default=600.0, help="Seconds --wait follows it at most.")
-        add_json_argument(parser)
+    def approve(self, request_id, actor):
+        return services.risk_approve(decision_id=request_id, actor=actor)
 
-    def run(self, *args, **options):
-        try:
-            actor = cli_actor_resolve(username=options["actor"], permission=services.APPROVE_PERMISSION)
-            decision = services.risk_approve(decision_id=options["risk_id"], actor=actor)
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        if options["wait"]:
-            self.stderr.write(f"risk {decision.pk} approved; the workers apply it (job {decision.job_id}); "
-                              "following it")
-            decision = services.risk_wait(decision.pk, timeout_s=options["wait_timeout"])
-        emit(self, options, services.risk_report(decision),
-             f"risk {decision.pk}: {decision.status}" + (f" ({decision.error})" if decision.error else ""))
-        if decision.status == RiskStatus.FAILED:
-            raise CommandError(f"risk {decision.pk} FAILED: {decision.error}")
-        if options["wait"] and decision.status in (RiskStatus.APPROVED, RiskStatus.APPLYING):
-            raise CommandError(f"risk {decision.pk} is still {decision.status} after {options['wait_timeout']:.0f} s")
+    def wait(self, request_id, *, timeout_s):
+        return services.risk_wait(request_id, timeout_s=timeout_s)
+
+    def result(self, row):
+        return services.risk_report(row)
