@@ -15,6 +15,7 @@ One error class per refusal: `SelfApproval` (403 `self_approval`) and `ApprovalV
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 
 from likes_project.audit.services import Actor, audit_record, system_actor
-from likes_project.errors import Conflict, Forbidden
+from likes_project.errors import Conflict, Forbidden, NotFound
 from likes_project.opsjobs.services import job_start
 
 
@@ -42,12 +43,20 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+AWAITING_APPROVAL = "AWAITING_APPROVAL"
+
+
 @dataclass(frozen=True)
 class Approval:
-    """One kind of approved request. `noun` names it in messages ("repair"), `target_type` in the audit log
+    """One kind of approved request, rows of `model` (with `status`, `params`, `params_hash`, `requested_by`,
+    `job_id`). `noun` names it in messages ("repair"), `label` in "No repair request 3", `code` prefixes its
+    refusal codes (`repair_not_found`, `repair_not_awaiting_approval`), `target_type` names it in the audit log
     ("risk_decision", whose approval is audited as `action`, "risk.approve"); the approved request runs as the
     ops job `job_kind`, as the system actor `executor`, with the request's id in `id_param`."""
 
+    model: type
+    code: str
+    label: str
     noun: str
     target_type: str
     action: str
@@ -55,6 +64,32 @@ class Approval:
     executor: str
     id_param: str
     job_target: str
+
+    @functools.cached_property
+    def not_found(self) -> type[NotFound]:
+        return type(f"{self.model.__name__}NotFound", (NotFound,), {
+            "code": f"{self.code}_not_found", "default_message": f"No such {self.label}.", "__module__": __name__})
+
+    @functools.cached_property
+    def not_awaiting(self) -> type[Conflict]:
+        return type(f"{self.model.__name__}NotAwaitingApproval", (Conflict,), {
+            "code": f"{self.code}_not_awaiting_approval", "__module__": __name__})
+
+    def get(self, request_id):
+        """The request, or `<code>_not_found` (404) for an unknown or malformed id."""
+        try:
+            return self.model.objects.get(pk=int(request_id))
+        except (self.model.DoesNotExist, ValueError, TypeError):
+            raise self.not_found(f"No {self.label} {request_id!r}.") from None
+
+    def lock_awaiting(self, request_id, *, step: str = "approved"):
+        """Inside the caller's transaction on `default`: the request, row-locked, if it still awaits approval;
+        `<code>_not_awaiting_approval` (409) otherwise."""
+        row = self.model.objects.select_for_update().filter(pk=self.get(request_id).pk).first()
+        if row.status != AWAITING_APPROVAL:
+            raise self.not_awaiting(f"{self.noun.capitalize()} {row.pk} is {row.status}; only {AWAITING_APPROVAL} can "
+                                    f"be {step}.")
+        return row
 
     def self_approval(self) -> SelfApproval:
         return SelfApproval(f"The requester of a {self.noun} cannot approve it; another operator must.")

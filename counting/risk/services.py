@@ -29,7 +29,7 @@ from counting.models import DirtyVideo
 from counting.risk.models import STANDING, RiskDecision, RiskKind, RiskRelationState, RiskStatus
 from likes_project.approvals import Approval, ApprovalVoid, params_hash
 from likes_project.audit.services import Actor, audit_record, system_actor
-from likes_project.errors import Conflict, InvalidInput, NotFound
+from likes_project.errors import Conflict, InvalidInput
 from relations import selectors as relation_selectors
 
 REQUEST_PERMISSION = "risk.request_riskdecision"
@@ -40,28 +40,14 @@ CHUNK = 500  # users per transaction on default
 MAX_USERS = 100_000
 REASON_MAX = 512
 EVIDENCE_MAX = 20_000
-APPROVAL = Approval(noun="risk decision", target_type="risk_decision", action="risk.approve", job_kind=APPLY_JOB,
-                    executor=EXECUTOR, id_param="riskId", job_target="risk")
-
-
-class RiskNotFound(NotFound):
-    code = "risk_not_found"
-    default_message = "No such risk decision."
-
-
-class RiskNotAwaitingApproval(Conflict):
-    code = "risk_not_awaiting_approval"
+APPROVAL = Approval(model=RiskDecision, code="risk", label="risk decision", noun="risk decision",
+                    target_type="risk_decision", action="risk.approve", job_kind=APPLY_JOB, executor=EXECUTOR,
+                    id_param="riskId", job_target="risk")
+risk_get = APPROVAL.get
 
 
 class RiskNotRestorable(Conflict):
     code = "risk_not_restorable"
-
-
-def risk_get(decision_id) -> RiskDecision:
-    try:
-        return RiskDecision.objects.get(pk=int(decision_id))
-    except (RiskDecision.DoesNotExist, ValueError, TypeError):
-        raise RiskNotFound(f"No risk decision {decision_id!r}.") from None
 
 
 # --- input -------------------------------------------------------------------------------------------
@@ -167,10 +153,7 @@ def risk_approve(*, decision_id, actor: Actor) -> RiskDecision:
     database), bound to the parameters' hash, with the next risk version; then the system's apply job is
     started (never run in the caller's request)."""
     with transaction.atomic(using="default", durable=True):
-        decision = RiskDecision.objects.select_for_update().filter(pk=risk_get(decision_id).pk).first()
-        if decision.status != RiskStatus.AWAITING_APPROVAL:
-            raise RiskNotAwaitingApproval(f"Risk decision {decision.pk} is {decision.status}; only "
-                                          "AWAITING_APPROVAL can be approved.")
+        decision = APPROVAL.lock_awaiting(decision_id)
         refused = APPROVAL.refuse_self(decision, actor)
         if refused is None and not APPROVAL.hash_holds(decision):
             audit_record(actor=actor, action="risk.approve", target_type="risk_decision", target_id=str(decision.pk),
@@ -197,9 +180,7 @@ def risk_reject(*, decision_id, actor: Actor, reason: str) -> RiskDecision:
     """REJECTED by an approver (the requester may withdraw their own). Transaction: one on `default`."""
     reason = _text(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
     with transaction.atomic(using="default", durable=True):
-        decision = RiskDecision.objects.select_for_update().filter(pk=risk_get(decision_id).pk).first()
-        if decision.status != RiskStatus.AWAITING_APPROVAL:
-            raise RiskNotAwaitingApproval(f"Risk decision {decision.pk} is {decision.status}.")
+        decision = APPROVAL.lock_awaiting(decision_id, step="rejected")
         RiskDecision.objects.filter(pk=decision.pk).update(status=RiskStatus.REJECTED, rejected_by=actor.name,
                                                            finished_at=timezone.now(), error=reason)
         audit_record(actor=actor, action="risk.reject", target_type="risk_decision", target_id=str(decision.pk),

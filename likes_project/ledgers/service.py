@@ -174,7 +174,8 @@ class ApprovedLedger(ABC):
 
     @functools.cached_property
     def approval(self) -> Approval:
-        return Approval(noun=self.noun, target_type=self.target_type, action=f"{self.target_type}.approve",
+        return Approval(model=self.model, code=self.code, label=self.job_target, noun=self.noun,
+                        target_type=self.target_type, action=f"{self.target_type}.approve",
                         job_kind=self.job_kind, executor=self.executor, id_param=self.id_param,
                         job_target=self.job_target)
 

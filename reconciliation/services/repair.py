@@ -27,7 +27,7 @@ from counting.services import rebuild_scoped, route_switch, snapshots
 from counting.services.migration import ledger as migration_ledger
 from likes_project.approvals import Approval, ApprovalVoid, params_hash
 from likes_project.audit.services import Actor, audit_record, system_actor
-from likes_project.errors import Conflict, InvalidInput, NotFound
+from likes_project.errors import InvalidInput
 from likes_project.eventlog import streams
 from reconciliation.models import (
     CheckDiff,
@@ -50,24 +50,10 @@ SOURCES = ("facts", "snapshot:<id>")  # snapshot: a SEALED recovery snapshot, th
 SNAPSHOT_SOURCE = "snapshot:"
 EXECUTOR = "repair-executor"
 REPAIR_JOB = "reconcile.repair"
-APPROVAL = Approval(noun="repair", target_type="repair", action="repair.approve", job_kind=REPAIR_JOB,
-                    executor=EXECUTOR, id_param="repairId", job_target="repair")
-
-
-class RepairNotFound(NotFound):
-    code = "repair_not_found"
-    default_message = "No such repair request."
-
-
-class RepairNotAwaitingApproval(Conflict):
-    code = "repair_not_awaiting_approval"
-
-
-def repair_get(repair_id) -> RepairRequest:
-    try:
-        return RepairRequest.objects.get(pk=int(repair_id))
-    except (RepairRequest.DoesNotExist, ValueError, TypeError):
-        raise RepairNotFound(f"No repair request {repair_id!r}.") from None
+APPROVAL = Approval(model=RepairRequest, code="repair", label="repair request", noun="repair", target_type="repair",
+                    action="repair.approve", job_kind=REPAIR_JOB, executor=EXECUTOR, id_param="repairId",
+                    job_target="repair")
+repair_get = APPROVAL.get
 
 
 def repair_request(*, actor: Actor, source: str, reason: str, videos: list[str] | None = None,
@@ -133,10 +119,7 @@ def repair_approve(*, repair_id, actor: Actor) -> RepairRequest:
     of the parameters as they stand; then the system's job is started. Parameters that no longer hash
     to the request's (edited after the request) void it."""
     with transaction.atomic(using="default", durable=True):
-        repair = RepairRequest.objects.select_for_update().filter(pk=repair_get(repair_id).pk).first()
-        if repair.status != RepairStatus.AWAITING_APPROVAL:
-            raise RepairNotAwaitingApproval(f"Repair {repair.pk} is {repair.status}; only AWAITING_APPROVAL can be "
-                                            "approved.")
+        repair = APPROVAL.lock_awaiting(repair_id)
         refused = APPROVAL.refuse_self(repair, actor)
         if refused is None and not APPROVAL.hash_holds(repair):
             RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.VOID, finished_at=timezone.now(),
