@@ -9,7 +9,9 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -173,6 +175,21 @@ class JobCommand(DomainCommand):
         except KeyboardInterrupt:
             raise CommandError(f"stopped following job {job.pk}; it goes on on the workers (see the admin's "
                                f"Ops jobs page)") from None
+
+    @staticmethod
+    def out_file_open(raw: str):
+        """`--out`'s absolute path and a temporary file beside it (`.NAME.*.part`, renamed over it when the export
+        is complete): an unwritable directory or a directory given as the file fails before any work."""
+        out_path = Path(raw).expanduser().absolute()
+        if out_path.is_dir():
+            raise CommandError(f"--out {out_path} is a directory.")
+        try:
+            # Closed by `job_file_deliver` (or the command's own `with tmp`).
+            tmp = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out_path.parent, delete=False,  # noqa: SIM115
+                                              prefix=f".{out_path.name}.", suffix=".part")
+        except OSError as exc:
+            raise CommandError(f"Cannot write to {out_path.parent}: {exc.strerror or exc}.") from exc
+        return out_path, tmp
 
     def job_file_deliver(self, job, tmp, out_path) -> None:
         """Copy the file a finished job wrote to `out_path`, through `tmp` (an open temporary file beside it,

@@ -7,7 +7,6 @@ all: it is written to a temporary file next to --out and renamed over it at the 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from django.core.management.base import CommandError
@@ -38,15 +37,7 @@ class Command(JobCommand):
         actor = cli_actor_resolve(username=options.get("actor"), permission=EXPORT_PERMISSION)
         if options["chunk_rows"] is not None and options["chunk_rows"] < 1:
             raise CommandError("--chunk-rows must be at least 1.")
-        out_path = Path(options["out"]).expanduser().absolute()
-        if out_path.is_dir():
-            raise CommandError(f"--out {out_path} is a directory.")
-        try:
-            # Closed by the `with tmp` below; created here so an unwritable directory fails before any work.
-            tmp = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out_path.parent, delete=False,  # noqa: SIM115
-                                              prefix=f".{out_path.name}.", suffix=".part")
-        except OSError as exc:
-            raise CommandError(f"Cannot write to {out_path.parent}: {exc.strerror or exc}.") from exc
+        out_path, tmp = self.out_file_open(options["out"])
 
         def progress(rows: int) -> None:
             self.stderr.write(f"{user.username}: {rows} likes exported...")

@@ -8,10 +8,6 @@ audited (`likers.export`). The file format is documented in `relations.services.
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
-
-from django.core.management.base import CommandError
 
 from likes_project.cli import JobCommand, add_json_argument, emit
 from likes_project.errors import InvalidInput
@@ -38,15 +34,7 @@ class Command(JobCommand):
         purpose = options["purpose"].strip()
         if not purpose:
             raise InvalidInput("State the purpose of the export (--purpose).", code="purpose_required")
-        out_path = Path(options["out"]).expanduser().absolute()
-        if out_path.is_dir():
-            raise CommandError(f"--out {out_path} is a directory.")
-        try:
-            # Closed by the `with tmp` below; created first so an unwritable directory fails before any work.
-            tmp = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out_path.parent, delete=False,  # noqa: SIM115
-                                              prefix=f".{out_path.name}.", suffix=".part")
-        except OSError as exc:
-            raise CommandError(f"Cannot write to {out_path.parent}: {exc.strerror or exc}.") from exc
+        out_path, tmp = self.out_file_open(options["out"])
         try:
             job = self.job_run(options=options, target=f"video:{video_id}",
                                params={"video_id": video_id, "purpose": purpose, "destination": str(out_path)})
