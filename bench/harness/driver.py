@@ -1,0 +1,278 @@
+"""The frame of every benchmark driver: its options, the safety checks (only the bench's own databases on
+127.0.0.1), the machine, the wait for other clients of the bench databases to go, and the end of a run (the
+result file, the report, docs/benchmarks.md). `bench/run.sh NAME` does the setup and runs `python -m MODULE`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_DIR = ROOT / "bench"
+RESULTS_DIR = BENCH_DIR / "results"
+DB_PREFIX = "likes_bench"
+REDIS_PREFIX = "likes-bench"
+# bench/run.sh tags every connection of a run (driver, clients, gunicorn, Celery) with this name, so the run
+# can tell another benchmark on the same databases from its own connections.
+APP_NAME = os.environ.get("PGAPPNAME", "likes-bench")
+
+
+def make_log(tag: str):
+    def log(msg: str) -> None:
+        print(f"[{tag}] {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+# --- options -----------------------------------------------------------------------------------------------
+
+
+def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wait_quiet: float = 120.0):
+    """`options`: {name: (default, help)} or (default, help, lo, hi): `--name-with-dashes`, typed by the default
+    (False: a flag), checked against [lo, hi]. Every benchmark also takes --wait-quiet, --seed, --no-docs (a trial
+    run: docs/benchmarks.md and the history stay as they are) and --out (the result file)."""
+    p = argparse.ArgumentParser(prog=f"bench/run.sh {name}", description=doc.split("\n\n")[0])
+    options = {**options, "wait_quiet": (wait_quiet, "seconds to wait for other clients of the bench databases"),
+               "seed": (seed, ""), "no_docs": (False, "a trial: leave docs/benchmarks.md and the history alone"),
+               "out": ("", f"the result file (default bench/results/{name}_latest.json)")}
+    for opt, (default, text, *_bounds) in options.items():
+        flag = "--" + opt.replace("_", "-")
+        if default is False:
+            p.add_argument(flag, action="store_true", help=text or None)
+            continue
+        shown = f"{default:g}" if isinstance(default, float) else default
+        p.add_argument(flag, type=type(default), default=default, help=f"{text} (default {shown})".lstrip())
+    args = p.parse_args(argv)
+    for opt, (_default, _text, *bounds) in options.items():
+        if bounds and not bounds[0] <= getattr(args, opt) <= bounds[1]:
+            p.error(f"--{opt.replace('_', '-')} must be in [{bounds[0]:g}, {bounds[1]:g}]")
+    args.error = p.error
+    return args
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_mix(args) -> dict[str, float]:
+    """--mix "like=55,unlike=30,..." as {kind: percent}."""
+    mix = {}
+    for part in args.mix.split(","):
+        kind, _, value = part.partition("=")
+        if kind.strip() not in ("like", "unlike", "noop", "replay"):
+            args.error(f"--mix: unknown kind {kind!r}")
+        mix[kind.strip()] = float(value)
+    if sum(mix.values()) <= 0:
+        args.error("--mix: shares must add up to more than 0")
+    return mix
+
+
+# --- the environment ------------------------------------------------------------------------------------------
+
+
+def check_environment(db_name: str = DB_PREFIX) -> None:
+    """Refuse to run anywhere but databases named `db_name`* on 127.0.0.1 and the bench Redis namespace."""
+    from django.conf import settings
+
+    for alias, cfg in settings.DATABASES.items():
+        if not str(cfg["NAME"]).startswith(db_name):
+            raise SystemExit(f"[bench] refusing: alias {alias} uses database {cfg['NAME']!r}, not {db_name}*")
+        if cfg.get("HOST") not in ("127.0.0.1", "localhost"):
+            raise SystemExit(f"[bench] refusing: alias {alias} is on host {cfg.get('HOST')!r}")
+    if settings.LIKES_REDIS_PREFIX != REDIS_PREFIX or settings.RATE_LIMIT_ENABLED:
+        raise SystemExit(f"[bench] refusing: needs LIKES_REDIS_PREFIX={REDIS_PREFIX} and RATE_LIMIT_ENABLED=false "
+                         "(use bench/run.sh)")
+
+
+@contextlib.contextmanager
+def settings_overridden(overrides: dict | None):
+    """Django settings overridden for one job of a spawned process (a lever, the nudges of a Celery phase)."""
+    from django.conf import settings
+
+    overrides = overrides or {}
+    saved = {name: getattr(settings, name) for name in overrides}
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)
+
+
+def pg_conninfo(alias: str) -> dict:
+    from django.conf import settings
+
+    cfg = settings.DATABASES[alias]
+    info = {"dbname": cfg["NAME"], "host": cfg.get("HOST") or "127.0.0.1", "port": cfg.get("PORT") or 5432,
+            "user": cfg.get("USER") or None, "password": cfg.get("PASSWORD") or None}
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine_spec() -> dict:
+    import django
+    import rest_framework
+    from django.db import connections
+
+    spec: dict = {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+                  "django": django.get_version(), "drf": rest_framework.VERSION, "loadavg_at_start": loadavg()}
+    with contextlib.suppress(OSError):
+        cpu = [ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")]
+        spec["cpu_model"] = cpu[0].split(":", 1)[1].strip() if cpu else None
+        mem = [ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")]
+        spec["memory_gib"] = round(int(mem[0].split()[1]) / 1024 / 1024, 1) if mem else None
+    with connections["default"].cursor() as cur:
+        for name in ("server_version", "max_connections", "shared_buffers", "synchronous_commit", "fsync",
+                     "autovacuum"):
+            cur.execute(f"SHOW {name}")
+            spec["postgresql" if name == "server_version" else f"pg_{name}"] = cur.fetchone()[0]
+    try:
+        from likes_project.redis_client import cache_redis, role_nodes
+
+        spec["redis"] = role_nodes(cache_redis())[0].info("server").get("redis_version")
+    except Exception as exc:
+        spec["redis"] = f"unknown ({exc.__class__.__name__})"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        spec["pgbench"] = subprocess.run([shutil.which("pgbench") or "/usr/bin/pgbench", "--version"],
+                                         capture_output=True, text=True, timeout=10).stdout.strip()
+    return spec
+
+
+# --- other clients of the bench databases ---------------------------------------------------------------------
+
+
+def foreign_connections() -> int:
+    """Client connections to the likes_bench* databases that are not this run's (not tagged APP_NAME)."""
+    import psycopg
+
+    with psycopg.connect(**pg_conninfo("default"), autocommit=True, connect_timeout=5) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE %s AND pid <> pg_backend_pid() "
+                            "AND backend_type = 'client backend' AND application_name IS DISTINCT FROM %s",
+                            [DB_PREFIX + "%", APP_NAME]).fetchone()[0]
+
+
+def wait_for_quiet(max_wait: float, log) -> float:
+    """Every benchmark empties the same bench tables: bench/run.sh runs one at a time (a lock); as a second guard,
+    wait until no other client is on a likes_bench* database, or refuse. Returns the seconds waited."""
+    t0 = time.time()
+    for _ in range(100_000):  # bounded; the deadline ends it first
+        n = foreign_connections()
+        if n == 0:
+            break
+        if time.time() - t0 >= max_wait:
+            raise SystemExit(f"[bench] refusing: {n} other connections to the bench databases after {max_wait:.0f}s")
+        log(f"{n} other connections to the bench databases; waiting (up to {max_wait:.0f}s)")
+        time.sleep(5)  # poll for the other benchmark to leave (bounded by max_wait)
+    return round(time.time() - t0, 1)
+
+
+@dataclass
+class Interference:
+    """The phases during which another client was on the bench databases (recorded, and said on stderr)."""
+
+    log: object
+    records: list = field(default_factory=list)
+
+    def note(self, phase: str) -> None:
+        n = foreign_connections()
+        if n:
+            self.records.append({"phase": phase, "connections": n, "at": time.strftime("%H:%M:%S")})
+            self.log(f"WARNING: {n} connections of another client on the bench databases during {phase}")
+
+
+# --- a run --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    name: str
+    args: argparse.Namespace
+    log: object
+    wall0: float
+    waited: float
+    spec: dict
+    interference: Interference
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # finally-blocks stop what the driver started
+
+
+def start(name: str, argv, doc: str, options: dict, *, seed: int, wait_quiet: float = 120.0, env=None,
+          nudges: bool = False) -> Run:
+    """Parse the options, set `env(args)` in the environment (before the settings are read; the spawned processes
+    inherit it), django.setup(), the safety checks (the nudges must be off unless `nudges`), the wait for a quiet
+    machine, the machine spec."""
+    args = parse(argv, name, doc, options, seed=seed, wait_quiet=wait_quiet)
+    for key, value in (env(args) if env else {}).items():
+        os.environ[key] = str(value)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    wall0 = time.time()
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connections
+
+    check_environment()
+    if settings.LIKES_NUDGE_ENABLED and not nudges:
+        raise SystemExit(f"[{name}] refusing: LIKES_NUDGE_ENABLED must be false (use bench/run.sh {name})")
+    connections.close_all()
+    log = make_log(name)
+    waited = wait_for_quiet(args.wait_quiet, log)
+    spec = machine_spec()
+    log(f"machine: {spec['nproc']} CPUs, {spec.get('memory_gib')} GiB, PostgreSQL {spec['postgresql']}, "
+        f"Redis {spec['redis']}, load {spec['loadavg_at_start']}")
+    return Run(name, args, log, wall0, waited, spec, Interference(log))
+
+
+def finish(run: Run, result: dict, *, report, headline=None, failure: str | None = None) -> int:
+    """The end of every run: the meta (times, options, interference), the result file, `report(result)` (a list of
+    Markdown blocks) on stdout; unless --no-docs, the run's section of docs/benchmarks.md, its line in
+    bench/results/history.jsonl (`headline(result)`: goal, figure, ceiling, ratio) and the summary table. Returns
+    the exit code: 1 with a `failure` (said last)."""
+    from bench.harness import report as rep
+
+    args = run.args
+    command = "bench/run.sh " + shlex.join([run.name, *sys.argv[1:]])
+    options = {k: v for k, v in vars(args).items() if k != "error" and isinstance(v, str | int | float | bool | list)}
+    result["meta"] = {**options, "command": command,
+                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(run.wall0)),
+                      "finished_at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
+                      "wall_seconds": round(time.time() - run.wall0, 1), "waited_for_quiet_s": run.waited,
+                      "interference": run.interference.records, "loadavg_at_end": loadavg(), **result.get("meta", {})}
+    result["machine"] = run.spec
+    path = Path(args.out) if args.out else RESULTS_DIR / f"{run.name}_latest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    blocks = [b for b in report(result) if b]
+    if run.interference.records:
+        blocks.append("**Interference:** another client was on the bench databases during " + ", ".join(
+            f"{i['phase']} ({i['connections']} connections)" for i in run.interference.records) + ": suspect figures.")
+    rep.print_blocks(*blocks)
+    if not args.no_docs:
+        rep.section_write(run.name, result, blocks)
+        if headline is not None and not failure:
+            rep.history_append(run.name, result["meta"], headline(result))
+        rep.table_write()
+        run.log("wrote docs/benchmarks.md and bench/results/history.jsonl")
+    run.log(f"wrote {path}; {result['meta']['wall_seconds']} s wall clock")
+    if failure:
+        run.log(failure)
+        return 1
+    return 0

@@ -1,0 +1,290 @@
+"""What the drivers do with the pool: which process plays which role (Layout), a session of command load with the
+pipeline running (Session: start and stop the loops, the drain, one check at a time), the figures of the commands
+in a window, pgbench, and backlogs of crafted events in the streams."""
+
+from __future__ import annotations
+
+import random
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+import zlib
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench.harness import checks, roles
+from bench.harness.driver import make_log, pg_conninfo
+from bench.harness.report import pct
+from bench.harness.sampler import ResourceSampler, sampled
+
+log = make_log("bench")
+ROLE = "bench.harness.roles:"
+
+
+def partition_shares(n: int) -> list[list[int]]:
+    from likes_project.eventlog import streams
+
+    parts = streams.all_partitions()
+    return [parts[i::n] for i in range(n) if parts[i::n]]
+
+
+class Layout:
+    """Which pool process plays which role: the command clients, a publisher per relation shard, the projectors,
+    the display snapshot loop, and a probe and a checker when asked; `extra` processes for replays wider than that."""
+
+    def __init__(self, *, commands: int, shards: list[str], projectors: int, probe: bool = False,
+                 checker: bool = False, extra: int = 0):
+        n = 0
+
+        def take(k: int) -> list[int]:
+            nonlocal n
+            n += k
+            return list(range(n - k, n))
+
+        self.commands = take(commands)
+        self.publishers = dict(zip(shards, take(len(shards)), strict=True))
+        self.projectors = take(projectors)
+        self.snapshot = take(1)[0]
+        self.probe = take(1)[0] if probe else None
+        self.checker = take(1)[0] if checker else None
+        roles = [*self.projectors, *self.commands, *self.publishers.values(), self.snapshot, self.probe, self.checker]
+        self.replay_order = [i for i in roles if i is not None] + take(max(0, extra - n))
+        self.size = n
+        self.shares = partition_shares(projectors)
+
+    @property
+    def loops(self) -> list[int]:
+        return [*self.publishers.values(), *self.projectors[:len(self.shares)], self.snapshot]
+
+    def labels(self, pool) -> dict[int, str]:
+        out = {pool.pid(i): "command clients" for i in self.commands}
+        out |= {pool.pid(i): "publishers" for i in self.publishers.values()}
+        out |= {pool.pid(i): "projectors" for i in self.projectors}
+        out |= {pool.pid(i): name for i, name in ((self.snapshot, "snapshot loop"), (self.probe, "probe"),
+                                                  (self.checker, "checker")) if i is not None}
+        return out
+
+
+def drain_wait(timeout: float, *, active_only: bool = False) -> tuple[dict, float]:
+    """Poll what the pipeline still has to do until nothing (or `timeout`); (what was left, seconds)."""
+    t0 = time.time()
+    pending: dict = {"not checked": True}
+    for _ in range(100_000):
+        pending = checks.pipeline_pending(active_only=active_only)
+        if not pending or time.time() - t0 > timeout:
+            break
+        time.sleep(0.25)  # poll the drain (bounded by the timeout)
+    return pending, round(time.time() - t0, 1)
+
+
+class Session:
+    """A pool and its layout in a session of load: the pipeline's loops, the tracked command load, one check at a
+    time on the checker process. `acks`: every command phase's last acknowledged states, in phase order."""
+
+    def __init__(self, pool, layout: Layout, args, users: list, *, actor: str = "bench-operator"):
+        self.pool, self.layout, self.args, self.users, self.actor = pool, layout, args, users, actor
+        self.sampler, self.run_id, self.acks, self._probing = ResourceSampler(), secrets.token_hex(3), {}, False
+
+    def pipeline_start(self, hard: float) -> None:
+        now = time.time()
+        times = {"t_start": now, "t_measure": now, "t_end": hard, "hard_deadline": hard}
+        for alias, i in self.layout.publishers.items():
+            self.pool.submit(i, {**times, "role": ROLE + "publisher", "alias": alias, "idle_s": self.args.publish_idle})
+        for share, i in zip(self.layout.shares, self.layout.projectors, strict=False):
+            self.pool.submit(i, {**times, "role": ROLE + "projector", "mode": "sustained", "partitions": share,
+                                 "idle_s": self.args.project_idle})
+        self.pool.submit(self.layout.snapshot, {**times, "role": ROLE + "snapshot",
+                                                "interval_s": self.args.snapshot_interval})
+
+    def pipeline_stop(self, *, timeout: float | None = None, active_only: bool = False) -> dict:
+        """Keep the loops running until nothing is pending (bounded by --drain-timeout), then stop them."""
+        pending, drain_s = drain_wait(self.args.drain_timeout if timeout is None else timeout, active_only=active_only)
+        loops = self.pool.stopped(self.layout.loops)
+        if pending:
+            log(f"  the pipeline did NOT drain within {drain_s:.0f}s: {pending}")
+        pubs = [loops[i] for i in self.layout.publishers.values()]
+        projs = [loops[i] for i in self.layout.projectors[:len(self.layout.shares)]]
+        snap = loops[self.layout.snapshot]
+        errors = sum((Counter(r.get("errors")) for r in [*pubs, *projs, snap]), Counter())
+        return {"drained": not pending, "pending": pending, "drain_s": drain_s,
+                "published": sum(p.get("sent", 0) for p in pubs), "applied": sum(p.get("applied", 0) for p in projs),
+                "projector_statuses": dict(sum((Counter(p.get("statuses")) for p in projs), Counter())),
+                "projector_logged": dict(sum((Counter(p.get("logged")) for p in projs), Counter())),
+                "snapshot_runs": snap.get("runs", 0), "snapshot_p50_ms": snap.get("p50_ms"),
+                "snapshot_p99_ms": snap.get("p99_ms"), "loop_errors": dict(errors)}
+
+    def commands_start(self, videos: list[str], phase: str, t_start: float, hard: float, *,
+                       probe: list[str] | None = None) -> None:
+        """The tracked load on `videos`; with `probe`, the first client sends only no-change commands (UNLIKED on
+        relations that do not exist) on the `probe` videos: they meet the write barrier, the facts stay."""
+        n = len(self.layout.commands)
+        for k, i in enumerate(self.layout.commands):
+            probing = probe is not None and k == 0
+            self.pool.submit(i, {"role": ROLE + "tracked", "stop": "commands", "users": self.users[k::n],
+                                 "videos": probe if probing else videos, "t_start": t_start, "hard_deadline": hard,
+                                 "mix": {"noop": 100.0} if probing else self.args.mix_shares,
+                                 "seed": self.args.seed * 1000 + k + zlib.crc32(phase.encode()) % 997,
+                                 "key_prefix": f"b{self.run_id}{phase[:3]}{k}"})
+        self._probing = probe is not None
+
+    def commands_stop(self) -> dict:
+        """Stop the load: its commands as rows (completed at, latency ms, outcome, waited), in completion order,
+        the probe's apart; their last acknowledged states go to `acks`."""
+        res = self.pool.stopped(self.layout.commands, 120, commands=True)
+        probe_index = self.layout.commands[0] if self._probing else None
+
+        def rows(results) -> list[tuple]:
+            return sorted((t0 + ms / 1000, ms, out, waited) for r in results for t0, ms, _u, _v, _s, out, waited
+                          in r["samples"])
+
+        for r in res.values():
+            for _t0, _ms, u, v, s, out, _w in sorted(r["samples"], key=lambda x: x[0] + x[1] / 1000):
+                if out == "ok":
+                    self.acks[(u, v)] = s
+        return {"rows": rows(r for i, r in res.items() if i != probe_index),
+                "probe_rows": rows([res[probe_index]]) if probe_index is not None else [],
+                "samples": [s for r in res.values() for s in r["samples"]]}
+
+    def check_submit(self, what: str, **params) -> None:
+        self.pool.submit(self.layout.checker, {"role": ROLE + "check", "what": what, "actor": self.actor, **params})
+
+    def check_collect(self, timeout: float | None = None) -> dict:
+        return self.pool.collect([self.layout.checker], timeout or self.args.check_timeout)[self.layout.checker]
+
+    def check(self, what: str, **params) -> dict:
+        self.check_submit(what, **params)
+        return self.check_collect()
+
+    def sampled(self, fn, *, driver: str | None = None):
+        """fn() with the sampler over it (the roles labelled, and this driver process when `driver`)."""
+        labels = self.layout.labels(self.pool)
+        if driver:
+            import os
+
+            labels[os.getpid()] = driver
+        return sampled(self.sampler, fn, labels)
+
+
+# --- the commands of a window -------------------------------------------------------------------------------------
+
+
+def command_figures(rows: list[tuple], t0: float, t1: float) -> dict:
+    """The commands that completed in [t0, t1): count, acknowledged commands/s, latency, outcomes, barrier waits."""
+    inside = [r for r in rows if t0 <= r[0] < t1]
+    lat = [r[1] for r in inside if r[2] == "ok"]
+    waited = sorted(r[1] for r in inside if r[3])
+    outcomes = Counter(r[2] for r in inside)
+    seconds = max(t1 - t0, 1e-9)
+    return {"seconds": round(seconds, 2), "commands": len(inside), "ok": len(lat),
+            "commands_per_s": round(len(lat) / seconds, 1), "p50_ms": pct(lat, 0.5, 1), "p99_ms": pct(lat, 0.99, 1),
+            "waited": len(waited), "waited_p50_ms": pct(waited, 0.5, 1), "waited_p99_ms": pct(waited, 0.99, 1),
+            "waited_max_ms": waited[-1] if waited else None, "barrier_503": outcomes.get("503 write_barrier", 0),
+            "errors": {k: v for k, v in outcomes.items() if k not in ("ok", "503 write_barrier")}}
+
+
+def pooled_windows(rows, windows: list[tuple[float, float]]) -> dict:
+    """command_figures over several windows, pooled."""
+    windows = [(a, b) for a, b in windows if b > a]
+    if not windows:
+        return {}
+    inside = [r for r in rows if any(a <= r[0] < b for a, b in windows)]
+    out = command_figures(inside, min(a for a, _ in windows), max(b for _, b in windows))
+    out["seconds"] = round(sum(b - a for a, b in windows), 2)
+    out["commands_per_s"] = round(out["ok"] / out["seconds"], 1)
+    return out
+
+
+# --- pgbench -------------------------------------------------------------------------------------------------------
+
+_TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
+_FAILED = re.compile(r"^number of failed transactions: (\d+)", re.M)
+_PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.M)
+
+
+def pgbench(alias: str, options: list[str], *, clients: int, seconds: int, sampler: ResourceSampler,
+            latencies: bool = False) -> dict:
+    """pgbench with `options` (script, -D variables) and `clients` clients for `seconds` on `alias`: tps, failed
+    transactions, (with `latencies`) the sorted latencies in ms from its log, and where the time went."""
+    import os
+
+    info = pg_conninfo(alias)
+    logdir = Path(tempfile.mkdtemp(prefix="likes-pgbench-"))
+    cmd = [shutil.which("pgbench") or "/usr/bin/pgbench", "-h", str(info["host"]), "-p", str(info["port"]), "-n",
+           *options, "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 2)), "-T", str(seconds),
+           *(["-l", "--log-prefix", str(logdir / "pgb")] if latencies else []),
+           *(["-U", info["user"]] if info.get("user") else []), info["dbname"]]
+    env = {**os.environ, **({"PGPASSWORD": info["password"]} if info.get("password") else {})}
+    t0 = time.time()
+    sampler.start(t0 + min(1.0, seconds / 4), t0 + seconds, labels={})  # skip the connection set-up
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 120, cwd=logdir)
+    finally:
+        resources = sampler.stop()
+    out = proc.stdout + proc.stderr
+    tps = _TPS.search(out)
+    if proc.returncode != 0 or not tps:
+        shutil.rmtree(logdir, ignore_errors=True)
+        raise RuntimeError(f"pgbench failed (rc={proc.returncode}):\n{out[-2000:]}")
+    lat = sorted(int(p[2]) / 1000.0 for f in logdir.glob("pgb*") for line in f.read_text().splitlines()
+                 if len(p := line.split()) >= 3 and p[2].isdigit())
+    shutil.rmtree(logdir, ignore_errors=True)
+    failed, processed = _FAILED.search(out), _PROCESSED.search(out)
+    return {"tps": round(float(tps.group(1)), 1), "failed": int(failed.group(1)) if failed else 0,
+            "processed": int(processed.group(1)) if processed else None, "latencies": lat, "resources": resources}
+
+
+# --- backlogs of crafted events -----------------------------------------------------------------------------------
+
+
+def backlog_events(*, seed: int, events: int, users: int, videos: int, kind: str, rnd: int, video_prefix: str,
+                   user_base: int) -> list[dict]:
+    """`events` LikeRelationChanged envelopes: pairs drawn from events/2 (user, video) pairs (one video when `kind`
+    is hot), versions 1, 2, ... per pair, odd LIKED and even UNLIKED, stateChangedAt 1 ms apart."""
+    rng = random.Random(seed * 31 + rnd * 7 + (kind == "hot"))
+    n_pairs = max(1, events // 2)
+    pairs = [(user_base + rng.randrange(users),
+              f"{video_prefix}hot" if kind == "hot" else f"{video_prefix}{rng.randrange(videos):05d}")
+             for _ in range(n_pairs)]
+    versions: Counter = Counter()
+    base = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=rnd)
+    out = []
+    for i in range(events):
+        user, video = pairs[rng.randrange(n_pairs)]
+        versions[(user, video)] += 1
+        v = versions[(user, video)]
+        out.append({"eventType": "LikeRelationChanged", "eventId": str(uuid.uuid4()), "aggregateKey": f"{user}:{video}",
+                    "userId": user, "videoId": video, "relationVersion": v, "absoluteState": "LIKED" if v % 2 else
+                    "UNLIKED", "sourceCommitSeq": i + 1,
+                    "stateChangedAt": (base + timedelta(milliseconds=i)).isoformat().replace("+00:00", "Z")})
+    return out
+
+
+def expected_liked(events: list[dict]) -> dict[str, int]:
+    """video -> LIKED pairs after the backlog (every video of it, 0 included)."""
+    final = {(ev["userId"], ev["videoId"]): ev["absoluteState"] for ev in events}
+    out = dict.fromkeys({v for _u, v in final}, 0)
+    for (_u, v), state in final.items():
+        out[v] += state == roles.LIKED
+    return out
+
+
+def publish(events: list[dict]) -> float:
+    """XADD the envelopes into their stream partitions, 1,000 a round trip; the seconds it took."""
+    from likes_project.eventlog.streams import publish_pipeline
+
+    t0 = time.monotonic()
+    for k in range(0, len(events), 1000):
+        publish_pipeline(events[k:k + 1000])
+    return time.monotonic() - t0
+
+
+def drain_jobs(variant: str, procs: int, *, start_at: float, max_s: float, batch_size: int | None = None) -> list:
+    """The jobs of `procs` processes draining every stream partition with `variant` (each owns every n-th)."""
+    return [{"role": ROLE + "projector", "mode": "drain", "variant": variant, "partitions": share, "idle_s": 0.01,
+             "t_start": start_at, "hard_deadline": start_at + max_s, "batch_size": batch_size}
+            for share in partition_shares(procs)]

@@ -1,0 +1,192 @@
+"""Numbers, tables, and what a run leaves in docs/benchmarks.md: its section (between `<!-- bench:NAME:begin -->`
+and `<!-- bench:NAME:end -->`), its line in bench/results/history.jsonl, and the summary table that opens the page
+(between `<!-- bench:table:begin -->` and `<!-- bench:table:end -->`), generated from the history:
+
+    python -m bench.harness.report --table            # print the table
+    python -m bench.harness.report --table --write    # and write it into docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+from bench.harness.driver import BENCH_DIR, ROOT
+
+DOCS_PATH = ROOT / "docs" / "benchmarks.md"
+HISTORY = BENCH_DIR / "results" / "history.jsonl"
+# bench/run.sh NAME, in the order of the table.
+NAMES = ("command", "levers", "projection", "projector", "convergence", "read", "reverse", "reconcile", "snapshot",
+         "migration", "slotmove", "growth", "topology", "profile")
+
+
+# --- numbers -------------------------------------------------------------------------------------------------
+
+
+def percentile(sorted_vals: list[float], q: float) -> float | None:
+    if not sorted_vals:
+        return None
+    k = (len(sorted_vals) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
+
+
+def rounded(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def pct(vals, q: float, nd: int = 2) -> float | None:
+    """The q-quantile of `vals` (any order), rounded."""
+    return rounded(percentile(sorted(vals), q), nd)
+
+
+def fmt(x, nd: int = 1) -> str:
+    """A figure of a table: thousands separators, `nd` decimals, "-" when there is none."""
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def ratio(a: float | None, b: float | None, nd: int = 3) -> float | None:
+    return round(a / b, nd) if a is not None and b else None
+
+
+def pair(a, b, nd: int = 1) -> str:
+    return f"{fmt(a, nd)} / {fmt(b, nd)}"
+
+
+def pooled(items, *keys: str) -> list[Counter]:
+    """For each of `keys`, the sum of the counters `items` (results of clients, windows, loops) hold under it."""
+    out = [Counter() for _ in keys]
+    for item in items:
+        for total, key in zip(out, keys, strict=True):
+            total.update(item.get(key) or {})
+    return out
+
+
+def tally(counter: Counter, report, fields: tuple[str, ...]) -> None:
+    """Add the `fields` of one report (a dataclass of counts) to `counter`."""
+    for name in fields:
+        counter[name] += getattr(report, name)
+
+
+def median_of(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+# --- tables ----------------------------------------------------------------------------------------------------
+
+
+def md_table(columns: list[str], rows) -> str:
+    """A Markdown table; a trailing ":" on a column name right-aligns the column. None is an empty cell."""
+    lines = ["| " + " | ".join(c.removesuffix(":") for c in columns) + " |",
+             "|" + "|".join("---:" if c.endswith(":") else "---" for c in columns) + "|"]
+    lines += ["|" + "|".join(" " if c is None else f" {c} " for c in row) + "|" for row in rows]
+    return "\n".join(lines)
+
+
+def print_blocks(*blocks: str) -> None:
+    print()
+    for block in blocks:
+        print(block, end="\n\n")
+
+
+def cpu_text(res: dict, min_cores: float = 0.05) -> str:
+    """"process group cores, ..." of the groups that used at least `min_cores`."""
+    return ", ".join(f"{k} {v:.2f}" for k, v in (res.get("cores_by_process") or {}).items() if v >= min_cores)
+
+
+def waits_text(res: dict, n: int = 3) -> str:
+    return ", ".join(f"{w['wait']} {w['share'] * 100:.0f}%" for w in res.get("top_waits", [])[:n])
+
+
+def resources_table(items) -> str:
+    """Where the time went: (label, resources of ResourceSampler) pairs, the empty ones left out."""
+    rows = [[label, f"{res['cores_busy']:.2f}", cpu_text(res), waits_text(res)] for label, res in items if res]
+    return ("**Where the time went** (CPU from /proc, the bench databases' backends from pg_stat_activity every "
+            "0.25 s):\n\n" + md_table(["window", "machine busy (cores):", "CPU by process (cores)",
+                                       "top bench-DB backend states"], rows)) if rows else ""
+
+
+# --- docs/benchmarks.md -----------------------------------------------------------------------------------------
+
+
+def _replace(text: str, begin: str, end: str, body: str, heading: str) -> str:
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
+    return text.rstrip() + f"\n\n{heading}\n\n{begin}\n{body}\n{end}\n"
+
+
+def machine_text(spec: dict, meta: dict) -> str:
+    return (f"**Machine:** {spec.get('nproc')} CPUs ({spec.get('cpu_model', 'unknown model')}), "
+            f"{spec.get('memory_gib')} GiB RAM, Linux {spec.get('kernel')}; PostgreSQL {spec.get('postgresql')} "
+            f"(shared_buffers {spec.get('pg_shared_buffers')}, synchronous_commit {spec.get('pg_synchronous_commit')}, "
+            f"fsync {spec.get('pg_fsync')}, autovacuum {spec.get('pg_autovacuum')}); Redis {spec.get('redis')}; Python "
+            f"{spec.get('python')}, Django {spec.get('django')}. Load average at the start "
+            f"{spec.get('loadavg_at_start')}, at the end {meta.get('loadavg_at_end')}.")
+
+
+def section_write(name: str, result: dict, blocks: list[str]) -> None:
+    """The run's section of docs/benchmarks.md: when, the command, the machine, then the report's blocks."""
+    meta = result["meta"]
+    body = "\n\n".join([f"<!-- Written by `bench/run.sh {name}` at the end of every run; edit outside the markers. -->",
+                        f"### Last run: {meta['finished_at']} ({meta['wall_seconds']:.0f} s wall clock)",
+                        f"`{meta['command']}`", machine_text(result["machine"], meta), *blocks])
+    text = DOCS_PATH.read_text() if DOCS_PATH.exists() else "# Benchmarks\n"
+    DOCS_PATH.write_text(_replace(text, f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->", body,
+                                  f"## {name}"))
+
+
+def history_append(name: str, meta: dict, headline: dict) -> None:
+    line = {"name": name, "date": meta["finished_at"][:10], "command": meta["command"], **headline}
+    with HISTORY.open("a") as fh:
+        fh.write(json.dumps(line, default=str) + "\n")
+
+
+def history_latest() -> dict[str, dict]:
+    latest: dict[str, dict] = {}
+    if HISTORY.exists():
+        for raw in HISTORY.read_text().splitlines():
+            if raw.strip():
+                line = json.loads(raw)
+                latest[line["name"]] = line  # later lines win
+    return latest
+
+
+def table() -> str:
+    latest = history_latest()
+    rows = []
+    for name in NAMES:
+        h = latest.get(name)
+        if h is None:
+            rows.append([f"`{name}`", "-", "not run", "-", "-", "-", f"`bench/run.sh {name}`"])
+            continue
+        note = "" if h.get("source", "run") == "run" else " ¹"
+        rows.append([f"`{name}`", h.get("goal", "-"), h.get("figure", "-"), h.get("ceiling") or "-",
+                     h.get("ratio") or "-", h["date"] + note, f"`{h['command']}`"])
+    return "\n".join([
+        md_table(["benchmark", "goal", "latest figure", "ceiling / baseline", "ratio", "date", "command"], rows), "",
+        "¹ Not re-run since the harness moved to `bench/run.sh`: the figure of that date, copied from its section "
+        "below (which says how it was run). Generated by `python -m bench.harness.report --table --write` from "
+        "`bench/results/history.jsonl`; every full run (without `--no-docs`) appends its line."])
+
+
+def table_write() -> None:
+    text = DOCS_PATH.read_text()
+    DOCS_PATH.write_text(_replace(text, "<!-- bench:table:begin -->", "<!-- bench:table:end -->", table(),
+                                  "## Summary"))
+
+
+def main(argv: list[str]) -> int:
+    if "--table" not in argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(table())
+    if "--write" in argv:
+        table_write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

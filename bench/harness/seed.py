@@ -1,0 +1,322 @@
+"""The bench data: the users (with DRF tokens), the author and the videos of the command benchmark, the bulk
+inserts of bench rows (the one place that spells their column lists), the resets between workloads, and the
+database set of a benchmark of its own. Only ever the likes_bench* databases and the likes-bench Redis prefix:
+the drivers call driver.check_environment() first.
+
+    python -m bench.harness.seed own-db url  DATABASE_URL NAME   # DATABASE_URL pointed at NAME
+    python -m bench.harness.seed own-db drop DATABASE_URL NAME   # drops NAME and NAME_(rel|cnt)_NN
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections import Counter
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.harness.driver import make_log
+
+log = make_log("bench")
+USER_PREFIX = "bench-u"
+AUTHOR_NAME = "bench-author"
+VIDEO_PREFIX = "bench-v"
+HOT_VIDEO = "bench-hot"
+NAIVE_VIDEO_TABLE = "bench_naive_video"  # the command benchmark's counter row per video, in every relation shard
+
+
+def table(model) -> str:
+    return model._meta.db_table
+
+
+def _chunks(seq, n):
+    for i in range(0, len(seq), n):
+        yield seq[i:i + n]
+
+
+# --- bulk rows ---------------------------------------------------------------------------------------------------
+
+
+def relations_insert(cursor, rows_sql: str, params: list) -> None:
+    """LikeRelation rows on the cursor's shard; `rows_sql` selects (user_id, video_id, state, relation_version,
+    last_operation_id, at): the relation changed, was created and updated at `at`."""
+    from relations.models import LikeRelation
+
+    cursor.execute(f"INSERT INTO {table(LikeRelation)} (user_id, video_id, state, relation_version, last_operation_id,"
+                   " state_changed_at, created_at, updated_at) SELECT u, v, s, ver, op, at, at, at "
+                   f"FROM ({rows_sql}) AS r(u, v, s, ver, op, at)", params)
+
+
+def snapshots_insert(video_ids_sql: str, params: list, *, author_id: int) -> None:
+    """Active public VideoSnapshot rows by `author_id` for the ids `video_ids_sql` selects (bulk, idempotent)."""
+    from django.db import connections
+
+    from relations.models import VideoSnapshot
+
+    with connections["default"].cursor() as cur:
+        cur.execute(f"INSERT INTO {table(VideoSnapshot)} (video_id, author_id, visibility, status, version, "
+                    f"updated_at) SELECT v, %s, 'public', 'active', 1, now() FROM ({video_ids_sql}) AS s(v) "
+                    "ON CONFLICT (video_id) DO UPDATE SET author_id = EXCLUDED.author_id, visibility = 'public', "
+                    "status = 'active'",
+                    [author_id, *params])
+        cur.execute(f"ANALYZE {table(VideoSnapshot)}")
+
+
+def displays_upsert(counts: dict[str, int], *, snapshot_id: int | None = None, watermark: str = "{}") -> int:
+    """Durable display snapshots (raw = display = the count; nothing hidden) in the active count generation."""
+    from django.db import connections, transaction
+    from django.utils import timezone
+
+    from counting import routing
+    from counting.models import VideoDisplayCount
+
+    gen = routing.active()
+    videos = sorted(counts)
+    with transaction.atomic(using="default"), connections["default"].cursor() as cur:
+        cur.execute("SET LOCAL statement_timeout = 0")
+        cur.execute(
+            f"INSERT INTO {table(VideoDisplayCount)} (video_id, generation, manifest_id, raw_active_count, "
+            "risk_hidden_count, policy_hidden_count, display_count, snapshot_id, generated_at, watermark) "
+            "SELECT v, %s, %s, c, 0, 0, c, %s, %s, %s::jsonb FROM unnest(%s::text[], %s::bigint[]) AS x(v, c) "
+            "ON CONFLICT (video_id) DO UPDATE SET generation = EXCLUDED.generation, manifest_id = EXCLUDED.manifest_id,"
+            " raw_active_count = EXCLUDED.raw_active_count, risk_hidden_count = 0, policy_hidden_count = 0, "
+            "display_count = EXCLUDED.display_count, snapshot_id = EXCLUDED.snapshot_id, "
+            "generated_at = EXCLUDED.generated_at, watermark = EXCLUDED.watermark",
+            [gen.generation, gen.manifest_id, snapshot_id or int(time.time() * 1_000_000), timezone.now(), watermark,
+             videos, [counts[v] for v in videos]])
+        return cur.rowcount
+
+
+def counter_rows(cursor, name: str, videos: list[str]) -> None:
+    """A naive baseline's table of one counter row per video (made when missing), a 0 row for each of `videos`."""
+    cursor.execute(f"CREATE TABLE IF NOT EXISTS {name} (video_id varchar(64) PRIMARY KEY, "
+                   "like_count bigint NOT NULL DEFAULT 0)")
+    cursor.execute(f"INSERT INTO {name} (video_id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", [videos])
+
+
+def users_sql(prefix: str, n: int, start: int = 0, digits: int = 7) -> list[int]:
+    """auth_user rows PREFIX0000000 ... (unusable passwords) in one statement (idempotent); their ids by name."""
+    from django.db import connections
+
+    with connections["default"].cursor() as cur:
+        cur.execute(
+            "INSERT INTO auth_user (password, last_login, is_superuser, username, first_name, last_name, email, "
+            f"is_staff, is_active, date_joined) SELECT '!bench', NULL, false, %s || lpad(i::text, {digits}, '0'), '', "
+            "'', '', false, true, now() FROM generate_series(%s, %s - 1) AS i ON CONFLICT (username) DO NOTHING",
+            [prefix, start, n])
+        cur.execute("SELECT id FROM auth_user WHERE username ~ %s AND username >= %s ORDER BY username LIMIT %s",
+                    [f"^{re.escape(prefix)}[0-9]{{{digits}}}$", f"{prefix}{start:0{digits}d}", n - start])
+        return [r[0] for r in cur.fetchall()]
+
+
+def named_users(*names: str) -> None:
+    """Django users by name (the operators who plan, approve and request)."""
+    from django.contrib.auth import get_user_model
+
+    for name in names:
+        get_user_model().objects.get_or_create(username=name, defaults={"password": "!bench"})
+
+
+# --- users and videos of the command load ------------------------------------------------------------------------
+
+
+def author_id() -> int:
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.get_or_create(username=AUTHOR_NAME, defaults={"password": "!bench"})[0].pk
+
+
+def videos_ensure(video_ids: list[str]) -> int:
+    """Public active videos, through video_snapshot_upsert as the video service pushes them, for the ids without a
+    snapshot. Returns how many were created."""
+    from likes_project.audit.services import Actor
+    from relations.models import VideoSnapshot
+    from relations.services.videos import video_snapshot_upsert
+
+    have = set(VideoSnapshot.objects.filter(video_id__in=video_ids).values_list("video_id", flat=True))
+    author, actor = author_id(), Actor(name="bench", channel="cli")
+    missing = [v for v in video_ids if v not in have]
+    for vid in missing:
+        video_snapshot_upsert(video_id=vid, author_id=author, visibility="public", status="active", version=1,
+                              actor=actor)
+    return len(missing)
+
+
+def prepare(*, users: int, videos: int) -> tuple[list[tuple[int, str]], list[str]]:
+    """`users` users with DRF tokens, the author, `videos` public videos plus the hot one, and the naive counter
+    table in every relation shard (idempotent). Returns [(user id, token)] and the video ids."""
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+    from rest_framework.authtoken.models import Token
+
+    from relations import routing
+
+    t0 = time.monotonic()
+    user_model = get_user_model()
+    names = [f"{USER_PREFIX}{i:06d}" for i in range(users)]
+    ids: dict[str, int] = {}
+    for chunk in _chunks(names, 5000):
+        ids.update(user_model.objects.filter(username__in=chunk).values_list("username", "pk"))
+    missing = [user_model(username=n, password="!bench") for n in names if n not in ids]
+    if missing:
+        user_model.objects.bulk_create(missing, batch_size=2000, ignore_conflicts=True)
+        for chunk in _chunks(names, 5000):
+            ids.update(user_model.objects.filter(username__in=chunk).values_list("username", "pk"))
+    uids = [ids[n] for n in names]
+    tokens: dict[int, str] = {}
+    for chunk in _chunks(uids, 5000):
+        tokens.update(Token.objects.filter(user_id__in=chunk).values_list("user_id", "key"))
+    new = [Token(user_id=uid, key=Token.generate_key()) for uid in uids if uid not in tokens]
+    if new:
+        Token.objects.bulk_create(new, batch_size=2000)
+        tokens.update((t.user_id, t.key) for t in new)
+    video_ids = [f"{VIDEO_PREFIX}{i:05d}" for i in range(videos)]
+    created = videos_ensure([*video_ids, HOT_VIDEO])
+    for alias in routing.all_aliases():
+        with connections[alias].cursor() as cur:
+            counter_rows(cur, NAIVE_VIDEO_TABLE, [*video_ids, HOT_VIDEO])
+    per_shard = Counter(routing.alias_for_user(uid) for uid in uids)
+    log(f"prepared {len(uids)} users ({len(missing)} new, per shard {dict(per_shard)}), {videos + 1} videos "
+        f"({created} new) in {time.monotonic() - t0:.1f}s")
+    return [(uid, tokens[uid]) for uid in uids], video_ids
+
+
+# --- resets -------------------------------------------------------------------------------------------------------
+
+
+def truncate(aliases, *models) -> None:
+    from django.db import connections
+
+    for alias in aliases:
+        with connections[alias].cursor() as cur:
+            cur.execute("SET statement_timeout = 0")
+            cur.execute(f"TRUNCATE {', '.join(table(m) for m in models)}")
+            cur.execute("SET statement_timeout = DEFAULT")
+
+
+def reset_state() -> None:
+    """Empty the relation tables of every shard and zero the naive counters: each workload starts alike."""
+    from django.db import connections
+
+    from relations import routing
+    from relations.models import LikeCommand, LikeRelation, OutboxEvent
+
+    truncate(routing.all_aliases(), LikeRelation, LikeCommand, OutboxEvent)
+    for alias in routing.all_aliases():
+        with connections[alias].cursor() as cur:
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {NAIVE_VIDEO_TABLE} (video_id varchar(64) PRIMARY KEY, "
+                        "like_count bigint NOT NULL DEFAULT 0)")
+            cur.execute(f"UPDATE {NAIVE_VIDEO_TABLE} SET like_count = 0 WHERE like_count <> 0")
+    connections.close_all()
+
+
+def consumer_reset(consumer: str) -> None:
+    """Forget a stream consumer's progress: its checkpoints and dead letters (its fences stay: tokens only grow)."""
+    from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
+
+    ConsumerCheckpoint.objects.filter(consumer=consumer).delete()
+    DeadLetter.objects.filter(consumer=consumer).delete()
+
+
+def reset_count() -> None:
+    """Empty the count projection's partition state (rows, vbuckets, receipts, dirty marks) and the `count`
+    consumer's checkpoints and dead letters."""
+    from django.conf import settings
+
+    from counting.models import CountEventReceipt, DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
+    from counting.services.projection import COUNT_CONSUMER
+
+    truncate(settings.COUNT_PARTITION_ALIASES, LikeCountProjection, VideoLikeCountVbucket, CountEventReceipt,
+             DirtyVideo)
+    consumer_reset(COUNT_CONSUMER)
+
+
+def scan_delete(pattern: str) -> int:
+    """Delete the keys of the bench Redis db matching `pattern` (scan_iter walks every node of a Cluster)."""
+    from likes_project.redis_client import cache_redis
+
+    client, deleted, batch = cache_redis(), 0, []
+    for key in client.scan_iter(match=pattern, count=5000):
+        batch.append(key)
+        if len(batch) >= 5000:
+            deleted, batch = deleted + client.unlink(*batch), []
+    return deleted + (client.unlink(*batch) if batch else 0)
+
+
+def flush_redis() -> None:
+    """Drop the bench namespace (prefix likes-bench) so caches start cold, and this process's L1 caches."""
+    from django.conf import settings
+
+    from likes_project import l1cache
+
+    log(f"flushed {scan_delete(f'{settings.LIKES_REDIS_PREFIX}:*')} bench redis keys")
+    l1cache.clear_all()
+
+
+def streams_reset() -> int:
+    """Delete every stream partition's key. Returns the keys deleted."""
+    from likes_project.eventlog import streams
+    from likes_project.redis_client import stream_redis
+
+    return int(stream_redis().delete(*[streams.stream_key(p) for p in streams.all_partitions()]))
+
+
+def reset_all() -> None:
+    """Empty everything the seeded benchmarks write: relations, commands, the outbox and its archive, the count
+    projection's state, the display snapshots, the bench Redis namespace."""
+    from django.conf import settings
+    from django.db import connections
+
+    from counting.models import VideoDisplayCount
+    from relations.models import OutboxArchive
+
+    reset_state()
+    truncate(settings.RELATION_SHARD_ALIASES, OutboxArchive)
+    reset_count()
+    truncate(["default"], VideoDisplayCount)
+    flush_redis()
+    connections.close_all()
+
+
+# --- a benchmark's own database set (migration, slotmove: they move routes or contracts) -------------------------
+
+
+def _loopback(url: str):
+    parts = urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost"):
+        sys.exit(f"[bench] ERROR: DATABASE_URL points at {parts.hostname!r}; the benchmarks only run on 127.0.0.1")
+    return parts
+
+
+def own_db_drop(url: str, base: str) -> None:
+    """Drop `base` and `base`_(rel|cnt)_NN; a database someone is connected to stops the run."""
+    import psycopg
+    from psycopg import sql
+
+    parts = _loopback(url)
+    info = {"host": parts.hostname, "port": parts.port or 5432, "user": parts.username or None,
+            "password": parts.password or None, "dbname": "postgres", "connect_timeout": 5, "autocommit": True}
+    own = re.compile(rf"^{re.escape(base)}(_(rel|cnt)_[0-9]{{2}})?$")
+    with psycopg.connect(**{k: v for k, v in info.items() if v is not None}) as conn:
+        names = sorted(r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall() if own.match(r[0]))
+        for name in names:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name]).fetchone()[0]:
+                sys.exit(f"[bench] ERROR: connections to {name}; is another run of this benchmark alive?")
+            conn.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
+    print(f"[bench] dropped {len(names)} databases of an earlier run", file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[:2] not in (["own-db", "url"], ["own-db", "drop"]):
+        sys.exit(__doc__)
+    _own, verb, url, name = argv
+    if verb == "url":
+        parts = _loopback(url)
+        print(urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, "")))
+    else:
+        own_db_drop(url, name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
