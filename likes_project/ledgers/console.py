@@ -125,7 +125,8 @@ class LedgerConsole:
         if m is None:
             return {}
         job = OpsJob.objects.filter(pk=m.job_id).only("status", "finished_at").first() if m.job_id else None
-        return {"offers": self.offers(request.user, m), "running": job is not None and not job.finished}
+        return {"offers": self.offers(request.user, m), "running": job is not None and not job.finished,
+                "ledger_urls": {step: f"admin:{self.url_prefix}_{step}" for step in ("approve", "resume", "abort")}}
 
     def _refused(self, request, ledger_id, what: str, exc: DomainError) -> HttpResponseRedirect:
         messages.error(request, f"{self.title} {ledger_id} was not {what} ({exc.code}): {exc.message}")
@@ -189,7 +190,8 @@ class LedgerAdmin(ReadOnlyAdmin):
     ordering = ("-id",)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra = self.console.change_context(request, self.get_object(request, unquote(object_id)))
+        extra = {"ledger_css": self.css,
+                 **self.console.change_context(request, self.get_object(request, unquote(object_id)))}
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     @admin.display(description="state", ordering="state")

@@ -182,7 +182,9 @@ def test_the_copy_windows_skip_the_id_space_no_row_holds(api, make_user, make_vi
     with CaptureQueriesContext(connections[SOURCE]) as source_queries:
         m = _run(_slots_of(SOURCE))
     assert m.state == S.RETIRED and m.verify_result["ok"], (m.state, m.error)
-    assert len(source_queries) < 400, len(source_queries)
+    # A few hundred statements for these rows at 2 ids a window (how many depends on how many of the users hash to
+    # SOURCE); windows from 0 would be 4,500,000 a table.
+    assert len(source_queries) < 1000, len(source_queries)
     _placement_holds()
     _exact(["slot-sparse", "slot-sparse-2"])
 
