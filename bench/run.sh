@@ -1,13 +1,137 @@
 #!/usr/bin/env bash
-# Benchmark of the like command path (issue #2 "Benchmark", spec TEST-2/TEST-3/TEST-4).
+# The one entry point of the benchmarks (docs/benchmarks.md: what each measures, its figures, its quick settings):
 #
-#   ./bench/run.sh [--duration 12] [--warmup 2] [--procs 8] [--http-clients 8] ...   (see --help)
+#   bench/run.sh NAME [ARGS]        NAME: command levers projection projector convergence read reverse reconcile
+#                                         snapshot migration slotmove growth profile topology
+#   bench/run.sh [ARGS]             the command path (NAME command), as bench/run.sh always ran it
+#   bench/run.sh NAME --help        the options of NAME
 #
-# Does its own setup through scripts/lib.sh (bench/env.sh), then uses its OWN databases (likes_bench,
-# likes_bench_rel_NN, likes_bench_cnt_NN on the server setup found) and its own Redis namespace (db 14,
-# prefix likes-bench), so dev and test data are never touched. Only 127.0.0.1 is contacted. Results: the
-# table on stdout, bench/results/latest.json and the generated section of docs/benchmarks.md.
+# Does the setup through scripts/lib.sh (.venv, PostgreSQL, Redis), then points every setting at the bench's OWN
+# databases (likes_bench, likes_bench_rel_NN, likes_bench_cnt_NN on the server found; migration and slotmove: a set
+# of their own, dropped and made again every run) and its own Redis namespace (db 14, prefix likes-bench), so dev
+# and test data are never touched; only 127.0.0.1 is contacted. One benchmark at a time: every one empties those
+# databases, so each run takes a lock. `manage.py migrate_all`, then `python -m MODULE ARGS` in a session of its
+# own; on exit or Ctrl-C the driver, anything left in its session and any gunicorn it started are stopped.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # setup_all, the bench databases and Redis namespace, PY, bench_drive
+BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-bench_drive --piddir likes-bench bench.command_bench "$@"
+name=command
+case "${1:-}" in "" | -*) ;; *) name=$1; shift ;; esac
+nudges=off stop_ticks=300 own_db=""
+case "$name" in
+  command) module=bench.command.bench nudges=on ;;  # the command path as deployed: nudges on
+  levers) module=bench.command.levers nudges=on ;;
+  projection) module=bench.projection.pipeline ;;
+  projector) module=bench.projection.projector ;;
+  convergence) module=bench.projection.convergence ;;
+  read) module=bench.read.bench ;;
+  reverse) module=bench.reverse ;;
+  reconcile) module=bench.reconcile.bench ;;
+  snapshot) module=bench.snapshot.bench ;;
+  migration) module=bench.migration.bench own_db=likes_bench_mig ;;
+  slotmove) module=bench.slotmove own_db=likes_bench_slot ;;
+  growth) module=bench.growth.bench stop_ticks=600 ;;
+  profile) module=bench.profile ;;
+  topology)
+    # Command throughput and commit -> displayCount on both topologies (issue 16): each half is `command` (no
+    # HTTP) and `convergence` (the Celery path), then the table of both. Each sub-run takes the lock itself.
+    out="$BENCH/results/topology"
+    mkdir -p "$out"
+    for topology in single scaled; do
+      LIKES_TOPOLOGY=$topology "$BENCH/run.sh" command --skip-http --rounds 2 --no-docs --out "$out/command_$topology.json"
+      LIKES_TOPOLOGY=$topology "$BENCH/run.sh" convergence --paths celery --duration 15 --no-docs \
+        --out "$out/convergence_$topology.json"
+    done
+    cd "$BENCH/.." && exec .venv/bin/python -m bench.topology "$out" "$@" ;;
+  *) echo "bench/run.sh: unknown benchmark '$name'; see the head of bench/run.sh" >&2; exit 2 ;;
+esac
+
+# Settings a benchmark needs before anything reads them (its own shard or partition layout).
+case "$name" in
+  convergence) export PATH="$BENCH/../.venv/bin:$PATH" ;;  # the Procfile's `celery`
+  snapshot)  # the bench's own snapshot storage (never the development one under .data/)
+    export SNAPSHOT_STORAGE_BACKEND=filesystem SNAPSHOT_STORAGE_DIR="${TMPDIR:-/tmp}/likes-bench-snapshots" ;;
+  migration)  # three count partitions, the first manifest sealed over two: cnt_02 starts with no routes
+    export COUNT_PARTITIONS=3 COUNT_BOOTSTRAP_PARTITIONS="cnt_00,cnt_01" ;;
+  slotmove)  # three relation shards, contract v1 over two: rel_02 starts empty, the way a shard is added
+    [ "${LIKES_TOPOLOGY:-single}" = single ] || { echo "[slotmove] runs on LIKES_TOPOLOGY=single only" >&2; exit 2; }
+    export RELATION_SHARDS=3 RELATION_CONTRACT_SHARDS="rel_00,rel_01" RELATION_MOVE_RETENTION_S=0 ;;
+esac
+
+source "$BENCH/../scripts/lib.sh"
+BENCH_LOCK="${TMPDIR:-/tmp}/likes-bench.lock"
+exec 9>"$BENCH_LOCK"  # inherited by the driver; released when it and everything it started have exited
+if ! flock -n 9; then
+  echo "[bench] another benchmark holds $BENCH_LOCK; waiting up to ${BENCH_LOCK_WAIT_S:-900}s ..." >&2
+  flock -w "${BENCH_LOCK_WAIT_S:-900}" 9 || die "another benchmark still holds $BENCH_LOCK"
+fi
+setup_all  # cd "$ROOT", .venv, PostgreSQL, Redis
+PY="$VENV/bin/python"
+
+# The bench URLs: the same servers, the bench database name and Redis db. Refuse anything that is not loopback.
+read -r DATABASE_URL REDIS_URL < <("$PY" - "$DATABASE_URL" "$REDIS_URL" <<'PYEOF'
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+pg, rd = urlsplit(sys.argv[1]), urlsplit(sys.argv[2])
+for var, parts in (("DATABASE_URL", pg), ("REDIS_URL", rd)):
+    if parts.hostname not in ("127.0.0.1", "localhost"):
+        sys.exit(f"[bench] ERROR: {var} points at {parts.hostname!r}; the benchmarks only run against 127.0.0.1")
+print(urlunsplit((pg.scheme, pg.netloc, "/likes_bench", pg.query, "")),
+      urlunsplit((rd.scheme, rd.netloc, "/14", rd.query, "")))
+PYEOF
+)
+[ -n "${DATABASE_URL:-}" ] || die "could not derive the bench database URL"
+if [ -n "$own_db" ]; then  # a fresh bootstrap every run: only the exact names own_db, own_db_(rel|cnt)_NN
+  DATABASE_URL="$("$PY" -m bench.harness.seed own-db url "$DATABASE_URL" "$own_db")"
+  "$PY" -m bench.harness.seed own-db drop "$DATABASE_URL" "$own_db"
+fi
+export DATABASE_URL REDIS_URL
+# Shard and stream URLs derive from the two above; never inherit ones that point at other databases.
+unset RELATION_SHARD_URLS COUNT_PARTITION_URLS REDIS_STREAMS_URL CELERY_BROKER_URL
+export LIKES_REDIS_PREFIX="likes-bench" RATE_LIMIT_ENABLED=false DJANGO_SETTINGS_MODULE="likes_project.settings.dev"
+[ "$nudges" = on ] || export LIKES_NUDGE_ENABLED=false  # the drivers run the pipeline's loops themselves
+export VIDEO_SERVICE_TOKEN="${BENCH_VIDEO_SERVICE_TOKEN:-bench-video-service-token}" DJANGO_DEBUG=false
+# DEBUG is false, so the public development secrets are refused: the run uses throwaway ones of its own.
+export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+export CURSOR_SIGNING_KEY="${CURSOR_SIGNING_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+export LOG_LEVEL="${LOG_LEVEL:-WARNING}" PYTHONUNBUFFERED=1
+# Every connection of the run (driver, clients, gunicorn, Celery) is tagged: the driver tells another
+# benchmark on the same databases from its own connections.
+export PGAPPNAME="likes-bench-$name"
+apply_topology  # LIKES_TOPOLOGY=scaled: two PostgreSQL servers, caches and streams on the Redis Cluster
+echo "[bench] $name: databases ${DATABASE_URL##*/} (+ _rel_NN, _cnt_NN) on ${DATABASE_URL#*@}; redis ${REDIS_URL#*@}" >&2
+
+# stop TARGET TICKS [kill]: SIGTERM to TARGET (a pid, or -pid for a process group) if alive, wait up to TICKS
+# tenths of a second, then with "kill" SIGKILL whatever is left.
+stop() {
+  kill -0 -- "$1" 2>/dev/null || return 0
+  kill -TERM -- "$1" 2>/dev/null || true
+  for _ in $(seq 1 "$2"); do kill -0 -- "$1" 2>/dev/null || break; sleep 0.1; done
+  if [ "${3:-}" = kill ]; then kill -KILL -- "$1" 2>/dev/null || true; fi
+}
+# The driver first (its finally-blocks stop its processes on SIGTERM), then as a backstop its session (only it
+# and what it spawned), then any gunicorn it recorded in $BENCH_PIDDIR (gunicorn runs in a session of its own).
+cleanup() {
+  trap - INT TERM EXIT
+  if [ -n "$driver" ]; then stop "$driver" "$stop_ticks"; stop "-$driver" 50 kill; fi
+  for f in "$BENCH_PIDDIR"/gunicorn.*.pid; do
+    if [ -s "$f" ]; then stop "$(cat "$f")" 50 kill; fi
+  done
+  rm -rf "$BENCH_PIDDIR"
+}
+driver=""
+BENCH_PIDDIR="$(mktemp -d "${TMPDIR:-/tmp}/likes-bench-$name.XXXXXX")"
+export BENCH_PIDDIR
+trap cleanup INT TERM EXIT
+started=$(date +%s)
+"$PY" manage.py migrate_all >/dev/null
+setsid "$PY" -m "$module" "$@" &
+driver=$!
+set +e
+wait "$driver"
+rc=$?
+set -e
+echo "[bench] $name finished in $(( $(date +%s) - started ))s (rc=$rc)" >&2
+cleanup
+exit "$rc"

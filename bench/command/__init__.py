@@ -1,2 +1,2 @@
-"""The parts of the command-path benchmark (bench/command_bench.py, run by ./bench/run.sh): `runs` (the
-measured windows at each layer and the pgbench ceiling) and `report` (ratios, tables, the docs section)."""
+"""The command path: `bench/run.sh command` (bench.py: service layer, HTTP, the naive counter row, the pgbench
+ceiling) and `bench/run.sh levers` (levers.py: issue 15's changes one at a time, before and after)."""
