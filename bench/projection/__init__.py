@@ -1,12 +1,5 @@
-"""The parts of the count-pipeline benchmark (bench/projection_bench.py, run by ./bench/projection.sh):
-`naive` (the single-row counter baseline), `roles` (the loops of the spawned pipeline processes), `pool`
-(those processes and which plays which role), `state` (data, resets and the checks after a phase),
-`phases` (sustained load, drain, backlog replays) and `report`."""
-
-from bench.common import make_log
-
-log = make_log("projection")
-
-LIKED, UNLIKED = "LIKED", "UNLIKED"
-# Safety bound: every loop stops at its deadline AND after this many iterations.
-MAX_LOOP_ITERATIONS = 2_000_000
+"""The count pipeline: `bench/run.sh projection` (pipeline.py: the pipeline under a sustained load, then its
+projectors at saturation on a replayed backlog, against a naive single-row counter), `bench/run.sh convergence`
+(convergence.py: commit -> displayCount at 80% of the highest sustained load, the bench's loops and the real
+Celery worker) and `bench/run.sh projector` (projector.py: the count projector at saturation against the raw SQL
+ceiling of its own statements). naive.py: the single-row counter baseline."""

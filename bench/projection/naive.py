@@ -1,29 +1,24 @@
-"""The naive baseline of the count-pipeline benchmark: a single counter row per video, fed by the same
-consumer framework as ours."""
+"""The count pipeline's naive baseline: one counter row per video, fed by the same consumer framework as ours.
+
+Same versioned absolute-state rule as ours (unknown = UNLIKED v0; a version not above the stored one changes
+nothing), kept in a small table keyed (user_id, video_id), but the count is ONE row per video: every event that
+flips a relation runs `UPDATE bench_naive_count SET like_count = like_count + delta WHERE video_id = %s` in the
+batch's transaction, sorted by video (two consumers never deadlock), with executemany (one pipelined round trip, as
+ours); the row lock is held until the commit, so on a hot video the consumers of all partitions queue on that one
+row. No receipts, fences or dirty marks: less work per event than ours."""
 
 from __future__ import annotations
 
-from bench.dataset import consumer_reset, counter_rows
-from bench.projection import LIKED, UNLIKED
+from bench.harness.seed import consumer_reset, counter_rows
 
-NAIVE_CONSUMER = "naive-count"
-NAIVE_COUNT_TABLE = "bench_naive_count"
-NAIVE_PROJECTION_TABLE = "bench_naive_projection"
+CONSUMER = "naive-count"
+COUNT_TABLE = "bench_naive_count"
+PROJECTION_TABLE = "bench_naive_projection"
+FACTORY = "bench.projection.naive:make"  # harness/roles.py make_projector
 
 
 class NaiveCountProjector:
-    """The naive consumer the issue compares against, run by the same `consume_partition` framework.
-
-    Same versioned absolute-state rule as ours (unknown = UNLIKED v0; a version not above the stored
-    one changes nothing), kept in its own small table keyed (user_id, video_id), but the count is ONE
-    row per video: every event that flips a relation runs
-    `UPDATE bench_naive_count SET like_count = like_count + delta WHERE video_id = %s` in the batch's
-    transaction. The updates are sorted by video id (so two consumers never deadlock) and sent with
-    executemany (one pipelined round trip, as ours does); the row lock is held until the commit, so on
-    a hot video the consumers of all partitions queue on that one row. No receipts, fences or dirty
-    marks: less work per event than ours."""
-
-    name = NAIVE_CONSUMER
+    name = CONSUMER
 
     def __init__(self, alias: str):
         self.alias = alias
@@ -43,40 +38,32 @@ class NaiveCountProjector:
         try:
             with transaction.atomic(using=self.alias, durable=True), connections[self.alias].cursor() as cur:
                 keys = sorted({(e.event["userId"], e.event["videoId"]) for e in entries})
-                cur.execute(
-                    f"SELECT user_id, video_id, state, version FROM {NAIVE_PROJECTION_TABLE} "
-                    "WHERE (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
-                    "ORDER BY user_id, video_id FOR UPDATE",
-                    [[k[0] for k in keys], [k[1] for k in keys]],
-                )
+                cur.execute(f"SELECT user_id, video_id, state, version FROM {PROJECTION_TABLE} WHERE (user_id, "
+                            "video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) ORDER BY user_id, video_id "
+                            "FOR UPDATE", [[k[0] for k in keys], [k[1] for k in keys]])
                 state = {(u, v): (s, ver) for u, v, s, ver in cur.fetchall()}
-                updates: list[tuple[int, str]] = []
-                changed: dict[tuple[int, str], tuple[str, int]] = {}
+                updates, changed = [], {}
                 for e in entries:
                     ev = e.event
                     key = (ev["userId"], ev["videoId"])
-                    cur_state, cur_version = state.get(key, (UNLIKED, 0))
+                    cur_state, cur_version = state.get(key, ("UNLIKED", 0))
                     if ev["relationVersion"] <= cur_version:
-                        if ev["relationVersion"] == cur_version:
-                            duplicates += 1
-                        else:
-                            stale += 1
+                        duplicates += ev["relationVersion"] == cur_version
+                        stale += ev["relationVersion"] < cur_version
                         continue
                     if ev["absoluteState"] != cur_state:
-                        updates.append((1 if ev["absoluteState"] == LIKED else -1, ev["videoId"]))
+                        updates.append((1 if ev["absoluteState"] == "LIKED" else -1, ev["videoId"]))
                     state[key] = changed[key] = (ev["absoluteState"], ev["relationVersion"])
                     applied += 1
-                updates.sort(key=lambda u: u[1])
                 if updates:
-                    cur.executemany(
-                        f"UPDATE {NAIVE_COUNT_TABLE} SET like_count = like_count + %s WHERE video_id = %s", updates)
+                    cur.executemany(f"UPDATE {COUNT_TABLE} SET like_count = like_count + %s WHERE video_id = %s",
+                                    sorted(updates, key=lambda u: u[1]))
                 if changed:
                     cur.executemany(
-                        f"INSERT INTO {NAIVE_PROJECTION_TABLE} AS p (user_id, video_id, state, version) "
-                        "VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, video_id) DO UPDATE SET "
-                        "state = EXCLUDED.state, version = EXCLUDED.version WHERE p.version < EXCLUDED.version",
-                        [(u, v, s, ver) for (u, v), (s, ver) in sorted(changed.items())],
-                    )
+                        f"INSERT INTO {PROJECTION_TABLE} AS p (user_id, video_id, state, version) VALUES (%s, %s, %s, "
+                        "%s) ON CONFLICT (user_id, video_id) DO UPDATE SET state = EXCLUDED.state, version = "
+                        "EXCLUDED.version WHERE p.version < EXCLUDED.version",
+                        [(u, v, s, ver) for (u, v), (s, ver) in sorted(changed.items())])
         except DatabaseError as exc:
             result.failed = {e.entry_id: Retryable(f"{exc.__class__.__name__}: {exc}") for e in entries}
             return result
@@ -85,37 +72,43 @@ class NaiveCountProjector:
         return result
 
 
-def naive_alias() -> str:
+def alias() -> str:
     from django.conf import settings
 
     return settings.COUNT_PARTITION_ALIASES[0]
 
 
-def make_projector(variant: str):
-    """`ours` (counting's CountProjector) or the naive one."""
-    if variant == "ours":
-        from counting.services.projection import CountProjector
-
-        return CountProjector()
-    return NaiveCountProjector(naive_alias())
+def make() -> NaiveCountProjector:
+    return NaiveCountProjector(alias())
 
 
-def naive_tables(videos: list[str]) -> None:
+def tables(videos: list[str]) -> None:
     """The naive baseline's tables in one count partition, with a counter row for each of `videos`."""
     from django.db import connections
 
-    with connections[naive_alias()].cursor() as cur:
-        counter_rows(cur, NAIVE_COUNT_TABLE, videos)
-        cur.execute(f"CREATE TABLE IF NOT EXISTS {NAIVE_PROJECTION_TABLE} ("
-                    " user_id bigint NOT NULL, video_id varchar(64) NOT NULL, state varchar(8) NOT NULL,"
-                    " version bigint NOT NULL, PRIMARY KEY (user_id, video_id))")
+    with connections[alias()].cursor() as cur:
+        counter_rows(cur, COUNT_TABLE, videos)
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {PROJECTION_TABLE} (user_id bigint NOT NULL, video_id varchar(64) NOT "
+                    "NULL, state varchar(8) NOT NULL, version bigint NOT NULL, PRIMARY KEY (user_id, video_id))")
 
 
-def reset_naive() -> None:
-    """Empty the naive projection, zero its counters, and drop its checkpoints and dead letters."""
+def reset() -> None:
+    """Empty the naive projection, zero its counters, drop its checkpoints and dead letters."""
     from django.db import connections
 
-    with connections[naive_alias()].cursor() as cur:
-        cur.execute(f"TRUNCATE {NAIVE_PROJECTION_TABLE}")
-        cur.execute(f"UPDATE {NAIVE_COUNT_TABLE} SET like_count = 0 WHERE like_count <> 0")
-    consumer_reset(NAIVE_CONSUMER)
+    with connections[alias()].cursor() as cur:
+        cur.execute(f"TRUNCATE {PROJECTION_TABLE}")
+        cur.execute(f"UPDATE {COUNT_TABLE} SET like_count = 0 WHERE like_count <> 0")
+    consumer_reset(CONSUMER)
+
+
+def counts(videos: list[str] | None = None) -> dict[str, int]:
+    """video -> its counter row (the non-zero ones, or those of `videos`)."""
+    from django.db import connections
+
+    with connections[alias()].cursor() as cur:
+        if videos is None:
+            cur.execute(f"SELECT video_id, like_count FROM {COUNT_TABLE} WHERE like_count <> 0")
+        else:
+            cur.execute(f"SELECT video_id, like_count FROM {COUNT_TABLE} WHERE video_id = ANY(%s)", [videos])
+        return {v: int(n) for v, n in cur.fetchall()}

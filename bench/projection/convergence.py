@@ -1,0 +1,197 @@
+"""Commit -> displayCount convergence under load (issue 15 §2; spec TEST-3): `bench/run.sh convergence`.
+
+For each pipeline path, `loops` (the publishers, projectors and snapshot as the bench's own loops, no broker) and
+`celery` (the real Celery worker and beat, started from the Procfile's `worker` and `beat` lines as written, the
+nudges on in them, in the command clients and in the probe), the uniform workload twice from empty tables:
+`max`, a closed loop (`--procs` processes, one command in flight each) with the pipeline running, whose sustained
+load is its commands/s scaled down by the share of the produced events the projector applied in the window; then
+`target`, an open loop at `--load-share` (0.8) of that. The commit -> displayCount probe (harness/roles.py probe),
+the drain and the exactness check of every video after each. Nothing asserts on timings (D89: the nudges)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import driver
+from bench.harness.driver import ROOT
+from bench.harness.phases import Layout
+from bench.harness.pool import Pool
+from bench.harness.report import fmt, md_table, pair, resources_table
+from bench.harness.sampler import ResourceSampler
+from bench.harness.seed import flush_redis, prepare
+from bench.projection.pipeline import OPTIONS as PIPELINE_OPTIONS
+from bench.projection.pipeline import exactness, prepare_pipeline, reset_workload, run_sustained
+
+NAME = "convergence"
+OPTIONS = {"paths": ("loops,celery", "pipeline paths: loops and/or celery"),
+           **{k: v for k, v in PIPELINE_OPTIONS.items() if k not in ("workloads", "replay_rounds", "replay_procs")},
+           "duration": (20.0, "measured seconds per phase", 0.1, 120),
+           "load_share": (0.8, "the target load as a share of the highest sustained load", 0.01, 1)}
+NUDGES_ON = {"LIKES_NUDGE_ENABLED": True}
+_SUCCEEDED = re.compile(r"Task ([\w.]+)\[[^\]]+\] succeeded in ([0-9.]+)s")
+
+
+def procfile_lines() -> dict[str, str]:
+    return {name.strip(): cmd.strip() for name, sep, cmd in
+            (line.partition(":") for line in (ROOT / "Procfile").read_text().splitlines())
+            if sep and name.strip() in ("worker", "beat")}
+
+
+def broker_purge() -> None:
+    """Drop the Celery queues of the bench broker, so a phase starts with none of the last one's tasks."""
+    from likes_project.nudge import pending_forget_all
+    from likes_project.redis_client import stream_redis
+
+    queues = {q.strip() for q in procfile_lines()["worker"].split("-Q", 1)[1].split()[0].split(",")}
+    with contextlib.suppress(Exception):
+        stream_redis().delete(*queues, "unacked", "unacked_index", "unacked_mutex")
+        pending_forget_all()  # the purged tasks will never clear their "queued" flags (D89)
+
+
+def worker_tasks(log_path: Path, seconds: float) -> list[dict]:
+    """What the Celery worker ran, from its "Task NAME[id] succeeded in Ns" lines: per task, runs a second, mean
+    run time, and worker-seconds a second (where its time went)."""
+    runs: dict[str, list[float]] = {}
+    if log_path.exists():
+        for m in _SUCCEEDED.finditer(log_path.read_text(errors="replace")):
+            runs.setdefault(m.group(1), []).append(float(m.group(2)))
+    out = [{"task": k, "per_s": round(len(v) / seconds, 1), "mean_ms": round(sum(v) / len(v) * 1000, 1),
+            "busy_s_per_s": round(sum(v) / seconds, 2)} for k, v in runs.items()]
+    return sorted(out, key=lambda r: -r["busy_s_per_s"])
+
+
+@contextlib.contextmanager
+def celery_running(workdir: Path):
+    """The Procfile's `worker` and `beat`, as written, through a shell as a Procfile runner starts them, with the
+    nudges on; in the driver's session, so bench/run.sh's cleanup stops them too if the driver dies."""
+    env = {**os.environ, "LIKES_NUDGE_ENABLED": "true", "PYTHONUNBUFFERED": "1"}
+    procs: list[subprocess.Popen] = []
+    broker_purge()
+    try:
+        for name, cmd in procfile_lines().items():
+            logf = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - the process's output while it runs
+            procs.append(subprocess.Popen(["/bin/sh", "-c", f"exec {cmd}"], cwd=ROOT, env=env, stdout=logf,
+                                          stderr=subprocess.STDOUT))
+        time.sleep(6.0)  # worker boot (prefork pool, broker connection) and beat's first tick
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"a celery process exited at start (logs in {workdir})")
+        yield
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=20)
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        broker_purge()
+
+
+def run_phase(pool, layout, sampler, args, ctx: dict, *, path: str, phase: str, rate: float | None,
+              workdir: Path) -> dict:
+    reset_workload()
+    (workdir / "worker.log").unlink(missing_ok=True)
+    t0 = time.time()
+    with celery_running(workdir) if path == "celery" else contextlib.nullcontext():
+        row = run_sustained(pool, layout, sampler, args, workload="uniform", users=ctx["users"], videos=ctx["videos"],
+                            probe_user=ctx["probe_user"], probe_videos=ctx["probe_videos"], pipeline=path,
+                            rate_per_s=rate, job_settings=NUDGES_ON if path == "celery" else None)
+    if path == "celery":  # the whole phase: warm-up, window and drain
+        row["worker_tasks"] = worker_tasks(workdir / "worker.log", time.time() - t0)
+    row.update(path=path, phase=phase, exactness=exactness())
+    row["exact"] = row["exactness"]["exact"]
+    # The load the pipeline held: commands/s scaled down by the share of the produced events it applied.
+    produced, applied = row["events_produced_per_s"], row["events_applied_per_s"]
+    row["sustained_commands_per_s"] = round(row["commands_per_s"] * (min(1.0, applied / produced) if produced
+                                                                     else 1.0), 1)
+    driver.make_log(NAME)(f"{path} {phase}: {row['commands_per_s']} cmd/s (target {rate and round(rate, 1)}), "
+                          f"displayCount p50/p99 {pair(row['display_p50_ms'], row['display_p99_ms'], 0)} ms, "
+                          f"{row['display_timeouts']} timeouts, {'EXACT' if row['exact'] else 'MISMATCH'}")
+    return row
+
+
+def report(result: dict) -> list[str]:
+    rows = result["rows"]
+    table = md_table(
+        ["path", "phase", "target cmd/s:", "commands/s:", "events produced/s:", "events applied/s:",
+         "publish lag p50 / p99 ms:", "projection lag p50 / p99 ms:",
+         "commit→displayCount p50 / p99 ms (probes, timeouts):", "same without L1 p50 / p99 ms:", "drain s:", "exact"],
+        [[r["path"], r["phase"], fmt(r["rate_per_s"]) if r["rate_per_s"] else
+          f"closed loop (sustained {fmt(r['sustained_commands_per_s'])})", fmt(r["commands_per_s"]),
+          fmt(r["events_produced_per_s"]), fmt(r["events_applied_per_s"]),
+          pair(r["publish_lag_p50_ms"], r["publish_lag_p99_ms"], 0), pair(r["lag_p50_ms"], r["lag_p99_ms"], 0),
+          f"**{pair(r['display_p50_ms'], r['display_p99_ms'], 0)}** ({r['display_samples']}, {r['display_timeouts']})",
+          pair(r["view_p50_ms"], r["view_p99_ms"], 0), r["drain_s"], "EXACT" if r["exact"] else "MISMATCH"]
+         for r in rows])
+    goals = [f"- {r['path']}: p99 {fmt(r['display_p99_ms'], 0)} ms at {fmt(r['commands_per_s'])} commands/s — "
+             f"{'MET' if met(r) else 'NOT MET'}" for r in rows if r["phase"] == "target"]
+    tasks = md_table(["phase", "task", "runs/s:", "mean ms:", "worker-seconds a second:"],
+                     [[f"{r['path']} {r['phase']}", t["task"], fmt(t["per_s"]), fmt(t["mean_ms"]),
+                       fmt(t["busy_s_per_s"], 2)] for r in rows for t in r.get("worker_tasks", [])[:8]])
+    return [table, "**Goal: commit → displayCount p99 ≤ 2,000 ms at the target load**\n\n" + "\n".join(goals),
+            resources_table((f"{r['path']} {r['phase']}", r.get("resources")) for r in rows),
+            f"**What the Celery worker ran** (`{result['meta']['procfile'].get('worker')}`, over the whole phase):\n\n"
+            + tasks if any(r.get("worker_tasks") for r in rows) else ""]
+
+
+def met(r: dict) -> bool:
+    return r["display_p99_ms"] is not None and r["display_p99_ms"] <= 2000 and not r["display_timeouts"]
+
+
+def headline(result: dict) -> dict:
+    targets = [r for r in result["rows"] if r["phase"] == "target"]
+    return {"goal": "commit → displayCount p99 ≤ 2 s at 80 % of the sustained load",
+            "figure": "; ".join(f"{r['path']} p99 {fmt(r['display_p99_ms'], 0)} ms at {fmt(r['commands_per_s'], 0)} "
+                                f"cmd/s" for r in targets),
+            "ceiling": "; ".join(f"{r['path']} sustains {fmt(r['sustained_commands_per_s'], 0)} cmd/s"
+                                 for r in result["rows"] if r["phase"] == "max"),
+            "ratio": ", ".join("MET" if met(r) else "NOT MET" for r in targets)}
+
+
+def main(argv=None) -> int:
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261203, wait_quiet=180.0)
+    args = run.args
+    args.mix_shares = driver.parse_mix(args)
+    paths = [x for x in args.paths.split(",") if x in ("loops", "celery")]
+    from django.conf import settings
+
+    from relations import routing
+
+    flush_redis()
+    users, videos = prepare(users=args.users, videos=args.videos)
+    probe_user, probe_sets, _all = prepare_pipeline(args, videos)
+    ctx = {"users": users, "videos": videos, "probe_user": probe_user, "probe_videos": probe_sets["uniform"]}
+    layout = Layout(commands=args.procs, shards=routing.all_aliases(), projectors=args.projectors, probe=True)
+    rows, workdir, pool = [], Path(tempfile.mkdtemp(prefix="likes-convergence-")), None
+    try:
+        pool = Pool(layout.size, name="pipeline")
+        sampler = ResourceSampler()
+        for path in paths:
+            top = run_phase(pool, layout, sampler, args, ctx, path=path, phase="max", rate=None, workdir=workdir)
+            rows += [top, run_phase(pool, layout, sampler, args, ctx, path=path, phase="target", workdir=workdir,
+                                    rate=top["sustained_commands_per_s"] * args.load_share)]
+    finally:
+        if pool is not None:
+            pool.close()
+        reset_workload()
+        shutil.rmtree(workdir, ignore_errors=True)
+    result = {"rows": rows, "meta": {"mix": args.mix_shares, "procfile": procfile_lines(),
+                                     "count_l1_ttl_s": settings.COUNT_L1_TTL_S,
+                                     "nudge_debounce_s": settings.NUDGE_DEBOUNCE_S}}
+    exact = all(r["exact"] and r["drained"] for r in rows)
+    return driver.finish(run, result, report=report, headline=headline,
+                         failure=None if exact else "MISMATCH: a count differs from the facts (or no drain)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

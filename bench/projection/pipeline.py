@@ -1,0 +1,477 @@
+"""The asynchronous count pipeline (issue #3; spec TEST-3): `bench/run.sh projection`.
+
+From empty tables and streams, for each workload, `uniform` (users x many videos) and `hot` (every like on one
+video), their relations disjoint so they share the run:
+
+  sustained  `--procs` processes call relation_set_state while, in processes of their own, the pipeline runs as
+             plain loops (no Celery): a publisher per relation shard, `--projectors` projectors over the stream
+             partitions (the shared consumer framework), the display snapshot loop, and a probe that commits a like
+             or unlike on a probe video every `--probe-interval` s and polls until the count shows it;
+  drain      the load stops; the loops run on until nothing is pending;
+  exactness  for every video: Σ vbuckets == durable display snapshot == LIKED relations == what is served;
+then, after both workloads:
+  capacity   each workload's whole stream loaded back into the emptied streams and projected again from the start,
+             by our projector and by the naive single-row counter (bench/projection/naive.py), the same process
+             counts for both (`--replay-procs`): the projectors' own throughput at saturation, not the arrival
+             rate the sustained figures are bound by. Exits non-zero when a count is not exact."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import sys
+import time
+from collections import Counter
+
+from bench.harness import checks, driver
+from bench.harness.phases import ROLE, Layout, drain_jobs, drain_wait, partition_shares
+from bench.harness.pool import Pool
+from bench.harness.report import fmt, md_table, pair, pct, pooled, ratio, resources_table
+from bench.harness.sampler import ResourceSampler
+from bench.harness.seed import (
+    HOT_VIDEO,
+    flush_redis,
+    prepare,
+    reset_count,
+    reset_state,
+    table,
+    truncate,
+    videos_ensure,
+)
+from bench.projection import naive
+
+NAME = "projection"
+OPTIONS = {
+    "users": (5000, "liking users", 1, 10**7), "videos": (2000, "videos in the uniform workload", 1, 10**7),
+    "workloads": ("uniform,hot", "comma list of uniform,hot"),
+    "warmup": (3.0, "seconds of load before the window", 0, 30), "duration": (15.0, "measured seconds", 0.1, 120),
+    "procs": (4, "command processes", 1, 64), "projectors": (2, "projector processes", 1, 16),
+    "mix": ("like=60,unlike=40", "command mix in percent, kinds like/unlike/noop/replay"),
+    "snapshot_interval": (0.2, "display snapshot cadence, s", 0.001, 5),
+    "publish_idle": (0.01, "publisher sleep after an empty claim, s", 0.001, 5),
+    "project_idle": (0.01, "projector sleep when nothing is new, s", 0.001, 5),
+    "probe_videos": (16, "probe videos", 1, 1000), "probe_interval": (0.05, "probe commit cadence, s", 0.001, 5),
+    "probe_poll": (0.02, "probe poll interval, s", 0.001, 5),
+    "probe_timeout": (10.0, "a probe not visible after this many s is a timeout", 0.5, 30),
+    "drain_timeout": (90.0, "bound on the drain, s", 1, 240),
+    "replay_rounds": (3, "backlog replays per variant, process count and workload (0 skips)", 0, 5),
+    "replay_procs": ("", "process counts of the backlog replay (default: --projectors, and 8)"),
+}
+PROBE_VIDEO_PREFIX, PROBE_USER = "bench-probe-", "bench-probe-user"
+
+
+def prepare_pipeline(args, videos: list[str]) -> tuple[int, dict[str, list[str]], list[str]]:
+    """The probe user and videos (a set per workload, so the workloads' relations stay disjoint) and the naive
+    baseline's tables. Returns the probe user id, the probe videos by workload, every video of the run."""
+    from django.contrib.auth import get_user_model
+
+    user, _ = get_user_model().objects.get_or_create(username=PROBE_USER, defaults={"password": "!bench"})
+    sets = {w: [f"{PROBE_VIDEO_PREFIX}{w[0]}{i:02d}" for i in range(args.probe_videos)] for w in ("uniform", "hot")}
+    all_videos = [*videos, HOT_VIDEO, *sets["uniform"], *sets["hot"]]
+    videos_ensure(all_videos[len(videos) + 1:])
+    naive.tables(all_videos)
+    return user.pk, sets, all_videos
+
+
+def reset_workload() -> None:
+    """Relations, the count state of both consumers, the display snapshots, the bench Redis namespace."""
+    from django.db import connections
+
+    from counting.models import VideoDisplayCount
+
+    reset_state()
+    reset_count()
+    naive.reset()
+    truncate(["default"], VideoDisplayCount)
+    flush_redis()
+    connections.close_all()
+
+
+def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *, workload: str, users: list,
+                  videos: list[str], probe_user: int, probe_videos: list[str], pipeline: str = "loops",
+                  rate_per_s: float | None = None, job_settings: dict | None = None) -> dict:
+    """One workload's warm-up and window with every role running, then the drain; its row. `pipeline`: "loops"
+    runs the publishers, projectors and snapshot as this pool's loops, "celery" leaves them to a Celery worker and
+    beat the caller started (the commands and the probe then nudge them: `job_settings`). `rate_per_s`: the command
+    load as an open loop at this total rate (None: closed loop)."""
+    run_id, deadlocks0 = secrets.token_hex(3), checks.pg_deadlocks()
+    t_start = time.time() + 1.0
+    t_measure = t_start + args.warmup
+    t_end = t_measure + args.duration
+    times = {"t_start": t_start, "t_measure": t_measure, "t_end": t_end,
+             "hard_deadline": t_end + args.drain_timeout + args.probe_timeout + 30}
+    n = len(layout.commands)
+    for k, i in enumerate(layout.commands):
+        pool.submit(i, {**times, "role": ROLE + "window", "layer": "service", "users": users[k::n],
+                        "videos": [HOT_VIDEO] if workload == "hot" else videos, "mix": args.mix_shares,
+                        "seed": args.seed * 1000 + k + (500 if workload == "hot" else 0), "settings": job_settings,
+                        "key_prefix": f"p{run_id}{workload[0]}{k}",
+                        "rate_per_s": rate_per_s / n if rate_per_s else None})
+    loops = pipeline == "loops"
+    shares = partition_shares(len(layout.projectors)) if loops else []
+    if loops:
+        for alias, i in layout.publishers.items():
+            pool.submit(i, {**times, "role": ROLE + "publisher", "alias": alias, "idle_s": args.publish_idle})
+        for share, i in zip(shares, layout.projectors, strict=False):
+            pool.submit(i, {**times, "role": ROLE + "projector", "mode": "sustained", "partitions": share,
+                            "idle_s": args.project_idle})
+        pool.submit(layout.snapshot, {**times, "role": ROLE + "snapshot", "interval_s": args.snapshot_interval})
+    pool.submit(layout.probe, {**times, "role": ROLE + "probe", "videos": probe_videos, "user_id": probe_user,
+                               "interval_s": args.probe_interval, "poll_s": args.probe_poll, "settings": job_settings,
+                               "timeout_s": args.probe_timeout, "key_prefix": f"probe{run_id}{workload[0]}"})
+    sampler.start(t_measure, t_end, labels=layout.labels(pool))
+    try:
+        cmd = pool.collect(layout.commands, timeout=(t_end - time.time()) + 120)
+    finally:
+        resources = sampler.stop()
+    probe = pool.collect([layout.probe], timeout=(t_end - time.time()) + args.probe_timeout + 60)[layout.probe]
+    pending, drain_s = drain_wait(args.drain_timeout)  # the loops run on until nothing is pending
+    proj_used = layout.projectors[:len(shares)]
+    done = pool.stopped([*layout.publishers.values(), *proj_used, layout.snapshot]) if loops else {}
+    if pending:
+        driver.make_log(NAME)(f"  {workload}: the pipeline did NOT drain within {args.drain_timeout:.0f}s: {pending}")
+    ok = sum(r["ok"] for r in cmd.values())
+    lat = [x for r in cmd.values() for x in r["latencies_ms"]]
+    (cmd_errors,) = pooled(cmd.values(), "errors")
+    time.sleep(max(0.0, t_end + 1.5 - time.time()))  # let the last window close before reading receipts
+    durable = receipts_and_lags(t_measure, t_end)
+    row = {"workload": workload, "pipeline": pipeline, "rate_per_s": rate_per_s,
+           "commands_per_s": round(ok / args.duration, 1), "command_p50_ms": pct(lat, 0.5),
+           "command_p99_ms": pct(lat, 0.99), "command_errors": sum(cmd_errors.values()),
+           "changed_share": round(sum(r["changed"] for r in cmd.values()) / ok, 3) if ok else None,
+           "events_produced_per_s": round(durable.pop("produced") / args.duration, 1),
+           "events_applied_per_s": round(durable.pop("applied") / args.duration, 1), **durable,
+           "display_p50_ms": pct(probe["display_ms"], 0.5, 1), "display_p99_ms": pct(probe["display_ms"], 0.99, 1),
+           "display_samples": len(probe["display_ms"]), "display_timeouts": probe.get("timeouts", 0),
+           "probe_errors": probe["errors"], "view_p50_ms": pct(probe["view_ms"], 0.5, 1),
+           "view_p99_ms": pct(probe["view_ms"], 0.99, 1), "drain_s": drain_s, "drained": not pending,
+           "pending_at_stop": pending, "pg_deadlocks": checks.pg_deadlocks() - deadlocks0,
+           "publishers": [done[i] for i in layout.publishers.values()] if loops else [],
+           "projectors": [done[i] for i in proj_used], "snapshot_loop": done.get(layout.snapshot, {}),
+           "resources": resources}
+    driver.make_log(NAME)(
+        f"  {workload}: {row['commands_per_s']} cmd/s, {row['events_applied_per_s']} applied/s, lag p50/p99 "
+        f"{pair(row['lag_p50_ms'], row['lag_p99_ms'], 0)} ms, displayCount p50/p99 "
+        f"{pair(row['display_p50_ms'], row['display_p99_ms'], 0)} ms ({row['display_samples']} probes, "
+        f"{row['display_timeouts']} timeouts), drained in {drain_s}s")
+    return row
+
+
+def receipts_and_lags(t_measure: float, t_end: float) -> dict:
+    """From the durable records after the drain: events produced (outbox rows created in the window) and applied
+    (`applied` receipts created in it), and for every event whose stateChangedAt is in the window the publish lag
+    (published_at - stateChangedAt) and the projection lag (receipt - stateChangedAt), joined by event id."""
+    from django.conf import settings
+    from django.db import connections
+
+    from counting import routing
+    from counting.models import CountEventReceipt
+    from relations.models import OutboxEvent
+
+    w0, w1 = (dt.datetime.fromtimestamp(t, tz=dt.UTC) for t in (t_measure, t_end))
+    applied_at, produced, events = {}, 0, []
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        with connections[alias].cursor() as cur:
+            cur.execute(f"SELECT event_id, created_at FROM {table(CountEventReceipt)} WHERE generation = %s "
+                        "AND outcome = 'applied'", [routing.active().generation])
+            applied_at.update(cur.fetchall())
+    for alias in settings.RELATION_SHARD_ALIASES:
+        with connections[alias].cursor() as cur:
+            cur.execute(f"SELECT event_id::text, payload->>'stateChangedAt', created_at, published_at "
+                        f"FROM {table(OutboxEvent)}")
+            for event_id, changed, created, published in cur.fetchall():
+                produced += w0 <= created < w1
+                if w0 <= (changed_at := dt.datetime.fromisoformat(changed)) < w1:
+                    events.append((event_id, changed_at, published))
+    connections.close_all()
+    project = [(applied_at[e] - c).total_seconds() * 1000 for e, c, _ in events if e in applied_at]
+    publish = [(p - c).total_seconds() * 1000 for _, c, p in events if p is not None]
+    return {"produced": produced, "applied": sum(w0 <= t < w1 for t in applied_at.values()),
+            "lag_samples": len(project), "lag_unapplied": len(events) - len(project),
+            "publish_lag_p50_ms": pct(publish, 0.5, 1), "publish_lag_p99_ms": pct(publish, 0.99, 1),
+            "lag_p50_ms": pct(project, 0.5, 1), "lag_p99_ms": pct(project, 0.99, 1),
+            "lag_max_ms": round(max(project), 1) if project else None}
+
+
+def exactness() -> dict:
+    """After a drain: checks.counts (facts = vbuckets = snapshot = served), dead letters and frozen buckets."""
+    from django.conf import settings
+    from django.db import connections
+
+    from counting.models import VideoLikeCountVbucket
+    from counting.services.projection import COUNT_CONSUMER
+    from likes_project.eventlog.models import DeadLetter
+
+    out = checks.counts(served=True)
+    out["dead_letters"] = DeadLetter.objects.filter(consumer__in=[COUNT_CONSUMER, naive.CONSUMER]).count()
+    out["frozen_buckets"] = sum(VideoLikeCountVbucket.objects.using(a).filter(frozen=True).count()
+                                for a in settings.COUNT_PARTITION_ALIASES)
+    connections.close_all()
+    return out
+
+
+# --- the backlog replays ------------------------------------------------------------------------------------------
+
+
+def streams_save(after: dict[int, str]) -> tuple[dict[int, list], dict[int, str]]:
+    """The entries of every partition after `after[p]` (the previous workload's last id), and the new last ids."""
+    from likes_project.eventlog import streams
+    from likes_project.redis_client import stream_redis
+
+    client, saved, last = stream_redis(), {}, {}
+    for p in streams.all_partitions():
+        start, entries = after.get(p, "0-0"), []
+        for _ in range(10_000):  # bounded paging
+            rows = client.xrange(streams.stream_key(p), min=f"({start}", max="+", count=5000)
+            if not rows:
+                break
+            entries += rows
+            start = rows[-1][0].decode()
+        saved[p], last[p] = entries, start
+    return saved, last
+
+
+def streams_load(saved: dict[int, list]) -> None:
+    """Replace the live streams by the saved entries (same entry ids, same fields)."""
+    from likes_project.eventlog import streams
+    from likes_project.redis_client import stream_redis
+
+    pipe = stream_redis().pipeline(transaction=False)
+    for p in streams.all_partitions():
+        pipe.delete(streams.stream_key(p))
+    for p, entries in saved.items():
+        for entry_id, fields in entries:
+            pipe.xadd(streams.stream_key(p), fields, id=entry_id)
+    pipe.execute()
+
+
+def run_replay(pool: Pool, layout: Layout, sampler, *, variant: str, procs: int, own: set[str]) -> dict:
+    """Project the whole stream again from an empty state with `procs` processes each owning every procs-th
+    partition; checked against the workload's LIKED relations (every other video must be 0)."""
+    from django.db import connections
+
+    from likes_project.eventlog import streams
+
+    reset_count() if variant == "ours" else naive.reset()
+    connections.close_all()
+    backlog = sum(streams.length(p) for p in streams.all_partitions())
+    t0 = time.time() + 0.5
+    jobs = drain_jobs("count" if variant == "ours" else naive.FACTORY, procs, start_at=t0, max_s=120)
+    used = layout.replay_order[:len(jobs)]
+    for i, job in zip(used, jobs, strict=True):
+        pool.submit(i, {**job, "idle_s": 0.01})
+    sampler.start(t0, t0 + 120, labels={pool.pid(i): f"projectors ({variant})" for i in used})
+    try:
+        res = pool.collect(used, timeout=180)
+    finally:
+        resources = sampler.stop()
+    applied = sum(r.get("applied", 0) for r in res.values())
+    ends = [r["t_last_progress"] for r in res.values() if r.get("t_last_progress")]
+    elapsed = (max(ends) - t0) if ends else None
+    errors, statuses, logged = pooled(res.values(), "errors", "statuses", "logged")
+    facts = Counter({v: n for v, n in checks.facts().items() if v in own})
+    got = checks.bucket_sums(routed=False) if variant == "ours" else naive.counts()
+    bad = checks.mismatches(facts, got, set(facts) | set(got))
+    return {"variant": variant, "procs": len(used), "backlog": backlog, "applied": applied,
+            "held_back": sum(r.get("held_back", 0) for r in res.values()),
+            "elapsed_s": round(elapsed, 3) if elapsed else None,
+            "applied_per_s": round(applied / elapsed, 1) if elapsed else None, "errors": dict(errors),
+            "statuses": dict(statuses), "group_failures": sum(v for k, v in logged.items() if k.startswith("group")),
+            "exact": not bad, "mismatches": bad[:5], "resources": resources}
+
+
+def run_capacity(pool, layout, sampler, args, *, rows: list[dict], saved: dict, own_videos: dict) -> None:
+    """The replays after every workload's sustained phase, so a variant's hot and uniform replays run back to back
+    (u-ours h-ours h-naive u-naive, then reversed, ...): background load on a shared machine hits both alike."""
+    log = driver.make_log(NAME)
+    by = {r["workload"]: r for r in rows}
+    for r in rows:
+        r["replays"] = []
+    wl = [w for w in args.workload_list if w in saved]
+    for rnd in range(args.replay_rounds):
+        for j, procs in enumerate(args.replay_procs_list):
+            seq = [(w, "ours") for w in wl] + [(w, "naive") for w in reversed(wl)]
+            for workload, variant in seq[::-1] if (rnd + j) % 2 else seq:
+                streams_load(saved[workload])
+                deadlocks = checks.pg_deadlocks()
+                rep = run_replay(pool, layout, sampler, variant=variant, procs=procs, own=set(own_videos[workload]))
+                time.sleep(1.5)  # let the replay's backends report their deadlocks
+                rep.update(round=rnd, pg_deadlocks=checks.pg_deadlocks() - deadlocks)
+                by[workload]["replays"].append(rep)
+                log(f"  replay {workload} {variant} x{rep['procs']}: {rep['applied']} of {rep['backlog']} events in "
+                    f"{rep['elapsed_s']}s = {rep['applied_per_s']} applied/s, exact {rep['exact']}")
+    for r in rows:
+        r["capacity"] = {}
+        for procs in args.replay_procs_list:
+            r["capacity"][str(procs)] = {}
+            for variant in ("ours", "naive"):
+                mine = [x for x in r["replays"] if x["variant"] == variant and x["procs"] == procs and x["elapsed_s"]]
+                seconds = sum(x["elapsed_s"] for x in mine)
+                r["capacity"][str(procs)][variant] = {
+                    "applied_per_s": round(sum(x["applied"] for x in mine) / seconds, 1) if seconds else None,
+                    "per_round": [x["applied_per_s"] for x in mine], "backlog": mine[0]["backlog"] if mine else None}
+
+
+# --- report ------------------------------------------------------------------------------------------------------
+
+
+def compute_ratios(rows: list[dict], pipeline_procs: int) -> dict:
+    """hot ÷ uniform: commands/s and events applied/s of the sustained window; replay applied/s per variant and
+    process count (pooled over the rounds, and per round)."""
+    by = {r["workload"]: r for r in rows}
+    out: dict = {"pipeline_procs": pipeline_procs, "capacity": {}}
+    if "hot" not in by or "uniform" not in by:
+        return out
+    hot, uni = by["hot"], by["uniform"]
+    out["commands_hot_over_uniform"] = ratio(hot["commands_per_s"], uni["commands_per_s"])
+    out["ours_sustained_hot_over_uniform"] = ratio(hot["events_applied_per_s"], uni["events_applied_per_s"])
+    for procs, hcell in hot.get("capacity", {}).items():
+        ucell = uni.get("capacity", {}).get(procs)
+        out["capacity"][procs] = {v: {"hot_over_uniform": ratio(hcell[v]["applied_per_s"], ucell[v]["applied_per_s"]),
+                                      "per_round": [round(h / u, 3) for h, u in zip(hcell[v]["per_round"],
+                                                                                    ucell[v]["per_round"], strict=False)
+                                                    if h and u]} for v in ("ours", "naive")} if ucell else {}
+    head = out["capacity"].get(str(pipeline_procs), {})
+    out["ours_capacity_hot_over_uniform"] = head.get("ours", {}).get("hot_over_uniform")
+    out["naive_capacity_hot_over_uniform"] = head.get("naive", {}).get("hot_over_uniform")
+    return out
+
+
+def verdict(x) -> str:
+    return "n/a" if x is None else ("PASS (≥ 0.9)" if x >= 0.9 else "FAIL (< 0.9)")
+
+
+def sustained_table(rows: list[dict]) -> str:
+    return md_table(
+        ["workload", "commands/s:", "events produced/s:", "events applied/s:", "projection lag p50 / p99 ms:",
+         "publish lag p50 / p99 ms:", "commit→displayCount p50 / p99 ms (probes, timeouts):",
+         "same without L1 p50 / p99 ms:", "drain s:", "exact"],
+        [[r["workload"], fmt(r["commands_per_s"]), fmt(r["events_produced_per_s"]), fmt(r["events_applied_per_s"]),
+          pair(r["lag_p50_ms"], r["lag_p99_ms"], 0), pair(r["publish_lag_p50_ms"], r["publish_lag_p99_ms"], 0),
+          f"{pair(r['display_p50_ms'], r['display_p99_ms'], 0)} ({r['display_samples']}, {r['display_timeouts']})",
+          pair(r["view_p50_ms"], r["view_p99_ms"], 0), fmt(r["drain_s"]),
+          f"{'EXACT' if r['exactness']['exact'] else '**MISMATCH**'} ({r['exactness']['liked']:,} likes, "
+          f"{r['exactness']['videos']:,} videos)"] for r in rows])
+
+
+def capacity_table(rows: list[dict]) -> str:
+    cells = []
+    for r in rows:
+        for procs, cell in r.get("capacity", {}).items():
+            mine = [x for x in r["replays"] if str(x["procs"]) == procs]
+
+            def rate(v, cell=cell):
+                return f"**{fmt(cell[v]['applied_per_s'], 0)}** ({', '.join(fmt(x, 0) for x in cell[v]['per_round'])})"
+
+            def failures(v, mine=mine):
+                reps = [x for x in mine if x["variant"] == v]
+                return f"{sum(x['group_failures'] for x in reps)} / {sum(x.get('pg_deadlocks', 0) for x in reps)}"
+
+            cells.append([r["workload"], procs, f"{cell['ours']['backlog'] or 0:,}", rate("ours"), rate("naive"),
+                          failures("ours"), failures("naive"),
+                          "EXACT" if all(x["exact"] for x in mine) else "**MISMATCH**"])
+    return md_table(["workload", "processes:", "backlog events:", "ours applied/s (per round):",
+                     "naive single-row applied/s (per round):", "ours: groups failed / PG deadlocks:",
+                     "naive: same:", "exact after every replay"], cells)
+
+
+def ratios_text(x: dict) -> str:
+    lines = [f"- **ours, projection throughput hot/uniform at saturation with the pipeline's {x['pipeline_procs']} "
+             f"projector processes: {fmt(x.get('ours_capacity_hot_over_uniform'), 2)} — "
+             f"{verdict(x.get('ours_capacity_hot_over_uniform'))}**",
+             f"- ours, events applied/s hot/uniform under the sustained load: "
+             f"{fmt(x.get('ours_sustained_hot_over_uniform'), 2)} — {verdict(x.get('ours_sustained_hot_over_uniform'))}"
+             f" (bounded by the arrival rate; commands/s hot/uniform {fmt(x.get('commands_hot_over_uniform'), 2)})"]
+    for procs, cell in x.get("capacity", {}).items():
+        if cell:
+            lines.append(f"- {procs} processes: ours hot/uniform **{fmt(cell['ours']['hot_over_uniform'], 2)}** "
+                         f"(paired rounds {', '.join(fmt(v, 2) for v in cell['ours']['per_round'])}); naive "
+                         f"single-row counter **{fmt(cell['naive']['hot_over_uniform'], 2)}**")
+    return "\n".join(lines)
+
+
+def loops_text(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        pubs, projs, snap, ex = r["publishers"], r["projectors"], r["snapshot_loop"], r["exactness"]
+        (errors,) = pooled([*pubs, *projs, snap], "errors")
+        statuses, logged = pooled(projs, "statuses", "logged")
+        sent, batches = sum(p.get("sent", 0) for p in pubs), sum(p.get("batches", 0) for p in pubs)
+        out.append(f"- {r['workload']}: publishers sent {sent:,} events in {batches:,} batches; projectors "
+                   f"{sum(p.get('calls', 0) for p in projs):,} passes (statuses {dict(statuses)}, logged "
+                   f"{dict(logged) or 0}); snapshot loop {snap.get('runs', 0)} runs, p50/p99 "
+                   f"{pair(snap.get('p50_ms'), snap.get('p99_ms'), 0)} ms; dead letters {ex['dead_letters']}, frozen "
+                   f"buckets {ex['frozen_buckets']}, PG deadlocks {r['pg_deadlocks']}; command p50/p99 "
+                   f"{pair(r['command_p50_ms'], r['command_p99_ms'])} ms, errors {r['command_errors']}; loop errors "
+                   f"{dict(errors) or 0}; served displayCount sources {ex.get('served_sources')}")
+    return "\n".join(out)
+
+
+def report(result: dict) -> list[str]:
+    rows = result["rows"]
+    res = [(f"{r['workload']} sustained", r.get("resources")) for r in rows]
+    res += [(f"{r['workload']} replay {x['variant']} x{x['procs']}", x["resources"]) for r in rows
+            for x in r.get("replays", []) if x["round"] == 0]
+    return ["**Sustained load with the pipeline running** (the measured window):", sustained_table(rows),
+            "**Projection capacity: the workload's stream projected again from an empty state** (the same process "
+            "count for both variants; applied/s = events ÷ time from the common start to the last progress):",
+            capacity_table(rows), "**Ratios**\n\n" + ratios_text(result["ratios"]), "**The loops:**\n\n" +
+            loops_text(rows), resources_table(res),
+            f"**Final counts vs the relation facts: {'EXACT' if result['exact'] else 'MISMATCH'}**"]
+
+
+def headline(result: dict) -> dict:
+    x, pp = result["ratios"], str(result["ratios"]["pipeline_procs"])
+    cap = next((r["capacity"].get(pp) for r in result["rows"] if r["workload"] == "hot"), None) or {}
+    return {"goal": "projection hot ÷ uniform ≥ 0.9 at saturation",
+            "figure": f"hot ÷ uniform {fmt(x.get('ours_capacity_hot_over_uniform'), 2)} ({pp} projectors; "
+                      f"sustained {fmt(x.get('ours_sustained_hot_over_uniform'), 2)})",
+            "ceiling": f"naive single-row counter hot ÷ uniform {fmt(x.get('naive_capacity_hot_over_uniform'), 2)}",
+            "ratio": "ours ÷ naive on hot " + fmt(ratio(cap.get("ours", {}).get("applied_per_s"),
+                                                        cap.get("naive", {}).get("applied_per_s")), 1)}
+
+
+def main(argv=None) -> int:
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261130, wait_quiet=180.0)
+    args = run.args
+    args.mix_shares = driver.parse_mix(args)
+    args.workload_list = [w for w in args.workloads.split(",") if w in ("uniform", "hot")]
+    args.replay_procs_list = list(dict.fromkeys(driver.int_list(args.replay_procs) or [args.projectors, 8]))
+    from relations import routing
+
+    flush_redis()
+    users, videos = prepare(users=args.users, videos=args.videos)
+    probe_user, probe_sets, _all = prepare_pipeline(args, videos)
+    own_videos = {"uniform": [*videos, *probe_sets["uniform"]], "hot": [HOT_VIDEO, *probe_sets["hot"]]}
+    reset_workload()  # the workloads' relations are disjoint: nothing is emptied between them
+    layout = Layout(commands=args.procs, shards=routing.all_aliases(), projectors=args.projectors, probe=True,
+                    extra=max(args.replay_procs_list))
+    rows, saved, last_ids, pool = [], {}, {}, None
+    try:
+        pool = Pool(layout.size, name="pipeline")
+        sampler = ResourceSampler()
+        for workload in args.workload_list:
+            run.log(f"{workload}: sustained load {args.warmup:g}+{args.duration:g} s ...")
+            row = run_sustained(pool, layout, sampler, args, workload=workload, users=users, videos=videos,
+                                probe_user=probe_user, probe_videos=probe_sets[workload])
+            row["exactness"] = exactness()
+            run.log(f"  {workload}: {'EXACT' if row['exactness']['exact'] else 'MISMATCH'} {row['exactness']}")
+            saved[workload], last_ids = streams_save(last_ids)
+            rows.append(row)
+        for r in rows:
+            r["replays"], r["capacity"] = [], {}
+        if args.replay_rounds:
+            run_capacity(pool, layout, sampler, args, rows=rows, saved=saved, own_videos=own_videos)
+    finally:
+        if pool is not None:
+            pool.close()
+    reset_workload()  # leave the bench databases small
+    exact = all(r["exactness"]["exact"] and r["drained"] and all(x["exact"] for x in r["replays"]) for r in rows)
+    result = {"rows": rows, "ratios": compute_ratios(rows, args.projectors), "exact": exact,
+              "meta": {"mix": args.mix_shares, "replay_procs": args.replay_procs_list}}
+    return driver.finish(run, result, report=report, headline=headline,
+                         failure=None if exact else "MISMATCH: a count differs from the facts (or no drain)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
