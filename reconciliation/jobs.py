@@ -80,7 +80,10 @@ def _check_abandon(job, actor: Actor, reason: str) -> None:
 
 
 def _repair_slice(ctx: SliceContext) -> bool:
-    done = repair.repair_execute(int(ctx.params["repairId"]), say=ctx.say)
+    from reconciliation.services.recovery import restore
+
+    with restore.in_job(ctx):  # a repair from a snapshot is a restore: it renews this job's lease as it goes
+        done = repair.repair_execute(int(ctx.params["repairId"]), say=ctx.say)
     ctx.result = {"repairId": done.pk, "status": done.status}
     ctx.job.message = f"repair {done.pk}: {done.status}"
     return True
@@ -93,6 +96,14 @@ def _repair_abandon(job, actor: Actor, reason: str) -> None:
 
     RepairRequest.objects.filter(pk=job.params.get("repairId"), status=RepairStatus.RUNNING).update(
         status=RepairStatus.FAILED, error=f"its job stopped: {reason}"[:4000], finished_at=timezone.now())
+    _restore_abandon(job, actor, reason)
+
+
+def _restore_abandon(job, actor: Actor, reason: str) -> None:
+    """The restore a dead job was running (a repair's, a test-restore's) is reclaimed with it."""
+    from reconciliation.services.recovery import restore
+
+    restore.restores_of_job_abandon(job.pk, actor=actor, reason=reason)
 
 
 # --- recovery snapshots (issue 12) -------------------------------------------------------------------
@@ -160,7 +171,8 @@ def _verify_slice(ctx: SliceContext) -> bool:
 def _test_restore_slice(ctx: SliceContext) -> bool:
     from reconciliation.services.recovery import restore
 
-    ctx.result = restore.test_restore(int(ctx.params["snapshotId"]), actor=ctx.actor, say=ctx.say)
+    with restore.in_job(ctx):
+        ctx.result = restore.test_restore(int(ctx.params["snapshotId"]), actor=ctx.actor, say=ctx.say)
     why = str(ctx.result.get("problems") or ctx.result.get("identityDiffs"))[:300]
     ctx.job.message = f"test-restore of snapshot {ctx.params['snapshotId']}: " + ("ok" if ctx.result["ok"] else
                                                                                  f"FAILED {why}")
@@ -201,7 +213,8 @@ JOB_KINDS = [
     JobKind(SNAPSHOT_JOB, SNAPSHOT_PERMISSION, _snapshot_slice, create=_snapshot_create, abandon=_snapshot_abandon,
             unit="rows", single_slice=True),
     JobKind(SNAPSHOT_VERIFY_JOB, SNAPSHOT_PERMISSION, _verify_slice, unit="artifacts", single_slice=True),
-    JobKind(SNAPSHOT_TEST_JOB, SNAPSHOT_PERMISSION, _test_restore_slice, unit="rows", single_slice=True),
+    JobKind(SNAPSHOT_TEST_JOB, SNAPSHOT_PERMISSION, _test_restore_slice, abandon=_restore_abandon, unit="rows",
+            single_slice=True),
     JobKind(BUCKET_SPACE_JOB, "counting.approve_bucketmigration", _bucket_space_slice, create=_bucket_space_create,
             unit="relations", single_slice=True),
 ]

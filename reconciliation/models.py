@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import F, Q
 
+from likes_project.generations import GenerationModel
 from likes_project.switches import GlobalPauseSwitch
 
 
@@ -253,6 +254,29 @@ class RecoverySnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot {self.pk} ({self.status}) of generation {self.generation}"
+
+
+class RecoveryRestore(GenerationModel):
+    """One restore of a recovery snapshot as a run of the generation lifecycle (issue 29 §6): the
+    lease, its renewal, the reclaim of a dead run, the time limit and the audit records are the
+    lifecycle's. Its `generation` numbers the restores; what it builds is the count projection
+    generation `count_generation` (SHADOW, then ACTIVE at the switch, or RETIRED at once when the
+    restore fails or is a test-restore). ACTIVE here means the last restore that was switched in (a
+    later restore retires it; a bucket-space change does not touch it). A test-restore (`scratch`) is a
+    dry run: verified, then RETIRED, never switched in."""
+
+    snapshot_id = models.BigIntegerField()
+    count_generation = models.PositiveIntegerField(unique=True)
+    replaced_generation = models.PositiveIntegerField()  # the ACTIVE count generation when it started
+    scratch = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta(GenerationModel.Meta):
+        pass
+
+    def __str__(self) -> str:
+        return (f"restore {self.generation} of snapshot {self.snapshot_id} into count generation "
+                f"{self.count_generation} ({self.status})")
 
 
 class AutoRepairSwitch(GlobalPauseSwitch):

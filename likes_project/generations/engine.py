@@ -3,10 +3,11 @@ it in, fail or reclaim it. See the package docstring for the whole protocol."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
@@ -22,6 +23,7 @@ from likes_project.generations.lifecycle import (
     Lifecycle,
     RebuildFailed,
     RebuildRunning,
+    RebuildTimedOut,
     StepContext,
 )
 from likes_project.generations.models import _STATUS_OF_STEP, BUILDING, STEPS, GenerationModel
@@ -39,13 +41,14 @@ def building_row(lc: Lifecycle, *, lock: bool = False) -> GenerationModel | None
     return (qs.select_for_update() if lock else qs).first()
 
 
-def _run_is_alive(lc: Lifecycle, row: GenerationModel) -> bool:
+def _run_is_alive(lc: Lifecycle, row: GenerationModel, *, ours: bool = False) -> bool:
     """A building generation is alive when a slice holds the lease now, or its job is waiting for
     its next slice (queued, or parked between slices). A job whose slice holder is set but whose lease
-    ran out died with that holder."""
+    ran out died with that holder. `ours`: the caller holds the lease itself, so no slice of that run
+    does."""
     from likes_project.opsjobs.models import JobStatus, OpsJob
 
-    if leases.lease_is_held(lc.lease_resource):
+    if not ours and leases.lease_is_held(lc.lease_resource):
         return True
     if row.job_id is None:
         return False
@@ -57,24 +60,31 @@ def _run_is_alive(lc: Lifecycle, row: GenerationModel) -> bool:
 
 
 def generation_start(lc: Lifecycle, *, actor: Actor, params: dict | None = None,
-                     job_id: int | None = None) -> GenerationModel:
+                     job_id: int | None = None, grant: leases.LeaseGrant | None = None) -> GenerationModel:
     """Create generation G+1 SHADOW (previous = the ACTIVE one), reclaiming a building generation
     whose run died. Must run inside the caller's transaction on `default` (the ops job that will run
     it is created in the same one). From its commit on, the live writers write G+1 too.
+
+    `grant`: the caller already holds the lifecycle's lease and runs the generation itself, with no ops
+    job of its own (a step of a bigger job, like a repair's restore); the lease then stays held from
+    before the start to the run's end, so no other start can take the new generation for a dead one.
 
     Raises RebuildRunning (code `lc.running_code`) while another run is alive."""
     if not transaction.get_connection("default").in_atomic_block:
         raise RuntimeError("generation_start must run inside a transaction on default")
     params = dict(params or {})
     _size_params_check(lc, params)
+    ours = grant is not None
+    if ours and (grant.resource != lc.lease_resource or not leases.lease_is_current(grant)):
+        raise RebuildRunning(f"the lease {lc.lease_resource} is not held by this run", code=lc.running_code)
     top = lc.model.objects.select_for_update().order_by("-generation").first()
     current = building_row(lc, lock=True)
     if current is not None:
-        if _run_is_alive(lc, current):
+        if _run_is_alive(lc, current, ours=ours):
             raise RebuildRunning(f"generation {current.generation} is {current.status}; a rebuild is already "
                                  f"running.", code=lc.running_code)
         _abandon_locked(lc, current, actor=actor, reason="abandoned: its rebuild stopped without finishing")
-    elif leases.lease_is_held(lc.lease_resource):
+    elif not ours and leases.lease_is_held(lc.lease_resource):
         raise RebuildRunning("a rebuild is already running", code=lc.running_code)
     active = lc.model.objects.filter(status=S.ACTIVE).first()
     state: dict = {}
@@ -123,6 +133,7 @@ def _abandon_locked(lc: Lifecycle, row: GenerationModel, *, actor: Actor, reason
     now = timezone.now()
     lc.model.objects.filter(pk=row.pk, status__in=BUILDING).update(
         status=S.FAILED, failure_reason=reason[:512], finished_at=now)
+    lc.release(row)
     audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_abandoned", target_type=lc.target_type,
                  target_id=str(row.generation), params={"status": row.status, "step": row.step}, outcome="failed")
     metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="abandoned")
@@ -153,6 +164,7 @@ def generation_fail(lc: Lifecycle, generation: int, *, actor: Actor, error: Base
             status=S.FAILED, failure_reason=reason, finished_at=timezone.now(), **extra)
         if updated:
             row = lc.model.objects.get(pk=generation)
+            lc.release(row)
             audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_failed", target_type=lc.target_type,
                          target_id=str(generation), outcome="failed",
                          params={"failure": reason, "step": row.step, "stats": row.stats})
@@ -172,11 +184,45 @@ class _Slice:
     chunks_left: int | None
     chunks: int = 0
     on_chunk: Callable[[GenerationModel], None] | None = None
+    renewed: float = field(default_factory=time.monotonic)  # when the lease was last renewed
 
     def spent(self) -> bool:
         if self.chunks_left is not None and self.chunks >= self.chunks_left:
             return True
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def _time_limit_check(sl: _Slice) -> None:
+    """RebuildTimedOut once the run is older than its lifecycle's time limit (from its start, every
+    slice counted: a run resumed later does not start its clock again)."""
+    limit = sl.lc.time_limit_s
+    started = sl.row.progress.get("started_at")
+    if limit is None or not started:
+        return
+    age = (timezone.now() - dt.datetime.fromisoformat(started)).total_seconds()
+    if age > limit:
+        raise RebuildTimedOut(f"{sl.lc.label} {sl.row.generation} has run for {age:.1f} s, beyond its time limit "
+                              f"of {limit:g} s")
+
+
+def _renew(sl: _Slice) -> None:
+    leases.lease_renew(sl.grant, ttl_s=_default("OPS_JOB_LEASE_S", 60.0))
+    sl.renewed = time.monotonic()
+
+
+def _tick(sl: _Slice) -> None:
+    """A step's long chunk says it is alive (`StepContext.tick`): at most once a second (and four times a
+    lease), the time limit checked, the lease renewed (FenceLost once it is someone else's), the job's
+    progress saved. Between two ticks the step's own writes are what it is doing; nothing else runs."""
+    if time.monotonic() - sl.renewed < min(1.0, _default("OPS_JOB_LEASE_S", 60.0) / 4):
+        return
+    _time_limit_check(sl)
+    try:
+        _renew(sl)
+    except leases.LeaseLost as exc:
+        raise FenceLost(f"{sl.lc.label} {sl.row.generation} lost its lease {exc} while it worked") from exc
+    if sl.on_chunk is not None:
+        sl.on_chunk(sl.row)
 
 
 def _claim(lc: Lifecycle, generation: int, grant: leases.LeaseGrant) -> GenerationModel | None:
@@ -204,9 +250,10 @@ def _save(sl: _Slice, **extra) -> None:
         progress=row.progress, status=row.status, **extra)
     if updated != 1:
         raise FenceLost(f"generation {row.generation} was reclaimed or finished by someone else")
-    leases.lease_renew(sl.grant, ttl_s=_default("OPS_JOB_LEASE_S", 60.0))
+    _renew(sl)
     if sl.on_chunk is not None:
         sl.on_chunk(row)
+    _time_limit_check(sl)
 
 
 def _run_step(sl: _Slice, step: str) -> bool:
@@ -245,32 +292,61 @@ def _advance(sl: _Slice, step: str) -> None:
 
 def _activate(sl: _Slice, actor: Actor) -> None:
     """The CAS switch: the building generation -> ACTIVE and the ACTIVE one it started from -> RETIRED,
-    in one transaction with its audit record; refused if either moved."""
+    in one transaction with its audit record; refused if either moved. The lifecycle's `switch` decides
+    in which transaction (its own, when it switches something of its own in with it)."""
     lc, row = sl.lc, sl.row
-    now = timezone.now()
-    with transaction.atomic(using="default", durable=True):
-        rows = list(lc.model.objects.select_for_update().filter(Q(pk=row.pk) | Q(status=S.ACTIVE))
-                    .order_by("generation"))
-        new = next((r for r in rows if r.pk == row.pk), None)
-        old = next((r for r in rows if r.status == S.ACTIVE), None)
-        if new is None or new.status not in BUILDING or new.fencing_token != sl.grant.token:
-            raise FenceLost(f"generation {row.generation} is no longer this run's")
-        if (old.generation if old else None) != row.previous_generation:
-            raise RebuildFailed(f"the ACTIVE generation changed from {row.previous_generation} to "
-                                f"{old.generation if old else None} during the rebuild")
-        lc.before_activate(new, sl.ctx.stats)
-        if old is not None:
-            lc.model.objects.filter(pk=old.pk).update(status=S.RETIRED, finished_at=now)
-        row.status = S.ACTIVE
-        row.progress["state"], row.progress["stats"] = sl.ctx.state, sl.ctx.stats
-        lc.model.objects.filter(pk=row.pk).update(status=S.ACTIVE, activated_at=now, progress=row.progress)
-        audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_activate", target_type=lc.target_type,
-                     target_id=str(row.generation), outcome="active",
-                     params={"retired": row.previous_generation, **_run_params(sl.ctx.params), "stats": sl.ctx.stats})
-    metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="activated")
+
+    def activate() -> None:
+        now = timezone.now()
+        outer = transaction.get_connection("default").in_atomic_block  # inside the lifecycle's own switch
+        with transaction.atomic(using="default", durable=not outer):
+            rows = list(lc.model.objects.select_for_update().filter(Q(pk=row.pk) | Q(status=S.ACTIVE))
+                        .order_by("generation"))
+            new = next((r for r in rows if r.pk == row.pk), None)
+            old = next((r for r in rows if r.status == S.ACTIVE), None)
+            if new is None or new.status not in BUILDING or new.fencing_token != sl.grant.token:
+                raise FenceLost(f"generation {row.generation} is no longer this run's")
+            if (old.generation if old else None) != row.previous_generation:
+                raise RebuildFailed(f"the ACTIVE generation changed from {row.previous_generation} to "
+                                    f"{old.generation if old else None} during the rebuild")
+            lc.before_activate(new, sl.ctx.stats)
+            if old is not None:
+                lc.model.objects.filter(pk=old.pk).update(status=S.RETIRED, finished_at=now)
+            row.progress["state"], row.progress["stats"] = sl.ctx.state, sl.ctx.stats
+            lc.model.objects.filter(pk=row.pk).update(status=S.ACTIVE, activated_at=now, progress=row.progress)
+            audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_activate", target_type=lc.target_type,
+                         target_id=str(row.generation), outcome="active",
+                         params={"retired": row.previous_generation, **_run_params(sl.ctx.params),
+                                 "stats": sl.ctx.stats})
+
+    _time_limit_check(sl)  # a run past its time limit is never switched in
+    lc.switch(sl.ctx, activate)
     row.refresh_from_db()
+    if row.status != S.ACTIVE:  # committed, or the switch must have raised
+        raise RebuildFailed(f"{lc.label} {row.generation}: its switch returned without activating it")
+    metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="activated")
     lc.after_activate(row)
     _after_change_quietly(lc, row)
+
+
+def _retire_verified(sl: _Slice, actor: Actor) -> None:
+    """The end of a dry run (`params["dry_run"]`: a drill that builds and verifies a generation but
+    never switches it in): RETIRED at once, audited as `<prefix>.rebuild_verified`; the ACTIVE one is
+    untouched."""
+    lc, row = sl.lc, sl.row
+    row.progress["state"], row.progress["stats"] = sl.ctx.state, sl.ctx.stats
+    with transaction.atomic(using="default", durable=True):
+        updated = lc.model.objects.filter(pk=row.pk, status__in=BUILDING, fencing_token=sl.grant.token).update(
+            status=S.RETIRED, finished_at=timezone.now(), progress=row.progress)
+        if updated != 1:
+            raise FenceLost(f"generation {row.generation} is no longer this run's")
+        lc.release(row)
+        audit_record(actor=actor, action=f"{lc.audit_prefix}.rebuild_verified", target_type=lc.target_type,
+                     target_id=str(row.generation), outcome="verified",
+                     params={**_run_params(sl.ctx.params), "stats": sl.ctx.stats})
+    metrics.inc("likes_generation_rebuilds_total", kind=lc.kind, outcome="verified")
+    row.refresh_from_db()
+    _after_change_quietly(lc, None)
 
 
 def generation_slice(lc: Lifecycle, generation: int, *, grant: leases.LeaseGrant, actor: Actor,
@@ -290,12 +366,17 @@ def generation_slice(lc: Lifecycle, generation: int, *, grant: leases.LeaseGrant
                       progress.setdefault("stats", {}), say or (lambda msg: None))
     deadline = None if budget_s is None else time.monotonic() + budget_s
     sl = _Slice(lc, grant, row, ctx, deadline, max_chunks, on_chunk=on_chunk)
+    ctx.tick = lambda: _tick(sl)
     try:
         _after_change_quietly(lc, row)
         while True:
             step = row.progress["step"]
             if step == "verify":
                 lc.verify(ctx)
+                if ctx.params.get("dry_run"):
+                    _retire_verified(sl, actor)
+                    ctx.say(f"{lc.label} {generation}: RETIRED (a dry run: verified, never switched in)")
+                    return True
                 _activate(sl, actor)
                 retired = f"; {lc.label} {row.previous_generation}: RETIRED" if row.previous_generation else ""
                 ctx.say(f"{lc.label} {generation}: ACTIVE{retired}")

@@ -20,6 +20,11 @@ class FenceLost(RebuildFailed):
     reclaimed it. This slice must stop writing."""
 
 
+class RebuildTimedOut(RebuildFailed):
+    """The run has been going for longer than its lifecycle's `time_limit_s` (counted from its start,
+    across slices): it is stopped at its next chunk or tick, FAILED."""
+
+
 class RebuildRunning(Conflict):
     code = "rebuild_running"
     default_message = "A rebuild is already running."
@@ -40,11 +45,17 @@ class StepResult:
     total: int | None = None
 
 
+def _no_tick() -> None:
+    return None  # outside a slice (a step called by hand) there is no lease to renew
+
+
 @dataclass
 class StepContext:
     """What a step sees: its generation row, the run's parameters, the user's own persisted `state`
-    (set in `create_fields` or by earlier steps), the `stats` counters that end up in the report, and
-    `say` for progress lines."""
+    (set in `create_fields` or by earlier steps), the `stats` counters that end up in the report, `say`
+    for progress lines, and `tick`: a step whose one chunk is long work (a table streamed in, a replay to
+    the stream heads, a whole-generation check) calls it as it goes, so the run's lease is renewed and
+    its time limit checked within the chunk too (cheap: it does something at most once a second)."""
 
     lifecycle: Lifecycle
     row: GenerationModel
@@ -52,6 +63,7 @@ class StepContext:
     state: dict
     stats: dict
     say: Callable[[str], None]
+    tick: Callable[[], None] = _no_tick
 
     def count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
@@ -68,6 +80,12 @@ class Lifecycle(ABC):
     # Optional whole-number parameters of a run (chunk and sample sizes): each one given must be at
     # least 1, checked when the run starts, before anything is written.
     size_params: tuple[str, ...] = ()
+
+    @property
+    def time_limit_s(self) -> float | None:
+        """How long a run may take from its start, all slices together, before it is FAILED (None: no
+        limit of its own beyond the Celery time limit of each slice). A user reads its setting here."""
+        return None
 
     @property
     def lease_resource(self) -> str:
@@ -103,6 +121,20 @@ class Lifecycle(ABC):
     @abstractmethod
     def verify(self, ctx: StepContext) -> None:
         """Raise RebuildFailed when the generation does not hold what the source holds."""
+
+    def switch(self, ctx: StepContext, activate: Callable[[], None]) -> None:
+        """Switch the verified generation in. By default the engine's CAS alone: `activate()` makes it
+        ACTIVE and the previous ACTIVE one RETIRED, audited, in one transaction on `default`. A user whose
+        switch must also move something of its own under a fence (a restore: the count consumer's leases
+        taken, its replay brought to the barrier, the count generation switched) overrides this and calls
+        `activate()` inside its own transaction on `default`, so that both commit together or neither does.
+        Raise RebuildFailed to refuse the switch."""
+        activate()
+
+    def release(self, row: GenerationModel) -> None:
+        """Inside the transaction that ends a run without switching it in (FAILED, reclaimed, or a dry
+        run's end): let go of what the run holds beside its own row (a restore's count generation)."""
+        return None  # an optional hook: nothing by default
 
     def before_activate(self, row: GenerationModel, stats: dict) -> None:
         """Inside the switching transaction: raise RebuildFailed to refuse the switch (a pin moved), or
