@@ -109,7 +109,7 @@ def reset_all() -> None:
     from bench.reconcile.seed import reset_all as reconcile_reset
     from bench.reverse.likers import reverse_reset
     from counting.models import LikeReverseRecent, VideoDisplayCount
-    from likes_project.eventlog.consumer import CONSUMERS
+    from likes_project.eventlog.registry import CONSUMERS
     from relations.models import VideoSnapshot
     from relations.services.relation_cache import cache_generations_mirror
 

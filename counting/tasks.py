@@ -25,10 +25,11 @@ def _nudge_snapshot(report) -> None:
 
 # The count projector (PROJ) and the reverse-index projector (REV-1, REV-2), one pass per partition.
 project_partition_task, project_all_task = consumer_tasks(
-    CountProjector, sweep_name="counting.project_all", batch_size=lambda: settings.COUNT_PROJECTOR_BATCH,
-    after=_nudge_snapshot)
+    CountProjector, name="counting.project_partition", sweep_name="counting.project_all",
+    batch_size=lambda: settings.COUNT_PROJECTOR_BATCH, after=_nudge_snapshot)
 project_reverse_task, project_reverse_all_task = consumer_tasks(
-    ReverseIndexProjector, sweep_name="counting.project_reverse_all", batch_size=lambda: 500)
+    ReverseIndexProjector, name="counting.project_reverse", sweep_name="counting.project_reverse_all",
+    batch_size=lambda: 500)
 
 
 @shared_task(name="counting.display_snapshot", acks_late=True, ignore_result=True)

@@ -1,13 +1,10 @@
-import os
-
-from celery import Celery, signals
+from celery import signals
 
 from likes_project import logs, nudge
+from likes_project.taskapp import app
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "likes_project.settings.production")
+__all__ = ["app"]
 
-app = Celery("likes_project")
-app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Our LOGGING in worker and beat; task_id, task name and the enqueuing request's id on every task line.
 logs.celery_connect()

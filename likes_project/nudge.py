@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from likes_project import metrics
 from likes_project.redis_client import stream_redis
+from likes_project.taskapp import app
 
 logger = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -161,8 +162,6 @@ def send_unless_pending(task_name: str, args: tuple, *, retry: bool = True) -> b
     set): what the beat sweepers send, so that a sweep adds nothing where a nudged copy is queued and the
     queue holds at most one waiting copy per (task, args) however busy it gets. Raises the broker's
     error (a sweeper's failure is the beat's to log)."""
-    from likes_project.celery import app
-
     if not _claim(task_name, args):
         metrics.inc("likes_nudge_coalesced_total", task=task_name)
         return False

@@ -15,8 +15,12 @@ class OpsconsoleConfig(AppConfig):
         from likes_project.api_tokens import token_label
         from likes_project.observability import register_part
         from opsconsole import dashboard
+        from opsconsole.drills import scenarios
+        from opsconsole.drills.registry import drill_register
 
         register_part("console:switches", dashboard.switches_gauge)
+        for drill in scenarios.SCENARIOS:
+            drill_register(drill)
 
         # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a
         # delete would remove, and log line that prints a token would print the secret (D48).

@@ -29,8 +29,8 @@ from counting.selectors import trace as projector_reads
 from likes_project.errors import InvalidInput
 from likes_project.eventlog import selectors as eventlog
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import CONSUMERS
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
+from likes_project.eventlog.registry import CONSUMERS
 from relations import validation
 from relations.selectors import lookup as lookup
 

@@ -9,10 +9,14 @@ class RelationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from likes_project.eventlog.registry import consumer_register
         from likes_project.opsjobs.services import job_kind_register
-        from relations import jobs, observability
+        from relations import jobs, observability, tasks
         from relations.api import schema  # noqa: F401 - registers OpenAPI extensions
+        from relations.services.relation_cache import RelationCacheProjector
 
+        consumer_register(RelationCacheProjector.name, task=tasks.project_relcache_task.name,
+                          projector=RelationCacheProjector)
         for kind in jobs.JOB_KINDS:
             job_kind_register(kind)
         observability.register()

@@ -7,9 +7,10 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from likes_project import leases
 from likes_project.audit.services import system_actor
-from likes_project.eventlog import leases
-from likes_project.eventlog.consumer import CONSUMER_TASKS, consumer_tasks, holder_id
+from likes_project.eventlog.consumer import consumer_tasks, holder_id
+from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.services import streams_trim
 from likes_project.nudge import nudge, send_unless_pending
 from relations import routing
@@ -48,8 +49,8 @@ def publish_outbox_task(alias: str) -> dict:
     finally:
         leases.lease_release(grant)
     for partition in sorted(partitions):
-        for task in CONSUMER_TASKS.values():  # every projector of the stream, by task name
-            nudge(task, partition, debounce_s=0.0)
+        for consumer in CONSUMERS.values():  # every projector of the stream, by its task's name
+            nudge(consumer.task, partition, debounce_s=0.0)
     return {"status": "ok", "sent": sent}
 
 
@@ -93,7 +94,8 @@ def relcache_repair_task(user_id: int, video_ids: list[str] | None = None) -> in
 
 # The relation-cache projector (RCACHE-3), one pass per partition.
 project_relcache_task, project_relcache_all_task = consumer_tasks(
-    RelationCacheProjector, sweep_name="relations.project_relcache_all", batch_size=lambda: 500)
+    RelationCacheProjector, name="relations.project_relcache", sweep_name="relations.project_relcache_all",
+    batch_size=lambda: 500)
 
 
 @shared_task(name="relations.relcache_check_loss", acks_late=True, ignore_result=True)

@@ -19,6 +19,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connections
 
+from likes_project.waiting import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -66,13 +68,10 @@ def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> str:
 
 def wait_for(condition: Callable[[], object], *, timeout_s: float = 60.0, what: str = "the condition") -> object:
     """Poll until `condition()` is truthy; the timeout only bounds a broken drill, it measures nothing."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)  # the poll interval of a bounded wait on an observable condition, not a fixed wait
-    raise AssertionError(f"gave up waiting for {what}")
+    value = wait_until(condition, timeout_s=timeout_s, poll_s=0.05)
+    if not value:
+        raise AssertionError(f"gave up waiting for {what}")
+    return value
 
 
 # --- the whole pipeline (worker on every Procfile queue + beat) ----------------------------------------

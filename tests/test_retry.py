@@ -18,7 +18,8 @@ from counting.services import projection
 from counting.services.group_kit import FenceLost
 from counting.services.projection import BucketFrozen, CountProjector, NegativeBucket, RouteEpochMismatch
 from counting.services.reverse.projector import ReverseIndexProjector
-from likes_project.eventlog import leases, retry, streams
+from likes_project import leases
+from likes_project.eventlog import retry, streams
 from likes_project.eventlog.consumer import ApplyResult, consume_partition
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
 from relations.events import validate_event

@@ -424,8 +424,8 @@ def recent_rebuild() -> dict[str, int]:
 def checkpoints_advance(heads: dict[int, int]) -> None:
     """Every consumer of the event log is past the loaded events: its checkpoint on each stream partition at
     the highest loaded entry, or where it already is when that is further."""
-    from likes_project.eventlog.consumer import CONSUMERS
     from likes_project.eventlog.models import ConsumerCheckpoint
+    from likes_project.eventlog.registry import CONSUMERS
     from likes_project.eventlog.streams import entry_id_key
 
     for consumer in CONSUMERS:

@@ -522,7 +522,8 @@ def pipeline_drain(bound_s: float = 600.0) -> dict:
 
     from counting.services.snapshots import display_snapshot_refresh
     from likes_project.eventlog import streams
-    from likes_project.eventlog.consumer import CONSUMERS, consume_partition, projector_get
+    from likes_project.eventlog.consumer import consume_partition, projector_get
+    from likes_project.eventlog.registry import CONSUMERS
     from relations.services.outbox import outbox_publish_batch
 
     INTERFERENCE.note("drain")

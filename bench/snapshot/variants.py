@@ -83,7 +83,7 @@ def _take_dispatch(holder: str):
 
 
 def _release(grants) -> None:
-    from likes_project.eventlog import leases
+    from likes_project import leases
 
     for g in grants:
         leases.lease_release(g)
@@ -145,7 +145,7 @@ class _Renewer(threading.Thread):
         self.lost: str | None = None
 
     def renew(self) -> None:
-        from likes_project.eventlog import leases
+        from likes_project import leases
 
         for g in self.grants:
             try:

@@ -26,9 +26,8 @@ from counting.models import (
 from counting.risk import selectors as risk_selectors
 from counting.services.count_cache import layers as count_cache
 from counting.services.projection import COUNT_CONSUMER
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.services import Actor
-from likes_project.eventlog import leases
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.eventlog.consumer import holder_id
 from likes_project.switches import pause_switch_set

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import CONSUMERS
 from likes_project.eventlog.models import ConsumerCheckpoint
+from likes_project.eventlog.registry import CONSUMERS
 
 
 def checkpoints_get(consumer: str) -> dict[int, str]:

@@ -28,11 +28,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from likes_project import logs, metrics
-from likes_project.eventlog import leases, retry, streams
+from likes_project import leases, logs, metrics
+from likes_project.eventlog import retry, streams
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
+from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.retry import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry, entry_id_key
+from likes_project.nudge import nudge, send_unless_pending
 from likes_project.switches import switch_keys_set
 
 logger = logging.getLogger(__name__)
@@ -329,50 +331,29 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
     return report("ok")
 
 
-@dataclass(frozen=True)
-class ConsumerSpec:
-    task: str  # the Celery task that runs one pass over one partition (`consume_pass`)
-    projector: str  # the Projector class, by dotted path (the app that owns it sits above this core)
-
-
-# Every consumer of the event log. Trimming, archiving and the lost-tail check count each of them on
-# every partition, with or without a checkpoint row yet; the redrive path finds its projector here.
-CONSUMERS = {
-    "count": ConsumerSpec("counting.project_partition", "counting.services.projection.CountProjector"),
-    "relcache": ConsumerSpec("relations.project_relcache",
-                             "relations.services.relation_cache.RelationCacheProjector"),
-    "reverse": ConsumerSpec("counting.project_reverse", "counting.services.reverse.projector.ReverseIndexProjector"),
-}
-CONSUMER_TASKS = {name: spec.task for name, spec in CONSUMERS.items()}
-
-
 def projector_get(consumer: str) -> Projector:
-    from django.utils.module_loading import import_string
-
+    """A new projector of the registered consumer `consumer` (KeyError when none is)."""
     if consumer not in CONSUMERS:
         raise KeyError(f"unknown consumer {consumer!r}")
-    return import_string(CONSUMERS[consumer].projector)()
+    return CONSUMERS[consumer].projector()
 
 
 def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_batches: int = 10) -> ConsumeReport:
     """One bounded pass of a projector over one partition, as every consumer task runs it; the task is
     nudged again while a pass filled all its batches (more is waiting)."""
-    from likes_project.nudge import nudge
-
     report = consume_partition(projector, partition=int(partition), batch_size=batch_size, max_batches=max_batches)
     if report.dispatched >= batch_size * max_batches:
-        nudge(CONSUMER_TASKS[projector.name], int(partition), debounce_s=0.0)
+        nudge(CONSUMERS[projector.name].task, int(partition), debounce_s=0.0)
     return report
 
 
-def consumer_tasks(projector: Callable[[], Projector], *, sweep_name: str, batch_size: Callable[[], int],
-                   after: Callable[[ConsumeReport], None] | None = None):
-    """The two Celery tasks of a projector: one bounded pass over one partition (named as in
-    CONSUMER_TASKS; lease-owned, so a duplicate run returns `busy`), and the beat sweeper that starts a
-    pass per stream partition. `after(report)` runs after each pass (e.g. nudge the snapshot job)."""
+def consumer_tasks(projector: Callable[[], Projector], *, name: str, sweep_name: str,
+                   batch_size: Callable[[], int], after: Callable[[ConsumeReport], None] | None = None):
+    """The two Celery tasks of a projector: one bounded pass over one partition (the task `name`, which
+    the app registers as its consumer's task; lease-owned, so a duplicate run returns `busy`), and the beat
+    sweeper that starts a pass per stream partition. `after(report)` runs after each pass (e.g. nudge the
+    snapshot job)."""
     from celery import shared_task
-
-    name = CONSUMER_TASKS[projector().name]
 
     @shared_task(name=name, acks_late=True, ignore_result=True)
     def pass_task(partition: int) -> dict:
@@ -383,8 +364,6 @@ def consumer_tasks(projector: Callable[[], Projector], *, sweep_name: str, batch
 
     @shared_task(name=sweep_name, ignore_result=True)
     def sweep_task() -> None:
-        from likes_project.nudge import send_unless_pending
-
         for partition in streams.all_partitions():
             send_unless_pending(name, (partition,))  # nothing where a pass already waits (D89)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from likes_project.eventlog.registry import CONSUMERS
 from likes_project.hashing import HashContract, one_active
 from likes_project.switches import PauseSwitch
 
@@ -98,8 +99,6 @@ class ConsumerSwitch(PauseSwitch):
 
     @classmethod
     def switch_key_choices(cls) -> list[str]:
-        from likes_project.eventlog.consumer import CONSUMERS
-
         return sorted(CONSUMERS)
 
     @classmethod
@@ -129,10 +128,9 @@ class ConsumerPartitionSwitch(PauseSwitch):
 
     @classmethod
     def switch_key_choices(cls) -> list[str]:
-        from likes_project.eventlog import streams
-        from likes_project.eventlog.consumer import CONSUMERS
-
-        return [f"{c}:{p}" for c in sorted(CONSUMERS) for p in streams.all_partitions()]
+        # The active contract's partition count read here, not through `streams` (which imports this module).
+        partitions = StreamContract.objects.filter(is_active=True).values_list("partitions", flat=True).first()
+        return [f"{c}:{p}" for c in sorted(CONSUMERS) for p in range(partitions or 0)]
 
     @classmethod
     def switch_owns_key(cls, key: str) -> bool:

@@ -30,12 +30,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record, system_actor
 from likes_project.errors import InvalidInput
-from likes_project.eventlog import leases, retry, streams
-from likes_project.eventlog.consumer import CONSUMERS, consumer_resource, holder_id, projector_get
+from likes_project.eventlog import retry, streams
+from likes_project.eventlog.consumer import consumer_resource, holder_id, projector_get
 from likes_project.eventlog.models import DeadLetter, DeadLetterStatus
+from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.streams import StreamEntry
 from likes_project.opsjobs.services import JobKind, SliceContext
 

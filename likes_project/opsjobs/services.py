@@ -27,10 +27,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record, job_context
 from likes_project.errors import Conflict, InvalidInput
-from likes_project.eventlog import leases
 from likes_project.eventlog.consumer import holder_id
 from likes_project.nudge import nudge
 from likes_project.opsjobs.models import JobStatus, OpsJob

@@ -2,7 +2,8 @@
 the invariants checked during the fault and after recovery. One implementation, run by the test suite
 (tests/test_drills.py) and by operators (`manage.py drill <name>`):
 
-- `scenarios`: the drills (what each injects and how answers are judged while it holds);
+- `scenarios`: the drills (what each injects and how answers are judged while it holds), which
+  OpsconsoleConfig.ready registers (`registry`);
 - `runner`: one run (population, traffic, fault, sampling, heal, verdict), the same for every drill;
 - `faults`: the injectors; `stage`: what differs between a deployment and the test suite (killing and
   restarting workers, taking the cache Redis down);
@@ -11,8 +12,8 @@ the invariants checked during the fault and after recovery. One implementation, 
 """
 
 from opsconsole.drills.faults import DrillRefused
+from opsconsole.drills.registry import DRILLS
 from opsconsole.drills.runner import drill_run
-from opsconsole.drills.scenarios import DRILLS
 from opsconsole.drills.verdict import Verdict
 
 __all__ = ["DRILLS", "DrillRefused", "Verdict", "drill_run"]

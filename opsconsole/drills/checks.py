@@ -12,8 +12,8 @@ from django.db.models import Max
 from redis.exceptions import RedisError
 
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import CONSUMER_TASKS
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter, Lease
+from likes_project.eventlog.registry import CONSUMERS
 from likes_project.redis_client import stream_redis
 from opsconsole.drills.api import DrillApi
 from opsconsole.drills.population import Population
@@ -219,7 +219,7 @@ def backlog_sample() -> Backlog:
         partitions = streams.all_partitions()
     except DatabaseError:
         rows, done, partitions = [], {}, []
-    for consumer in CONSUMER_TASKS:
+    for consumer in CONSUMERS:
         try:
             per = [_lag(p, done.get((consumer, p), "0-0")) for p in partitions]
             lag[consumer] = sum(n for n, _ in per)

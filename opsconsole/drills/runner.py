@@ -12,28 +12,19 @@ from collections.abc import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from likes_project.waiting import wait_until
 from opsconsole.drills.api import DrillApi
 from opsconsole.drills.checks import Backlog, backlog_sample, projections_compare, retries_get
 from opsconsole.drills.faults import DrillRefused
 from opsconsole.drills.population import drill_population_create
-from opsconsole.drills.scenarios import DRILLS, Context
+from opsconsole.drills.registry import DRILLS
+from opsconsole.drills.scenarios import Context
 from opsconsole.drills.stage import DeploymentStage, Stage
 from opsconsole.drills.traffic import Ack, Traffic
 from opsconsole.drills.verdict import Verdict
 
 BASELINE_TIMEOUT_S = 60.0
 POLL_S = 1.0
-
-
-def wait_until(condition: Callable[[], object], *, timeout_s: float, poll_s: float = 0.2) -> object:
-    """Poll `condition` until truthy or `timeout_s` passes (then its last value). The timeout bounds a
-    broken drill; the caller measures nothing with it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(poll_s)  # polling an observable condition of other processes: nothing to wait on
 
 
 def drills_enabled_check() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from likes_project.waiting import wait_until
 from opsconsole.drills.api import Answer
 from opsconsole.drills.checks import leases_held
 from opsconsole.drills.faults import ClusterNodeRestart, DatabaseRefusal, DrillRefused, eventlog_flush
@@ -132,10 +133,9 @@ class EventlogFlush(Drill):
 
     def inject(self, ctx):
         from likes_project.audit.services import system_actor
-        from likes_project.eventlog.consumer import CONSUMERS
+        from likes_project.eventlog.registry import CONSUMERS
         from likes_project.eventlog.services import consumer_switch_set
         from opsconsole.drills.checks import backlog_sample
-        from opsconsole.drills.runner import wait_until
 
         # Mid-stream, with a backlog for certain: the consumers are paused (audited, as the drill) while
         # commands keep flowing, so published entries wait unconsumed; then the flush takes them, and the
@@ -175,7 +175,6 @@ class WorkerKill(Drill):
         ctx.stage.workers_check()
 
     def inject(self, ctx):
-        from opsconsole.drills.runner import wait_until
 
         # Mid-batch: wait (bounded) until a publisher or consumer pass holds its lease, then kill at once.
         held = wait_until(leases_held, timeout_s=30) or []
@@ -263,11 +262,10 @@ class SnapshotRebalance(Drill):
         self.taken: dict = {}
 
     def inject(self, ctx):
+        from likes_project import leases
         from likes_project.audit.services import system_actor
-        from likes_project.eventlog import leases
         from likes_project.eventlog.models import Lease
         from likes_project.opsjobs.services import job_run_inline, job_start
-        from opsconsole.drills.runner import wait_until
         from reconciliation.jobs import SNAPSHOT_JOB
         from reconciliation.services.recovery import snapshot
 
@@ -335,7 +333,6 @@ class _LedgerWorkerKill(Drill):
         return []
 
     def inject(self, ctx):
-        from opsconsole.drills.runner import wait_until
 
         self.row_id = self._start()
 
@@ -348,7 +345,6 @@ class _LedgerWorkerKill(Drill):
         return f"{self.what} {self.row_id} ({self.describe()}) killed at {at}: {ctx.stage.workers_kill()}"
 
     def recover(self, ctx):
-        from opsconsole.drills.runner import wait_until
 
         restarted = ctx.stage.workers_restart(timeout_s=60)
         done = wait_until(lambda: self.model.objects.filter(pk=self.row_id, state__in=[
@@ -480,8 +476,6 @@ class SlotMoveWorkerKill(_LedgerWorkerKill):
         return failures
 
 
-# name -> the drill's class; a run makes its own instance (it keeps the run's injector).
-DRILLS: dict[str, type[Drill]] = {d.name: d for d in (CountPartitionDown, RelationShardDown, EventlogFlush,
-                                                        WorkerKill, CacheRedisDown, SnapshotRebalance,
-                                                        MigrationWorkerKill, SlotMoveWorkerKill,
-                                                        ClusterNodeDown)}
+# The drills, in the order `manage.py drill` lists them (OpsconsoleConfig.ready registers each).
+SCENARIOS: tuple[type[Drill], ...] = (CountPartitionDown, RelationShardDown, EventlogFlush, WorkerKill, CacheRedisDown,
+                                      SnapshotRebalance, MigrationWorkerKill, SlotMoveWorkerKill, ClusterNodeDown)

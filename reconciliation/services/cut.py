@@ -23,7 +23,8 @@ from django.conf import settings
 from django.db import connections, transaction
 
 from counting.services.projection import COUNT_CONSUMER
-from likes_project.eventlog import leases, streams
+from likes_project import leases
+from likes_project.eventlog import streams
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.eventlog.consumer import consumer_is_paused, consumer_resource, holder_id
 from relations.models import OutboxEvent

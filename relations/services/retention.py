@@ -22,10 +22,10 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
+from likes_project import leases
 from likes_project.audit.services import Actor, audit_record
 from likes_project.cursors import iso_utc
 from likes_project.errors import Conflict, InvalidInput
-from likes_project.eventlog import leases
 from likes_project.eventlog.consumer import holder_id
 from relations import routing
 from relations.models import LikeCommand

@@ -19,8 +19,8 @@ from counting import selectors
 from counting.models import LikeCountProjection, VideoLikeCountVbucket
 from counting.services.projection import CountProjector
 from counting.services.reverse.projector import ReverseIndexProjector
-from likes_project import l1cache
-from likes_project.eventlog import leases, streams
+from likes_project import l1cache, leases
+from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import ApplyResult, NonRetryable, consume_partition, dead_letter_record
 from likes_project.eventlog.models import DeadLetter, Lease
 from relations.models import LikeRelation, OutboxEvent

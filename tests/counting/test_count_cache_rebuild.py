@@ -30,8 +30,8 @@ from counting.services.count_cache.rebuild import REBUILD_LEASE, CountCacheRebui
 from counting.services.snapshots import display_snapshot_refresh
 from counting.tasks import count_cache_refresh_buckets_task
 from likes_project.audit.models import AuditRecord
-from likes_project.eventlog.leases import lease_acquire
 from likes_project.eventlog.models import ConsumerCheckpoint
+from likes_project.leases import lease_acquire
 from likes_project.redis_client import cache_redis
 
 # fresh_process_state is autouse: imported here, every test of this module starts with empty per-process caches.
@@ -277,7 +277,7 @@ def test_only_one_rebuild_runs_and_an_abandoned_one_is_failed_by_the_next():
     with pytest.raises(CountCacheRebuildRunning):
         count_cache_rebuild(actor=TEST_ACTOR)
     assert statuses() == {1: "ACTIVE"}
-    from likes_project.eventlog.leases import lease_release
+    from likes_project.leases import lease_release
 
     lease_release(other)  # that run died and its lease ran out, leaving generation 2 BACKFILLING
     now = timezone.now()

@@ -23,8 +23,9 @@ from counting.models import (
 )
 from counting.services.projection import CountProjector
 from counting.services.snapshots import display_snapshot_refresh
+from likes_project import leases
 from likes_project.audit.models import AuditRecord
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter, Lease, StreamContract
 from likes_project.eventlog.services import consumer_switch_set

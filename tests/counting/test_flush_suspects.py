@@ -24,7 +24,8 @@ from counting.models import DirtyVideo, VideoDisplayCount
 from counting.selectors import count_cache_generations_get
 from counting.services import snapshots
 from counting.services.count_cache import layers
-from likes_project.eventlog import leases, streams
+from likes_project import leases
+from likes_project.eventlog import streams
 from likes_project.redis_client import stream_redis
 from relations.services import outbox
 from tests.counting.helpers import consume_everything, drain, lease_expire, liked_facts, publish_all

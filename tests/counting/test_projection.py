@@ -19,7 +19,8 @@ from counting import routing as count_routing
 from counting.models import CountBucketSpace, CountEventReceipt, VideoLikeCountVbucket
 from counting.services import projection
 from counting.services.projection import CountProjector
-from likes_project.eventlog import leases, streams
+from likes_project import leases
+from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import ApplyResult, consume_partition, contiguous_prefix_end
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
 from likes_project.hashing import length_prefixed_utf8, stable_hash

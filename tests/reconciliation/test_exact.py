@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from counting.services.projection import COUNT_CONSUMER
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.models import AuditRecord
-from likes_project.eventlog import leases
 from likes_project.eventlog.services import consumer_switch_set
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import RunStatus

@@ -67,7 +67,7 @@ def test_a_failed_snapshot_exits_1_with_its_reason(api, make_user, make_video, o
     settings.SNAPSHOT_ABORT_RETRIES = 0  # the first abort is the job's verdict
 
     def rebalance(grants):
-        from likes_project.eventlog import leases
+        from likes_project import leases
         from tests.counting.helpers import lease_expire
 
         lease_expire(grants[-1])

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from likes_project import leases
 from likes_project.audit.models import AuditRecord
-from likes_project.eventlog import leases
 from relations import routing
 from relations.models import LikeCommand, LikeRelation
 from relations.services.retention import (

@@ -4,8 +4,8 @@ job with progress. Always safe: the projections absorb a duplicate or an older e
 from django.core.management.base import CommandError
 
 from likes_project.cli import JobCommand
-from likes_project.eventlog.consumer import CONSUMERS
 from likes_project.eventlog.redrive import REQUEUE_JOB, REQUEUE_PERMISSION
+from likes_project.eventlog.registry import CONSUMERS
 
 
 def id_list(text: str) -> list[int]:
