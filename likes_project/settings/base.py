@@ -417,6 +417,9 @@ SNAPSHOT_ABORT_RETRIES = env_int("SNAPSHOT_ABORT_RETRIES", 3)
 SNAPSHOT_STREAM_CHUNK = env_int("SNAPSHOT_STREAM_CHUNK", 1 << 16)
 # The replay of a restore catches up online until it is this many entries behind, then fences.
 SNAPSHOT_REPLAY_FENCE_LAG = env_int("SNAPSHOT_REPLAY_FENCE_LAG", 500)
+# A restore runs on the generation lifecycle (renewed lease, reclaim); past this many seconds from its start it is
+# FAILED and the reads stay where they were (issue 29 §6).
+RESTORE_TIME_LIMIT_S = env_float("RESTORE_TIME_LIMIT_S", 7200.0)
 # A replaced count projection generation stays readable this long, then its rows are dropped.
 COUNT_GENERATION_OBSERVATION_S = env_float("COUNT_GENERATION_OBSERVATION_S", 24 * 3600.0)
 

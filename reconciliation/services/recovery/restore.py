@@ -90,7 +90,6 @@ logger = logging.getLogger(__name__)
 
 RESTORE_LEASE = "recovery:restore"
 REPLAY_CONSUMER = "count-restore"  # the consumer fence name of a restore's replay on the count partitions
-TIME_LIMIT_S = 7200.0  # RESTORE_TIME_LIMIT_S unless set: the bound the restore's lease had before the lifecycle
 _REPLAY_BATCH = 500
 _REPLAY_ATTEMPTS = 20
 Tick = Callable[[], None] | None
@@ -367,7 +366,7 @@ class RestoreLifecycle(Lifecycle):
 
     @property
     def time_limit_s(self) -> float:
-        return float(getattr(settings, "RESTORE_TIME_LIMIT_S", TIME_LIMIT_S))
+        return float(settings.RESTORE_TIME_LIMIT_S)
 
     def create_fields(self, *, params, previous, state):
         snap = snapshot_get(params["snapshotId"])
