@@ -14,10 +14,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import InvalidInput
-from likes_project.eventlog import leases
 from likes_project.generations.lifecycle import (
     FenceLost,
     Lifecycle,

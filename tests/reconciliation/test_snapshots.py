@@ -18,8 +18,9 @@ from django.utils import timezone
 from counting import routing as count_routing
 from counting.models import CountGenerationFence, CountProjectionGeneration, LikeCountProjection, VideoLikeCountVbucket
 from counting.services import projection as count_projection
+from likes_project import leases
 from likes_project.audit.models import AuditRecord
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import streams
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.eventlog.models import Lease
 from likes_project.generations import engine as generations_engine

@@ -40,9 +40,10 @@ from counting.models import (
 from counting.models.migration import TERMINAL
 from counting.services import manifests
 from counting.services.bootstrap import fences_ensure
+from likes_project import leases
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, InvalidInput
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import streams
 from reconciliation.services.cut import published_and_consumed
 from reconciliation.services.recovery import restore
 from relations.models import LikeRelation

@@ -56,10 +56,10 @@ from counting.models import (
 )
 from counting.services import route_switch
 from counting.services.projection import COUNT_CONSUMER, apply_entries
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import streams
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.eventlog.consumer import holder_id
 from likes_project.eventlog.retry import NonRetryable

@@ -45,10 +45,10 @@ from counting.models import (
 from counting.services import route_switch
 from counting.services.manifests import ManifestInvalid, manifest_verify
 from counting.services.projection import COUNT_CONSUMER
-from likes_project import metrics
+from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, NotFound
-from likes_project.eventlog import leases, streams
+from likes_project.eventlog import streams
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.eventlog.models import DeadLetter, DeadLetterStatus
 from reconciliation.models import RecoverySnapshot, SnapshotStatus
