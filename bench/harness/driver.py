@@ -153,6 +153,24 @@ def machine_spec() -> dict:
     return spec
 
 
+def code_version(paths: tuple[str, ...]) -> dict:
+    """The commit measured and which of `paths` differ from it (another engineer may be editing them; the spawned
+    processes import them once, at their start), with a digest of their text."""
+    import hashlib
+
+    def git(*cmd: str) -> str:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=20).stdout
+        return ""
+
+    digest = hashlib.sha256()
+    for name in paths:
+        for path in sorted((ROOT / name).rglob("*.py")) if (ROOT / name).is_dir() else [ROOT / name]:
+            digest.update(str(path).encode() + (path.read_bytes() if path.exists() else b""))
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(), "files_sha256": digest.hexdigest()[:16],
+            "modified": [ln[3:] for ln in git("status", "--porcelain", "--", *paths).splitlines() if ln]}
+
+
 # --- other clients of the bench databases ---------------------------------------------------------------------
 
 

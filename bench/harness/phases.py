@@ -4,12 +4,14 @@ in a window, pgbench, and backlogs of crafted events in the streams."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 import zlib
@@ -150,6 +152,23 @@ class Session:
                 "probe_rows": rows([res[probe_index]]) if probe_index is not None else [],
                 "samples": [s for r in res.values() for s in r["samples"]]}
 
+    def start_load(self, videos: list[str], phase: str, budget_s: float, *, probe: list[str] | None = None) -> dict:
+        """The pipeline and the tracked load, then --warmup and a --window of load alone; the times."""
+        args = self.args
+        hard = time.time() + args.warmup + 2 * args.window + budget_s + 600
+        self.pipeline_start(hard)
+        t_start = time.time() + 1.0
+        self.commands_start(videos, phase, t_start, hard, probe=probe)
+        t_pre0 = t_start + args.warmup
+        time.sleep(max(0.0, t_pre0 + args.window - time.time()))  # the window of load alone (what others compare to)
+        return {"t_start": t_start, "pre": [t_pre0, time.time()], "hard": hard}
+
+    def stop_load(self, cmds: dict | None = None, *, active_only: bool = True) -> tuple[dict, dict]:
+        """Stop the command load (unless `cmds` says it was), drain the pipeline (the active generation's dirty
+        marks: a retired one's are nobody's work), stop the loops."""
+        cmds = cmds or self.commands_stop()
+        return cmds, self.pipeline_stop(active_only=active_only)
+
     def check_submit(self, what: str, **params) -> None:
         self.pool.submit(self.layout.checker, {"role": ROLE + "check", "what": what, "actor": self.actor, **params})
 
@@ -168,6 +187,101 @@ class Session:
 
             labels[os.getpid()] = driver
         return sampled(self.sampler, fn, labels)
+
+
+@contextlib.contextmanager
+def dispatch_stopped(holder: str):
+    """The count consumer's lease on every stream partition, what the product's cut takes: no pass dispatches
+    while the block runs. Renewed from a thread (one ORM query can outlast the TTL); yields a dict whose "lost"
+    names a lease that moved anyway."""
+    import threading
+
+    from django.conf import settings
+    from django.db import connections
+
+    from likes_project import leases
+    from reconciliation.services.cut import count_leases_take
+
+    grants = count_leases_take(time.monotonic() + settings.RECONCILE_DRAIN_MAX_S, holder_prefix=holder)
+    state, done = {"lost": None}, threading.Event()
+
+    def renew() -> None:
+        for g in grants:
+            try:
+                leases.lease_renew(g, ttl_s=max(5.0, settings.RECONCILE_DRAIN_MAX_S))
+            except leases.LeaseLost as exc:
+                state["lost"] = state["lost"] or str(exc)
+
+    def loop() -> None:
+        while not done.wait(1.0):  # the renewal cadence, well inside the TTL
+            renew()
+        connections.close_all()
+
+    renew()  # the first leases taken may be near their expiry by the time the last one is free
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        done.set()
+        thread.join(timeout=30)
+        for g in grants:
+            leases.lease_release(g)
+
+
+class AutoVacuum(threading.Thread):
+    """A stand-in for autovacuum on a server where it is off (the bench's is): every `naptime` s, on `aliases`,
+    what autovacuum would do with the server's own thresholds (`tables`: only those, ANALYZE only): VACUUM
+    (ANALYZE) past autovacuum_vacuum_threshold + _scale_factor x reltuples dead tuples, else ANALYZE past the
+    analyze ones. A bulk load left unanalyzed makes the planner scan a whole generation per key."""
+
+    def __init__(self, naptime: float, aliases, tables: tuple[str, ...] = ()):
+        super().__init__(daemon=True, name="bench-autovacuum")
+        self.naptime, self.aliases, self.tables = naptime, list(aliases), tables
+        self.done, self.runs, self.errors, self.t0 = threading.Event(), [], [], time.time()
+
+    def _pass(self, conns: dict) -> None:
+        for alias, conn in conns.items():
+            s = {n: float(conn.execute(f"SHOW autovacuum_{n}").fetchone()[0]) for n in (
+                "vacuum_threshold", "vacuum_scale_factor", "analyze_threshold", "analyze_scale_factor")}
+            for name, dead, changed, tuples in conn.execute(
+                    "SELECT s.relname, s.n_dead_tup, s.n_mod_since_analyze, greatest(c.reltuples, 0) FROM "
+                    "pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid").fetchall():
+                if self.done.is_set() or (self.tables and name not in self.tables):
+                    continue
+                if not self.tables and dead > s["vacuum_threshold"] + s["vacuum_scale_factor"] * tuples:
+                    what = "VACUUM (ANALYZE)"
+                elif changed > s["analyze_threshold"] + s["analyze_scale_factor"] * tuples:
+                    what = "ANALYZE"
+                else:
+                    continue
+                t = time.perf_counter()
+                conn.execute(f'{what} "{name}"')
+                self.runs.append({"at_s": round(time.time() - self.t0, 1), "db": alias, "table": name, "what": what,
+                                  "ms": round((time.perf_counter() - t) * 1000, 1)})
+
+    def run(self) -> None:
+        import psycopg
+
+        conns = {}
+        try:
+            conns = {a: psycopg.connect(**pg_conninfo(a), autocommit=True, connect_timeout=5) for a in self.aliases}
+            while not self.done.wait(self.naptime):  # autovacuum's naptime
+                try:
+                    self._pass(conns)
+                except Exception as exc:
+                    self.errors.append(f"{exc.__class__.__name__}: {exc}"[:200])
+        except Exception as exc:
+            self.errors.append(f"{exc.__class__.__name__}: {exc}"[:200])
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+    def stop(self) -> dict:
+        self.done.set()
+        self.join(timeout=120)
+        return {"naptime_s": self.naptime, "t0": self.t0, "runs": self.runs, "errors": self.errors[:10],
+                "by_table": dict(Counter(f"{r['what']} {r['table']}" for r in self.runs))}
 
 
 # --- the commands of a window -------------------------------------------------------------------------------------

@@ -1,26 +1,16 @@
-"""The reconciliation benchmark's data: a million relations written straight into every layer in bulk SQL,
-in the state the real pipeline leaves behind once every event was published and consumed.
+"""The data set of the reconciliation and snapshot benchmarks: relations written straight into every layer in bulk
+SQL, in the state the pipeline leaves once every event was published and consumed. Per relation (user, video):
+the LikeRelation row on the user's shard (the shard contract hashed in SQL), one SENT outbox row per version 1..v
+(LIKED on odd versions) with the payload the command writes, its stream partition and an entry id in publish
+order; the projection row on the partition its virtual bucket is routed to, and per (video, bucket) the vbucket
+holding the LIKED rows' count; on default the video and display snapshots and the `count` checkpoints at the last
+seeded entry of each partition. Not written (no check reads them): commands, receipts, the reverse index, the
+stream entries (the log is taken as trimmed below the checkpoints).
 
-Per relation (user, video), in generation order `idx`:
-  relation shards   the LikeRelation row on the user's shard (the frozen shard contract, hashed in SQL);
-  outbox            one SENT row per version 1..v (LIKED on odd versions, UNLIKED on even ones, as a like,
-                    an unlike and a like again make), with the payload the like command writes, its stream
-                    partition (the stream contract) and an entry id in publish order;
-  count partitions  the projection row (same state and version) on the partition its virtual bucket is
-                    routed to (the active generation's bucket space and manifest), and per (video, bucket) the
-                    vbucket row holding the LIKED rows' count;
-  default           the display snapshot of every video (raw = display = its LIKED relations), the video
-                    snapshots (public, active), and the `count` consumer's checkpoints at the last seeded
-                    entry of each partition.
-
-Not written, because no check reads them and no later event needs them: the command records (LikeCommand),
-the projector's receipts, the reverse (likers) index, and the stream entries themselves (the log is taken
-as trimmed below the checkpoints). New commands then append to empty streams, after the checkpoints.
-
-Shape (deterministic): `videos` regular videos of `per_video` relations each, user k = (idx mod users), the
-state by (31 i + 17 j) mod 20 (85% LIKED v1, 10% UNLIKED v2, 5% LIKED v3), plus one hot video whose
-`hot` relations are all LIKED v1. The hash functions run in SQL (sha256, as likes_project.hashing
-computes them) and are checked against the Python routing on a sample afterwards."""
+Shape (deterministic): `videos` videos of `per_video` relations, user k = idx mod users, the state by
+(31 i + 17 j) mod 20 (85% LIKED v1, 10% UNLIKED v2, 5% LIKED v3), plus one hot video whose `hot` relations are all
+LIKED v1. The hashes run in SQL (sha256, as likes_project.hashing computes them), checked against the Python
+routing on a sample afterwards."""
 
 from __future__ import annotations
 
@@ -30,7 +20,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from bench.reconcile import SEED_HOT_VIDEO, SEED_USER_PREFIX, SEED_VIDEO_PREFIX, log
+from bench.harness.seed import author_id, make_log, snapshots_insert, table, users_sql
+
+log = make_log("seed")
+SEED_VIDEO_PREFIX, SEED_HOT_VIDEO, SEED_USER_PREFIX = "bench-rec-v", "bench-rec-hot", "bench-r"
 
 # stable_hash(algorithm sha256-be64) mod n, in SQL: the first 8 bytes of sha256(seed || 0x1f || key) read as an
 # unsigned big-endian integer (`prefix` = seed || 0x1f). A session-local (pg_temp) function: nothing is added to
@@ -94,25 +87,9 @@ def _prefix(seed: str) -> bytes:
     return seed.encode("utf-8") + b"\x1f"
 
 
-def _t(model) -> str:
-    return model._meta.db_table
-
-
 def users_ensure(n: int) -> list[int]:
-    """`n` Django users bench-ru0000000 ... (bulk, idempotent); their ids in name order."""
-    from django.contrib.auth import get_user_model
-    from django.db import connections
-
-    table = _t(get_user_model())
-    with connections["default"].cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {table} (password, last_login, is_superuser, username, first_name, last_name, email, "
-            "is_staff, is_active, date_joined) SELECT '!bench', NULL, false, %s || lpad(k::text, 7, '0'), '', '', '', "
-            "false, true, now() FROM generate_series(0, %s - 1) AS k ON CONFLICT (username) DO NOTHING",
-            [SEED_USER_PREFIX, n])
-        cur.execute(f"SELECT id FROM {table} WHERE username ~ %s ORDER BY username LIMIT %s",
-                    [f"^{SEED_USER_PREFIX}[0-9]{{7}}$", n])
-        ids = [r[0] for r in cur.fetchall()]
+    """`n` Django users bench-r0000000 ... (bulk, idempotent); their ids in name order."""
+    ids = users_sql(SEED_USER_PREFIX, n)
     if len(ids) != n:
         raise RuntimeError(f"expected {n} seed users, found {len(ids)}")
     return ids
@@ -156,7 +133,7 @@ def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
         cur.execute(f"CREATE TEMP TABLE _seed_rel ON COMMIT DROP AS SELECT r.idx, su.u, r.v, r.ver "
                     f"FROM ({_GEN_SQL}) AS r JOIN _seed_users su ON su.k = r.k", p)
         cur.execute(
-            f"INSERT INTO {_t(LikeRelation)} (user_id, video_id, state, relation_version, last_operation_id, "
+            f"INSERT INTO {table(LikeRelation)} (user_id, video_id, state, relation_version, last_operation_id, "
             "state_changed_at, created_at, updated_at) "
             f"SELECT r.u, r.v, CASE WHEN mod(r.ver, 2) = 1 THEN 'LIKED' ELSE 'UNLIKED' END, r.ver, "
             f"'seed-' || r.idx || '-' || r.ver, {ts}, {_TS.format(idx='r.idx', ver='1')}, {ts} "
@@ -169,7 +146,7 @@ def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
                          pg_temp.bench_hmod(%(stream_prefix)s, convert_to(r.u || ':' || r.v, 'UTF8'), %(partitions)s)
                            AS part
                     FROM _seed_rel r CROSS JOIN LATERAL generate_series(1, r.ver) AS k)
-                INSERT INTO {_t(OutboxEvent)} (event_id, aggregate_key, relation_version, event_type, schema_version,
+                INSERT INTO {table(OutboxEvent)} (event_id, aggregate_key, relation_version, event_type, schema_version,
                     payload, xact_id, status, retry_count, next_retry_at, claimed_by, claim_expires_at, last_error,
                     stream_key, stream_entry_id, stream_partition, stream_entry_ms, stream_entry_seq, created_at,
                     published_at)
@@ -188,12 +165,12 @@ def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
                        to_timestamp(e.ms / 1000.0), to_timestamp((e.ms + 20) / 1000.0)
                   FROM e ORDER BY e.ms""", p)
         events = cur.rowcount
-        cur.execute(f"SELECT stream_partition, max(stream_entry_ms), count(*) FROM {_t(OutboxEvent)} "
+        cur.execute(f"SELECT stream_partition, max(stream_entry_ms), count(*) FROM {table(OutboxEvent)} "
                     "WHERE status = 'SENT' GROUP BY 1")
         heads = {int(part): (int(ms), int(n)) for part, ms, n in cur.fetchall()}
     with connections[alias].cursor() as cur:
         for model in (LikeRelation, OutboxEvent):
-            cur.execute(f"ANALYZE {_t(model)}")
+            cur.execute(f"ANALYZE {table(model)}")
     return {"relations": relations, "events": events, "heads": heads}
 
 
@@ -214,20 +191,20 @@ def _seed_partition(alias: str, plan: Plan, uids: list[int], base_ms: int, gen) 
                     f"FROM ({_GEN_SQL}) AS r JOIN _seed_users su ON su.k = r.k) AS x "
                     "WHERE (%(routes)s::text[])[x.vb + 1] = %(alias)s", p)
         cur.execute(
-            f"INSERT INTO {_t(LikeCountProjection)} (generation, user_id, video_id, projected_state, "
+            f"INSERT INTO {table(LikeCountProjection)} (generation, user_id, video_id, projected_state, "
             "projected_version, bucket_space_version, virtual_bucket, updated_at) "
             "SELECT %(g)s, r.u, r.v, CASE WHEN mod(r.ver, 2) = 1 THEN 'LIKED' ELSE 'UNLIKED' END, r.ver, %(bsv)s, "
             f"r.vb, {_TS.format(idx='r.idx', ver='r.ver')} FROM _seed_proj r ORDER BY r.idx", p)
         projected = cur.rowcount
         cur.execute(
-            f"INSERT INTO {_t(VideoLikeCountVbucket)} (generation, video_id, virtual_bucket, bucket_space_version, "
+            f"INSERT INTO {table(VideoLikeCountVbucket)} (generation, video_id, virtual_bucket, bucket_space_version, "
             "active_count, bucket_version, frozen, updated_at) "
             "SELECT %(g)s, r.v, r.vb, %(bsv)s, count(*) FILTER (WHERE mod(r.ver, 2) = 1), sum(r.ver), false, "
             f"max({_TS.format(idx='r.idx', ver='r.ver')}) FROM _seed_proj r GROUP BY r.v, r.vb ORDER BY r.v, r.vb", p)
         buckets = cur.rowcount
     with connections[alias].cursor() as cur:
         for model in (LikeCountProjection, VideoLikeCountVbucket):
-            cur.execute(f"ANALYZE {_t(model)}")
+            cur.execute(f"ANALYZE {table(model)}")
     return {"projected": projected, "buckets": buckets}
 
 
@@ -235,7 +212,6 @@ def _seed_default(plan: Plan, base_ms: int, gen, heads: dict[int, tuple[int, int
     """Video snapshots, display snapshots, and the `count` consumer's checkpoints."""
     from django.db import connections, transaction
 
-    from bench.dataset import author_id, snapshots_insert
     from counting.models import VideoDisplayCount
     from counting.services.projection import COUNT_CONSUMER
     from likes_project.eventlog.models import ConsumerCheckpoint
@@ -248,7 +224,7 @@ def _seed_default(plan: Plan, base_ms: int, gen, heads: dict[int, tuple[int, int
     with transaction.atomic(using="default"), connections["default"].cursor() as cur:
         cur.execute("SET LOCAL statement_timeout = 0")
         cur.execute(
-            f"INSERT INTO {_t(VideoDisplayCount)} (video_id, generation, manifest_id, raw_active_count, "
+            f"INSERT INTO {table(VideoDisplayCount)} (video_id, generation, manifest_id, raw_active_count, "
             "risk_hidden_count, policy_hidden_count, display_count, snapshot_id, generated_at, watermark) "
             "SELECT g.v, %(g)s, %(manifest)s, count(*) FILTER (WHERE mod(g.ver, 2) = 1), 0, 0, "
             "count(*) FILTER (WHERE mod(g.ver, 2) = 1), %(sid)s, now(), %(wm)s::jsonb "
@@ -258,7 +234,7 @@ def _seed_default(plan: Plan, base_ms: int, gen, heads: dict[int, tuple[int, int
         for part, (ms, n) in sorted(heads.items()):
             ConsumerCheckpoint.objects.update_or_create(consumer=COUNT_CONSUMER, partition=part,
                                                         defaults={"last_done_id": f"{ms}-0", "applied_total": n})
-        cur.execute(f"ANALYZE {_t(VideoDisplayCount)}")
+        cur.execute(f"ANALYZE {table(VideoDisplayCount)}")
     return {"displays": displays}
 
 
@@ -348,13 +324,13 @@ def verify_sample(plan: Plan, *, rng: random.Random, n: int = 2000) -> dict:
     for user_id, vid, ver in picks:
         alias = relation_routing.alias_for_user(user_id)
         with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT relation_version FROM {_t(LikeRelation)} WHERE user_id = %s AND video_id = %s",
+            cur.execute(f"SELECT relation_version FROM {table(LikeRelation)} WHERE user_id = %s AND video_id = %s",
                         [user_id, vid])
             row = cur.fetchone()
             if row is None or row[0] != ver:
                 wrong["relation shard / version"] += 1
             cur.execute(f"SELECT count(*), count(DISTINCT stream_partition), min(stream_partition) "
-                        f"FROM {_t(OutboxEvent)} WHERE aggregate_key = %s", [aggregate_key(user_id, vid)])
+                        f"FROM {table(OutboxEvent)} WHERE aggregate_key = %s", [aggregate_key(user_id, vid)])
             events, parts, part = cur.fetchone()
             if events != ver or parts != 1 or part != streams.partition_for(aggregate_key(user_id, vid)):
                 wrong["outbox rows / stream partition"] += 1
@@ -362,7 +338,7 @@ def verify_sample(plan: Plan, *, rng: random.Random, n: int = 2000) -> dict:
         home = gen.routes[vb].partition
         for part_alias in settings.COUNT_PARTITION_ALIASES:
             with connections[part_alias].cursor() as cur:
-                cur.execute(f"SELECT virtual_bucket, projected_version FROM {_t(LikeCountProjection)} "
+                cur.execute(f"SELECT virtual_bucket, projected_version FROM {table(LikeCountProjection)} "
                             "WHERE generation = %s AND user_id = %s AND video_id = %s",
                             [gen.generation, user_id, vid])
                 row = cur.fetchone()
@@ -374,29 +350,3 @@ def verify_sample(plan: Plan, *, rng: random.Random, n: int = 2000) -> dict:
     return {"sampled": n, "wrong": dict(wrong), "ok": not wrong}
 
 
-# --- resets ----------------------------------------------------------------------------------------------
-
-
-def reset_all() -> None:
-    """Empty every table the data set and the phases write (relations, commands, outbox and its archive; the
-    count projection's partition state and the `count` checkpoints; the display snapshots) and the bench Redis
-    namespace. Only ever the likes_bench* databases (check_environment ran)."""
-    from django.conf import settings
-    from django.db import connections
-
-    from bench.dataset import flush_bench_redis, reset_state
-    from bench.projection.state import reset_ours
-    from counting.models import VideoDisplayCount
-    from likes_project import l1cache
-    from relations.models import OutboxArchive
-
-    reset_state()
-    for alias in settings.RELATION_SHARD_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute(f"TRUNCATE {_t(OutboxArchive)}")
-    reset_ours()
-    with connections["default"].cursor() as cur:
-        cur.execute(f"TRUNCATE {_t(VideoDisplayCount)}")
-    flush_bench_redis()
-    l1cache.clear_all()
-    connections.close_all()
