@@ -1,0 +1,135 @@
+"""One move of a set of buckets, three ways:
+
+ours     the product's migration: `migration_plan` by one operator, `migration_approve` by another (in the driver,
+         as the commands call them), its ops job run to its end by the checker process as a worker runs it; figures
+         from the BucketMigration ledger row (write_pause_ms: the source fences DRAINING -> the CAS committed;
+         copied_rows, replayed_events, catchup_passes) and the steps from what the job said at each step's end;
+naive    a stop-the-world move as an application would write it first: the count consumer's dispatch stopped, the
+         buckets' rows of both tables read through a server-side cursor and written by executemany of a plain
+         INSERT (`batch` a call), the routes switched to the target at epoch + 1, dispatch resumed: its write pause
+         is all of it. The rows go to a scratch generation and everything is rolled back (inside the pause);
+ceiling  the raw SQL floor of moving the rows between the two databases: binary COPY TO STDOUT on the source
+         streamed into COPY FROM STDIN on the target (its indexes and triggers included), rolled back: rows/s only."""
+
+from __future__ import annotations
+
+import time
+
+from bench.harness.driver import pg_conninfo
+from bench.harness.phases import dispatch_stopped
+from bench.harness.seed import make_log, table
+
+log = make_log("migration")
+OPERATOR, APPROVER = "bench-mig-operator", "bench-mig-approver"
+SCRATCH_GENERATION = 2_000_000_000
+STEPS = ("prepare", "copy", "catch-up", "cutover", "verify", "cleanup")
+
+
+def ours(s, buckets: list[int], target: str, tag: str) -> dict:
+    from counting.models import BucketMigration
+    from counting.services.migration import ledger
+    from likes_project.audit.services import Actor
+
+    m = ledger.migration_plan(target=target, buckets=buckets, reason=f"bench/run.sh migration {tag}",
+                              actor=Actor(name=OPERATOR, channel="cli"))
+    m = ledger.migration_approve(migration_id=m.pk, actor=Actor(name=APPROVER, channel="cli"))
+    out = s.check("opsjob", job_id=m.job_id)
+    m = BucketMigration.objects.get(pk=m.pk)
+    steps, last = {}, out["t_start"]
+    for t, msg in out["said"]:  # "bucket migration N STATE: <step>: ..." at each step's end (copy: once a table)
+        name = next((st for st in STEPS if msg.split(": ", 1)[-1].startswith(st)), None)
+        if name:
+            steps[name], last = round(steps.get(name, 0.0) + t - last, 3), t
+    end = m.cutover_at.timestamp() if m.cutover_at else None
+    r = {"tag": tag, "migration_id": m.pk, "state": m.state, "error": m.error or None, "job_status": out["job_status"],
+         "buckets": len(m.buckets), "sources": sorted(set(m.source_partitions.values())), "target": m.target_partition,
+         "rows_to_copy": m.rows_to_copy, "copied_rows": m.copied_rows, "replayed_events": m.replayed_events,
+         "catchup_passes": m.catchup_passes, "write_pause_ms": m.write_pause_ms, "cleaned": bool(m.source_cleaned_at),
+         "verify_ok": (m.verify_result or {}).get("ok"), "steps_s": steps, "t_start": out["t_start"],
+         "t_end": out["t_end"], "job_s": round(out["t_end"] - out["t_start"], 3),
+         "copy_rows_per_s": round(m.copied_rows / steps["copy"], 1) if steps.get("copy") else None,
+         "pause_window": [end - m.write_pause_ms / 1000, end] if end and m.write_pause_ms else None}
+    log(f"  ours {tag}: {r['buckets']} buckets {'+'.join(r['sources'])} -> {r['target']}: {m.state}, job "
+        f"{r['job_s']:.1f}s {steps}, {m.copied_rows:,} rows copied, write pause {m.write_pause_ms} ms")
+    return r
+
+
+def vacuum(aliases: list[str]) -> float:
+    """VACUUM (ANALYZE) of the two count tables on `aliases`, what autovacuum does after a bulk copy and a bulk
+    delete, on a server where it is off; the seconds it took."""
+    import psycopg
+
+    from counting.models import LikeCountProjection, VideoLikeCountVbucket
+
+    t0 = time.monotonic()
+    for alias in aliases:
+        with psycopg.connect(**pg_conninfo(alias), autocommit=True, connect_timeout=5) as conn:
+            for model in (LikeCountProjection, VideoLikeCountVbucket):
+                conn.execute(f"VACUUM (ANALYZE) {table(model)}")
+    return round(time.monotonic() - t0, 2)
+
+
+def _select(t, generation: int, buckets: list[int]) -> str:
+    return (f"SELECT {SCRATCH_GENERATION}::int AS generation, {', '.join(t.all_columns)} FROM {t.table} WHERE "
+            f"generation = {int(generation)} AND virtual_bucket = ANY('{{{','.join(map(str, map(int, buckets)))}}}')")
+
+
+def naive(source: str, target: str, buckets: list[int], *, batch: int) -> dict:
+    import psycopg
+
+    from counting import routing
+    from counting.models import CountBucketRoute
+    from counting.services.migration import changelog
+
+    gen, rows, w0, t0 = routing.load_generation(), 0, time.time(), time.perf_counter()
+    with dispatch_stopped("bench-mig-naive") as stop:
+        t_stopped = time.perf_counter()
+        with psycopg.connect(**pg_conninfo(source), connect_timeout=5) as src, \
+                psycopg.connect(**pg_conninfo(target), connect_timeout=5) as tgt, \
+                psycopg.connect(**pg_conninfo("default"), connect_timeout=5) as ctl:
+            for t in changelog.TABLES:
+                cols = ("generation", *t.all_columns)
+                with src.cursor(name=f"naive_{t.kind}") as read, tgt.cursor() as write:
+                    read.itersize = batch
+                    read.execute(_select(t, gen.generation, buckets))
+                    while chunk := read.fetchmany(batch):
+                        write.executemany(f"INSERT INTO {t.table} ({', '.join(cols)}) VALUES "
+                                          f"({', '.join(['%s'] * len(cols))})", chunk)
+                        rows += len(chunk)
+            copy_s = time.perf_counter() - t_stopped
+            ctl.execute(f"UPDATE {table(CountBucketRoute)} SET physical_partition = %s, route_epoch = route_epoch + 1 "
+                        "WHERE bucket_space_version = %s AND virtual_bucket = ANY(%s)",
+                        [target, gen.space.version, buckets])  # the switch, rolled back with the rest
+            for conn in (ctl, tgt, src):
+                conn.rollback()
+    paused = time.perf_counter() - t_stopped
+    log(f"  naive: {rows:,} rows {source} -> {target} in {copy_s:.1f}s; projector stopped {paused * 1000:,.0f} ms")
+    return {"variant": "naive", "source": source, "target": target, "rows": rows, "copy_s": round(copy_s, 3),
+            "rows_per_s": round(rows / copy_s, 1) if copy_s else None, "write_pause_ms": round(paused * 1000, 1),
+            "lost_dispatch_stop": stop["lost"], "t_start": w0, "t_end": time.time(), "batch": batch,
+            "total_s": round(time.perf_counter() - t0, 3)}
+
+
+def ceiling(source: str, target: str, buckets: list[int]) -> dict:
+    import psycopg
+
+    from counting import routing
+    from counting.services.migration import changelog
+
+    gen, rows, w0, t0 = routing.load_generation(), 0, time.time(), time.perf_counter()
+    with psycopg.connect(**pg_conninfo(source), connect_timeout=5) as src, \
+            psycopg.connect(**pg_conninfo(target), connect_timeout=5) as tgt:
+        for t in changelog.TABLES:
+            with src.cursor() as rc, tgt.cursor() as wc:
+                with rc.copy(f"COPY ({_select(t, gen.generation, buckets)}) TO STDOUT (FORMAT binary)") as out, \
+                        wc.copy(f"COPY {t.table} (generation, {', '.join(t.all_columns)}) FROM STDIN "
+                                "(FORMAT binary)") as into:
+                    for data in out:
+                        into.write(data)
+                rows += wc.rowcount
+        tgt.rollback()
+        src.rollback()
+    seconds = time.perf_counter() - t0
+    log(f"  ceiling: {rows:,} rows {source} -> {target} by COPY in {seconds:.1f}s")
+    return {"variant": "ceiling", "source": source, "target": target, "rows": rows, "copy_s": round(seconds, 3),
+            "rows_per_s": round(rows / seconds, 1) if seconds else None, "t_start": w0, "t_end": time.time()}
