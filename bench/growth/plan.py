@@ -1,16 +1,11 @@
-"""The shape of the growth benchmark's history: a pure function of the relation index, so the data set of
-a larger size is the smaller one grown (the first N relations never change).
-
-Relation index ranges, in order (index order is time order: relation `idx` changed at BASE + idx * STEP):
-  heavy   one user (`bgr-heavy`) with `heavy_rel` relations, enough for `heavy_likes` LIKED ones;
-  hot     one video (`bgr-hot`) with `hot_rel` relations, one per light user (`bgr-l0000000` ...), enough for
-          `hot_likes` LIKED ones;
-  core    users `bgr-c0000000` ... one after the other, user j with 150 + (7919 j mod 301) relations (a few
-          hundred, 300 on average), on distinct videos of the catalog as it stood when the user started.
-The catalog (`bgr-v0000000` ...) grows with the history: `max(catalog_min, relations so far / per_video)`
-videos. A user's k-th video is (s_j + k P) mod C_j with P a prime above any catalog size, so the videos of one
-user are distinct. State and version by index: m = 37 idx mod 100 (a permutation of each block of 100):
-m < 82 LIKED v1, < 94 UNLIKED v2 (liked then unliked), < 99 LIKED v3, else UNLIKED v4: 87% LIKED."""
+"""The shape of the growth benchmark's history, a pure function of the relation index, so a larger size is the
+smaller one grown (the first N relations never change). Index order is time order (relation idx changed at
+BASE + idx * STEP): `heavy` one user (bgr-heavy) with enough relations for `heavy_likes` LIKED ones; `hot` one video
+(bgr-hot) with one relation per light user (bgr-l0000000 ...), enough for `hot_likes` LIKED ones; `core` users
+bgr-c0000000 ... one after the other, user j with 150 + (7919 j mod 301) relations on distinct videos of the catalog
+as it stood when the user started (the catalog grows with the history: max(catalog_min, relations so far / 40)
+videos; a user's k-th video is (s_j + k P) mod C_j, P a prime above any catalog size). State by m = 37 idx mod 100:
+m < 82 LIKED v1, < 94 UNLIKED v2, < 99 LIKED v3, else UNLIKED v4 (87% LIKED)."""
 
 from __future__ import annotations
 
@@ -18,8 +13,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from bench.growth import HOT_VIDEO, PREFIX
-
+PREFIX, HOT_VIDEO, OPERATOR = "bgr-", "bgr-hot", "bgr-operator"  # every video id and username starts with PREFIX
 BASE_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 STEP_MS = 500  # relation idx changed first at BASE + idx * STEP; its version k at + k ms
 PRIME = 1_000_003  # above any catalog size this benchmark makes (sizes up to 40,000,000 at 40 per video)
@@ -29,6 +23,7 @@ LIGHT_PREFIX = f"{PREFIX}l"
 CORE_PREFIX = f"{PREFIX}c"
 VIDEO_PREFIX = f"{PREFIX}v"
 MAX_RELATIONS = 40_000_000
+MAX_LOOP = 1_000_000
 
 HEAVY, LIGHT, CORE = "h", "l", "c"
 
