@@ -1,2 +1,1 @@
-"""The benchmarks: ./bench/run.sh (the like command path, bench/command_bench.py), ./bench/projection.sh (the
-count pipeline), ./bench/read.sh (the read path) and ./bench/reverse.sh (the reverse "who liked" index)."""
+"""The benchmarks: `bench/run.sh NAME` (bench/run.sh lists the names), on the one harness in bench/harness/."""

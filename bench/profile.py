@@ -1,26 +1,18 @@
-"""Profiles of the hot paths (issue 15 §6), run through ./bench/profile.sh SCENARIO.
+"""Where the time of a hot path goes (issue 15 §6): `bench/run.sh profile SCENARIO [--seconds 20] [--flame]`.
 
-One process runs the scenario's unit of work in a loop for --seconds, first unprofiled (the mean wall and CPU
-time of one unit, the figures to compare with the benchmarks), then under cProfile; the summary (top 40 by
-cumulative and by own time) is written to bench/results/profiles/SCENARIO.txt. With --flame, py-spy samples
-a third run of the loop (this process, from outside: `py-spy record --pid`) into SCENARIO.svg.
-
-Scenarios (the unit of work):
-  command    relations.services.commands.relation_set_state, uniform like/unlike over 5,000 users x 2,000 videos
-  http       PUT /v1/videos/<id>/like-relation through Django's full handler (the test client: middleware,
-             DRF, token authentication), the same mix
-  batch      counting.selectors.feed_page_read of 20 ids, warm caches (what the batch-query view calls)
-  projector  consume_partition(CountProjector()) draining a 20,000-event backlog, per event
-  snapshot   display_snapshot_refresh after 50 videos were made dirty, per run
-
-Nothing here asserts on timings.
-"""
+One process runs the scenario's unit of work in a loop for --seconds, first unprofiled (the mean wall and CPU time
+of one unit), then under cProfile: the top 40 by cumulative and by own time go to bench/results/profiles/SCENARIO.txt;
+with --flame, py-spy samples a third run into SCENARIO.svg. Scenarios: command (relation_set_state, uniform
+like/unlike over 5,000 users x 2,000 videos), http (PUT .../like-relation through Django's full handler), batch
+(feed_page_read of 20 ids, warm caches), projector (consume_partition(count) draining a 20,000-event backlog, per
+event), snapshot (display_snapshot_refresh after 50 videos were made dirty)."""
 
 from __future__ import annotations
 
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import random
@@ -30,110 +22,77 @@ import sys
 import time
 import uuid
 
-from bench import common
+from bench.harness import driver
+from bench.harness.driver import RESULTS_DIR, ROOT
+from bench.harness.seed import flush_redis, prepare, reset_count, reset_state, streams_reset
 
-log = common.make_log("profile")
-OUT_DIR = common.RESULTS_DIR / "profiles"
-SCENARIOS = ("command", "http", "batch", "projector", "snapshot")
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bench/profile.sh", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", choices=SCENARIOS)
-    p.add_argument("--seconds", type=float, default=20.0, help="length of each loop (default 20)")
-    p.add_argument("--flame", action="store_true", help="also a py-spy flame graph (SVG)")
-    args = p.parse_args(argv)
-    if not 1 <= args.seconds <= 300:
-        p.error("--seconds must be 1..300")
-    return args
+OUT_DIR = RESULTS_DIR / "profiles"
 
 
-# --- scenarios: each returns (unit of work, units per call, cleanup) ------------------------------------
-
-
-def _command_unit(rng: random.Random):
-    from bench.dataset import prepare
+def command(rng):
     from relations.services.commands import relation_set_state
 
     users, videos = prepare(users=5000, videos=2000)
-
-    def unit() -> None:
-        uid, _token = users[rng.randrange(len(users))]
-        relation_set_state(user_id=uid, video_id=videos[rng.randrange(len(videos))],
-                           desired_state=rng.choice(("LIKED", "UNLIKED")), operation_id=uuid.uuid4().hex)
-    return unit, 1
+    return lambda: relation_set_state(user_id=rng.choice(users)[0], video_id=rng.choice(videos),
+                                      desired_state=rng.choice(("LIKED", "UNLIKED")), operation_id=uuid.uuid4().hex), 1
 
 
-def _http_unit(rng: random.Random):
-    import json
-
+def http(rng):
     from django.conf import settings
     from django.test import Client
 
-    from bench.dataset import prepare
-
     settings.ALLOWED_HOSTS = ["testserver"]
-    users, videos = prepare(users=5000, videos=2000)
-    client = Client()
+    users, videos, client = *prepare(users=5000, videos=2000), Client()
 
     def unit() -> None:
-        _uid, token = users[rng.randrange(len(users))]
-        resp = client.put(f"/v1/videos/{videos[rng.randrange(len(videos))]}/like-relation",
+        resp = client.put(f"/v1/videos/{rng.choice(videos)}/like-relation", content_type="application/json",
                           data=json.dumps({"desiredState": rng.choice(("LIKED", "UNLIKED"))}),
-                          content_type="application/json", HTTP_AUTHORIZATION=f"Token {token}",
-                          HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
+                          HTTP_AUTHORIZATION=f"Token {rng.choice(users)[1]}", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
         if resp.status_code != 200:
             raise RuntimeError(f"PUT answered {resp.status_code}: {resp.content[:200]!r}")
     return unit, 1
 
 
-def _batch_unit(rng: random.Random):
-    from bench.dataset import prepare
-    from bench.read.batch import prepare_batch
+def batch(rng):
+    from bench.read.bench import prepare_batch
     from counting.selectors import feed_page_read
     from relations.services.relation_cache import relation_cache_repair
 
-    bench_users, _ = prepare(users=5000, videos=2000)
-    data = prepare_batch(argparse.Namespace(seed=7, videos=2000, feed=100, users=400, batch=20), bench_users)
+    users, _ = prepare(users=5000, videos=2000)
+    data = prepare_batch(argparse.Namespace(seed=7, videos=2000, feed=100, users=400), users)
     for uid, _token, feed, _expected in data["users"]:
         relation_cache_repair(user_id=uid, video_ids=feed)
 
     def unit() -> None:
-        uid, _token, feed, _expected = data["users"][rng.randrange(len(data["users"]))]
+        uid, _token, feed, _expected = rng.choice(data["users"])
         page = rng.randrange(5)
         feed_page_read(user_id=uid, video_ids=feed[page * 20:(page + 1) * 20], min_versions={})
     return unit, 1
 
 
-def _projector_unit(rng: random.Random):
-    from bench.projector_bench import backlog, publish, streams_reset
-    from counting.services.projection import CountProjector
+def projector(rng):
+    from bench.harness.phases import backlog_events, publish
     from likes_project.eventlog import streams
-    from likes_project.eventlog.consumer import consume_partition
+    from likes_project.eventlog.consumer import consume_partition, projector_get
 
-    spec = argparse.Namespace(seed=rng.randrange(10**6), events=20_000, event_users=200_000, uniform_videos=5000)
-    state = {"round": 0}
+    rounds = [0]
 
     def unit() -> None:
-        streams_reset()
-        publish(backlog(spec, "uniform", state["round"]))
-        state["round"] += 1
+        clean()
+        publish(backlog_events(seed=rng.randrange(10**6), events=20_000, users=200_000, videos=5000, kind="uniform",
+                               rnd=rounds[0], video_prefix="pjb-", user_base=8_000_000_000))
+        rounds[0] += 1
         for _ in range(1000):
-            moved = 0
-            for p in streams.all_partitions():
-                moved += consume_partition(CountProjector(), partition=p, batch_size=500).dispatched
-            if not moved:
+            if not sum(consume_partition(projector_get("count"), partition=p, batch_size=500).dispatched
+                       for p in streams.all_partitions()):
                 return
-    return unit, spec.events
+    return unit, 20_000
 
 
-def _snapshot_unit(rng: random.Random):
-    from bench.dataset import prepare
-    from counting.services.projection import CountProjector
+def snapshot(rng):
     from counting.services.snapshots import display_snapshot_refresh
     from likes_project.eventlog import streams
-    from likes_project.eventlog.consumer import consume_partition
+    from likes_project.eventlog.consumer import consume_partition, projector_get
     from relations import routing
     from relations.services.commands import relation_set_state
     from relations.services.outbox import outbox_publish_batch
@@ -142,85 +101,80 @@ def _snapshot_unit(rng: random.Random):
 
     def unit() -> None:
         for v in rng.sample(videos, 50):
-            uid, _token = users[rng.randrange(len(users))]
-            relation_set_state(user_id=uid, video_id=v, desired_state="LIKED", operation_id=uuid.uuid4().hex)
+            relation_set_state(user_id=rng.choice(users)[0], video_id=v, desired_state="LIKED",
+                               operation_id=uuid.uuid4().hex)
         for alias in routing.all_aliases():
             outbox_publish_batch(alias=alias, holder="profile")
         for p in streams.all_partitions():
-            consume_partition(CountProjector(), partition=p)
+            consume_partition(projector_get("count"), partition=p)
         display_snapshot_refresh()
     return unit, 1
 
 
-UNITS = {"command": _command_unit, "http": _http_unit, "batch": _batch_unit, "projector": _projector_unit,
-         "snapshot": _snapshot_unit}
+SCENARIOS = {"command": command, "http": http, "batch": batch, "projector": projector, "snapshot": snapshot}
 
 
-def _loop(unit, seconds: float) -> tuple[int, float, float]:
-    t0, c0 = time.perf_counter(), time.process_time()
-    n = 0
-    deadline = t0 + seconds
-    while time.perf_counter() < deadline and n < 10_000_000:
+def clean() -> None:
+    for fn in (reset_state, reset_count, streams_reset, flush_redis):
+        fn()
+
+
+def loop(unit, seconds: float) -> tuple[int, float, float]:
+    t0, c0, n = time.perf_counter(), time.process_time(), 0
+    while time.perf_counter() < t0 + seconds and n < 10_000_000:
         unit()
         n += 1
     return n, time.perf_counter() - t0, time.process_time() - c0
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    common.start_driver()
-    from bench.dataset import flush_bench_redis, reset_state
-    from bench.projection.state import reset_ours
+    p = argparse.ArgumentParser(prog="bench/run.sh profile", description=__doc__.split("\n\n")[0])
+    p.add_argument("scenario", choices=SCENARIOS)
+    p.add_argument("--seconds", type=float, default=20.0, help="length of each loop (default 20)")
+    p.add_argument("--flame", action="store_true", help="also a py-spy flame graph (SVG)")
+    args = p.parse_args(argv)
+    if not 1 <= args.seconds <= 300:
+        p.error("--seconds must be 1..300")
+    import django
 
+    django.setup()
+    driver.check_environment()
+    log = driver.make_log("profile")
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(20261203)
-    reset_state()
-    reset_ours()
-    flush_bench_redis()
+    clean()
     try:
-        unit, per = UNITS[args.scenario](rng)
-        _loop(unit, min(5.0, args.seconds / 4))  # warm-up: connections, caches, prepared statements
-        n, wall, cpu = _loop(unit, args.seconds)
-        head = (f"scenario {args.scenario}: {n} units of {per} in {wall:.1f} s unprofiled: "
-                f"{wall / n / per * 1000:.3f} ms wall and {cpu / n / per * 1000:.3f} ms of this process's CPU per "
-                f"{'event' if per > 1 else 'unit'}")
+        unit, per = SCENARIOS[args.scenario](random.Random(20261203))
+        loop(unit, min(5.0, args.seconds / 4))  # warm-up: connections, caches, prepared statements
+        n, wall, cpu = loop(unit, args.seconds)
+        head = (f"scenario {args.scenario}: {n} units of {per} in {wall:.1f} s unprofiled: {wall / n / per * 1000:.3f} "
+                f"ms wall and {cpu / n / per * 1000:.3f} ms of this process's CPU per {'event' if per > 1 else 'unit'}")
         log(head)
         prof = cProfile.Profile()
-        prof.enable()
-        pn, pwall, _ = _loop(unit, args.seconds)
-        prof.disable()
+        pn, pwall, _ = prof.runcall(loop, unit, args.seconds)
         buf = io.StringIO()
-        stats = pstats.Stats(prof, stream=buf)
-        stats.sort_stats("cumulative").print_stats(40)
-        stats.sort_stats("tottime").print_stats(40)
-        text = f"{head}\nprofiled: {pn} units in {pwall:.1f} s\n{buf.getvalue()}"
-        out = OUT_DIR / f"{args.scenario}.txt"
-        out.write_text(text.replace(str(common.ROOT) + "/", ""))
-        log(f"wrote {out.relative_to(common.ROOT)}")
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40).sort_stats("tottime").print_stats(40)
+        (OUT_DIR / f"{args.scenario}.txt").write_text(f"{head}\nprofiled: {pn} units in {pwall:.1f} s\n"
+                                                      f"{buf.getvalue()}".replace(str(ROOT) + "/", ""))
         if args.flame:
-            spy = shutil.which("py-spy") or str(common.ROOT / ".venv" / "bin" / "py-spy")
             svg = OUT_DIR / f"{args.scenario}.svg"
-            cmd = [spy, "record", "--pid", str(os.getpid()), "--output", str(svg), "--format", "flamegraph",
-                   "--rate", "200", "--duration", str(int(args.seconds)), "--nonblocking"]
-            rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            rec = subprocess.Popen([shutil.which("py-spy") or str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid",
+                                    str(os.getpid()), "--output", str(svg), "--format", "flamegraph", "--rate", "200",
+                                    "--duration", str(int(args.seconds)), "--nonblocking"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
             time.sleep(1.0)  # py-spy attaches before the loop starts
-            _loop(unit, args.seconds)
-            _out, err = rec.communicate(timeout=args.seconds + 60)
-            if rec.returncode != 0:
-                log(f"py-spy failed (rc={rec.returncode}): {err.decode(errors='replace')[-500:]}")
-            else:
-                log(f"wrote {svg.relative_to(common.ROOT)}")
+            loop(unit, args.seconds)
+            err = rec.communicate(timeout=args.seconds + 60)[1]
+            log(f"py-spy failed: {err.decode(errors='replace')[-500:]}" if rec.returncode else f"wrote {svg}")
+        log(f"wrote {OUT_DIR / args.scenario}.txt")
     finally:
         from django.db import connections
 
         connections.close_all()
         if args.scenario == "batch":
-            from bench.read_bench import cleanup
+            from bench.read.bench import cleanup
 
             cleanup()  # its videos, display snapshots and relation-cache floors too
-        reset_state()
-        reset_ours()
-        flush_bench_redis()
+        clean()
     return 0
 
 
