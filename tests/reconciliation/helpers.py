@@ -28,9 +28,10 @@ from counting.services import snapshots
 from likes_project import l1cache
 from likes_project.audit.services import Actor
 from likes_project.opsjobs.services import job_run_inline, job_start
-from reconciliation.jobs import job_for_mode
+from reconciliation.jobs import SNAPSHOT_JOB, job_for_mode
 from reconciliation.models import CheckRun
 from reconciliation.services import checks
+from reconciliation.services.recovery import snapshot
 from relations.models import LikeCommand, LikeRelation, OutboxEvent
 from tests.counting.helpers import drain
 from tests.factories import make_user, put_like
@@ -332,3 +333,9 @@ def shard_transaction_holding(alias: str, statement: str, params: list):
 
 def finished_long_ago(run: CheckRun, seconds: float) -> None:
     CheckRun.objects.filter(pk=run.pk).update(finished_at=timezone.now() - dt.timedelta(seconds=seconds))
+
+
+def snapshot_take(reason: str = "test"):
+    """A recovery snapshot as `manage.py snapshot_create` takes it (its ops job, run here to its end)."""
+    job = job_run_inline(job_start(kind=SNAPSHOT_JOB, actor=OPERATOR, params={"reason": reason}).pk)
+    return snapshot.snapshot_get(job.params["snapshotId"])

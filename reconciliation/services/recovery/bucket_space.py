@@ -1,6 +1,6 @@
 """A change of the bucket contract itself (BKT-6, T20; issue 13 §5): a new bucket space, and a SHADOW count
 generation on it built from the relation facts, caught up, verified, then CAS-switched in the way a restore
-is (`restore.generation_switch`). Bucket space v1 is never edited (a database trigger refuses it).
+is (`generation.generation_switch`). Bucket space v1 is never edited (a database trigger refuses it).
 
   create:  bucket space v(N+1) (V, seed), its sealed epoch-1 manifest over the partitions the active
            manifest uses, its materialised routes and partition fences, and generation G+1 (SHADOW)
@@ -45,7 +45,9 @@ from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, InvalidInput
 from likes_project.eventlog import streams
 from reconciliation.services.cut import published_and_consumed
+from reconciliation.services.recovery import generation as recovery_generation
 from reconciliation.services.recovery import restore
+from reconciliation.services.recovery.generation import RestoreFailed
 from relations.models import LikeRelation
 
 PERMISSION = "counting.approve_bucketmigration"
@@ -190,31 +192,31 @@ def bucket_space_change(*, virtual_buckets: int, seed: str | None, actor: Actor,
             trimmed = [p for p in positions if streams.entry_id_key(streams.retention(p).trimmed_below)
                        > streams.entry_id_key(positions[p])]
             if trimmed:
-                raise restore.RestoreFailed(f"the stream was trimmed past the build's start on partitions {trimmed}")
+                raise RestoreFailed(f"the stream was trimmed past the build's start on partitions {trimmed}")
             # Every fact read above is published and consumed by the live generation before the barrier
             # comparison: both generations then hold the same versions at the same stream positions.
             report["drainedTo"] = {str(p): o for p, o in published_and_consumed(
                 time.monotonic() + settings.RECONCILE_DRAIN_MAX_S).items()}
-            replayed = restore._replay(new, positions, until=None, token=lease.token)
-            while restore._behind(positions) > settings.SNAPSHOT_REPLAY_FENCE_LAG:
-                replayed += restore._replay(new, positions, until=None, token=lease.token)
+            replayed = recovery_generation._replay(new, positions, until=None, token=lease.token)
+            while recovery_generation._behind(positions) > settings.SNAPSHOT_REPLAY_FENCE_LAG:
+                replayed += recovery_generation._replay(new, positions, until=None, token=lease.token)
             report["replayed"] = replayed
-            identity = restore.identity_problems(new)
-            coverage, checked = restore.coverage_problems(new, positions, say)
+            identity = recovery_generation.identity_problems(new)
+            coverage, checked = recovery_generation.coverage_problems(new, positions, say)
             report |= {"identityDiffs": identity, "coverageDiffs": coverage, "coverageChecked": checked}
             if identity or coverage:
-                raise restore.RestoreFailed(f"the new generation disagrees with the facts: {len(identity)} identity "
+                raise RestoreFailed(f"the new generation disagrees with the facts: {len(identity)} identity "
                                             f"and {len(coverage)} coverage diffs")
 
             def same_counts(_positions) -> dict:
                 before, after = generation_counts(old), generation_counts(new)
                 differ = sorted(v for v in set(before) | set(after) if before.get(v, 0) != after.get(v, 0))
                 if differ:
-                    raise restore.RestoreFailed(f"at the switch barrier {len(differ)} videos count differently in "
+                    raise RestoreFailed(f"at the switch barrier {len(differ)} videos count differently in "
                                                 f"generation {new.generation} (first {differ[:5]})")
                 return {"videosCompared": len(before), "likesAtBarrier": sum(before.values())}
 
-            report |= restore.generation_switch(
+            report |= recovery_generation.generation_switch(
                 old, new, positions, token=lease.token, actor=actor, say=say,
                 what=f"bucket space v{space.version}", audit_action="bucket_space.activate",
                 audit_params={"bucketSpaceVersion": space.version}, at_barrier=same_counts)
