@@ -77,11 +77,15 @@ def command_retention_cutoff(*, retention_hours: int, now: dt.datetime | None = 
 
 _DUE_SQL = "SELECT count(*) FROM {t} WHERE changed = false AND created_at < %s"
 
-# Oldest first through the created_at index; SKIP LOCKED so two runs never wait on each other.
+# Oldest first through the created_at index; SKIP LOCKED so two runs never wait on each other. The batch is
+# chosen once, in a MATERIALIZED CTE: as `id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` the planner may
+# rescan the subquery for each outer row, and a rescan skips the row this statement just deleted and locks the
+# next one, so one "batch" could delete more than n rows (the scaled topology's CI run deleted 2 for n = 1).
 _DELETE_SQL = """
-DELETE FROM {t} WHERE id IN (
+WITH batch AS MATERIALIZED (
     SELECT id FROM {t} WHERE changed = false AND created_at < %s
      ORDER BY created_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+DELETE FROM {t} c USING batch WHERE c.id = batch.id
 """
 
 
