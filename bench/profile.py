@@ -31,7 +31,6 @@ OUT_DIR = RESULTS_DIR / "profiles"
 
 def command(rng):
     from relations.services.commands import relation_set_state
-
     users, videos = prepare(users=5000, videos=2000)
     return lambda: relation_set_state(user_id=rng.choice(users)[0], video_id=rng.choice(videos),
                                       desired_state=rng.choice(("LIKED", "UNLIKED")), operation_id=uuid.uuid4().hex), 1
@@ -40,7 +39,6 @@ def command(rng):
 def http(rng):
     from django.conf import settings
     from django.test import Client
-
     settings.ALLOWED_HOSTS = ["testserver"]
     users, videos, client = *prepare(users=5000, videos=2000), Client()
 
@@ -57,7 +55,6 @@ def batch(rng):
     from bench.read.bench import prepare_batch
     from counting.selectors import feed_page_read
     from relations.services.relation_cache import relation_cache_repair
-
     users, _ = prepare(users=5000, videos=2000)
     data = prepare_batch(argparse.Namespace(seed=7, videos=2000, feed=100, users=400), users)
     for uid, _token, feed, _expected in data["users"]:
@@ -74,7 +71,6 @@ def projector(rng):
     from bench.harness.phases import backlog_events, publish
     from likes_project.eventlog import streams
     from likes_project.eventlog.consumer import consume_partition, projector_get
-
     rounds = [0]
 
     def unit() -> None:
@@ -96,7 +92,6 @@ def snapshot(rng):
     from relations import routing
     from relations.services.commands import relation_set_state
     from relations.services.outbox import outbox_publish_batch
-
     users, videos = prepare(users=5000, videos=2000)
 
     def unit() -> None:
@@ -136,7 +131,6 @@ def main(argv=None) -> int:
     if not 1 <= args.seconds <= 300:
         p.error("--seconds must be 1..300")
     import django
-
     django.setup()
     driver.check_environment()
     log = driver.make_log("profile")
@@ -168,11 +162,9 @@ def main(argv=None) -> int:
         log(f"wrote {OUT_DIR / args.scenario}.txt")
     finally:
         from django.db import connections
-
         connections.close_all()
         if args.scenario == "batch":
             from bench.read.bench import cleanup
-
             cleanup()  # its videos, display snapshots and relation-cache floors too
         clean()
     return 0

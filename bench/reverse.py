@@ -1,12 +1,7 @@
-"""The reverse "who liked" index (issue 5): `bench/run.sh reverse`.
-
-1. the likers page: `--likers` likers of ONE video bulk-loaded into the ACTIVE reverse generation's tables (each
-   user's reverse shard from counting.routing, on the count partition its placement names, distinct liked_at), then
-   counting.selectors.likers.likers_page_list plus the cursor encoding the API does, called as the author with
-   `--limit`, timed at page 1 and at page `--deep-page` (the cursor walked once, then reused);
-2. the reverse projector: a backlog of `--events` crafted LikeRelationChanged envelopes XADDed into the streams,
-   for many videos (uniform) and for one (hot), drained by consume_partition(ReverseIndexProjector()) in 2
-   processes, fresh data each round; checked: every event applied once, the sort entries = the pairs last LIKED."""
+"""The reverse "who liked" index (issue 5): `bench/run.sh reverse`. `--likers` likers of one video bulk-loaded into
+the active reverse generation, the likers page (as the API calls it, as the author) timed at page 1 and page
+`--deep-page`; then the reverse projector draining backlogs of crafted events (uniform and hot) in 2 processes,
+each round checked: every event applied once, the sort entries = the pairs last LIKED."""
 
 from __future__ import annotations
 
@@ -40,7 +35,6 @@ def reverse_reset() -> int:
     from bench.harness.seed import truncate
     from counting.models import LikeReverseProjection, LikeReverseSort, ReverseEventReceipt
     from counting.services.reverse.projector import REVERSE_CONSUMER
-
     truncate(settings.COUNT_PARTITION_ALIASES, LikeReverseProjection, LikeReverseSort, ReverseEventReceipt)
     consumer_reset(REVERSE_CONSUMER)
     return streams_reset()
@@ -53,7 +47,6 @@ def likers_load(args) -> dict:
 
     from counting import routing
     from counting.models import LikeReverseProjection, LikeReverseSort
-
     t0 = time.monotonic()
     gen = routing.reverse_active()
     user_ids = users_sql(LIKER_PREFIX, args.likers)
@@ -87,7 +80,6 @@ def likers_unload() -> None:
     from django.db import connections
 
     from relations.models import VideoSnapshot
-
     reverse_reset()
     with connections["default"].cursor() as cur:
         cur.execute(f"DELETE FROM {table(VideoSnapshot)} WHERE video_id = %s", [PAGE_VIDEO])
@@ -96,7 +88,6 @@ def likers_unload() -> None:
 
 def run_latency(args) -> dict:
     from counting.selectors.likers import likers_cursor_encode, likers_page_list
-
     author = author_id()
 
     def fetch(cursor):
@@ -134,7 +125,6 @@ def projector_round(args, pool: Pool, kind: str, rnd: int) -> dict:
     from django.db import connections
 
     from counting.models import LikeReverseSort
-
     reverse_reset()
     events = backlog_events(seed=args.seed, events=args.events, users=args.event_users, videos=args.uniform_videos,
                             kind=kind, rnd=rnd, video_prefix=PROJ_PREFIX, user_base=PROJ_USER_BASE)

@@ -37,7 +37,8 @@ case "$name" in
     # HTTP) and `convergence` (the Celery path), then the table of both. Each sub-run takes the lock itself.
     out="$BENCH/results/topology"
     mkdir -p "$out"
-    for topology in single scaled; do
+    case " $* " in *" -h "* | *" --help "*) set -- --help; topologies="" ;; *) topologies="single scaled" ;; esac
+    for topology in $topologies; do
       LIKES_TOPOLOGY=$topology "$BENCH/run.sh" command --skip-http --rounds 2 --no-docs --out "$out/command_$topology.json"
       LIKES_TOPOLOGY=$topology "$BENCH/run.sh" convergence --paths celery --duration 15 --no-docs \
         --out "$out/convergence_$topology.json"
@@ -82,9 +83,11 @@ print(urlunsplit((pg.scheme, pg.netloc, "/likes_bench", pg.query, "")),
 PYEOF
 )
 [ -n "${DATABASE_URL:-}" ] || die "could not derive the bench database URL"
-if [ -n "$own_db" ]; then  # a fresh bootstrap every run: only the exact names own_db, own_db_(rel|cnt)_NN
-  DATABASE_URL="$("$PY" -m bench.harness.seed own-db url "$DATABASE_URL" "$own_db")"
-  "$PY" -m bench.harness.seed own-db drop "$DATABASE_URL" "$own_db"
+if [ -n "$own_db" ]; then  # a fresh bootstrap every run: only the exact names own_db, own_db_(rel|cnt)_NN;
+  DATABASE_URL="${DATABASE_URL%/*}/$own_db"  # dropdb refuses a database someone is connected to: the run stops
+  for db in $(psql "${DATABASE_URL%/*}/postgres" -Atc "SELECT datname FROM pg_database WHERE datname ~ '^${own_db}(_(rel|cnt)_[0-9]{2})?\$'"); do
+    dropdb --maintenance-db="${DATABASE_URL%/*}/postgres" "$db"
+  done
 fi
 export DATABASE_URL REDIS_URL
 # Shard and stream URLs derive from the two above; never inherit ones that point at other databases.
@@ -96,9 +99,7 @@ export VIDEO_SERVICE_TOKEN="${BENCH_VIDEO_SERVICE_TOKEN:-bench-video-service-tok
 export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 export CURSOR_SIGNING_KEY="${CURSOR_SIGNING_KEY:-bench-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 export LOG_LEVEL="${LOG_LEVEL:-WARNING}" PYTHONUNBUFFERED=1
-# Every connection of the run (driver, clients, gunicorn, Celery) is tagged: the driver tells another
-# benchmark on the same databases from its own connections.
-export PGAPPNAME="likes-bench-$name"
+export PGAPPNAME="likes-bench-$name"  # every connection of the run: another benchmark's are told apart
 apply_topology  # LIKES_TOPOLOGY=scaled: two PostgreSQL servers, caches and streams on the Redis Cluster
 echo "[bench] $name: databases ${DATABASE_URL##*/} (+ _rel_NN, _cnt_NN) on ${DATABASE_URL#*@}; redis ${REDIS_URL#*@}" >&2
 
@@ -120,18 +121,13 @@ cleanup() {
   done
   rm -rf "$BENCH_PIDDIR"
 }
-driver=""
-BENCH_PIDDIR="$(mktemp -d "${TMPDIR:-/tmp}/likes-bench-$name.XXXXXX")"
-export BENCH_PIDDIR
+driver="" started=$(date +%s) rc=0
+export BENCH_PIDDIR="$(mktemp -d "${TMPDIR:-/tmp}/likes-bench-$name.XXXXXX")"
 trap cleanup INT TERM EXIT
-started=$(date +%s)
 "$PY" manage.py migrate_all >/dev/null
 setsid "$PY" -m "$module" "$@" &
 driver=$!
-set +e
-wait "$driver"
-rc=$?
-set -e
+wait "$driver" || rc=$?
 echo "[bench] $name finished in $(( $(date +%s) - started ))s (rc=$rc)" >&2
 cleanup
 exit "$rc"

@@ -1,15 +1,9 @@
-"""Relation slot moves (issue 16): `bench/run.sh slotmove`: `--slots` slots holding `--scale` relations moved
-rel_00 -> rel_02 (a shard added empty) under a command load, and back; the duration and the write pause p50 / p99,
-against a naive stop-the-world copy and the raw COPY ceiling of the same rows.
-
-Its own databases (likes_bench_slot*, made again every run), three relation shards, contract v1 over two. Seeds
-`--scale` LIKED relations (one command row each) of users in the moving slots of rel_00 and `--rest-share` as many
-in its other slots, then: `--procs` processes flip relations of `--users` users over every slot (every command
-timed); after `--window` s of load alone the slots move by the product (plan by one operator, approval by another,
-the ops job run here as a worker runs it), then back (not with --no-back), then `--series` small moves; with the
-load stopped, the naive move (SELECT, executemany INSERT) and the COPY ceiling of the rows, rolled back; finally
-every acknowledged state is on the shard the contract names, no row of a moved user is elsewhere, and the row
-counts are the seeded ones plus what the load acknowledged."""
+"""Relation slot moves (issue 16): `bench/run.sh slotmove`, on its own databases (three relation shards, contract v1
+over two: rel_02 starts empty). Seeds `--scale` relations in the `--slots` slots that move, then under a command
+load flipping relations of users over every slot (every command timed): the slots rel_00 -> rel_02 by the product
+(planned by one operator, approved by another) and back, then `--series` small moves: the duration, the steps, the
+write pause and what the clients saw; with the load stopped, the naive copy and the COPY ceiling of the same rows
+(rolled back); finally every acknowledged state on the shard the contract names and the row counts exact."""
 
 from __future__ import annotations
 
@@ -47,7 +41,6 @@ def seed(contract, moving: list[int], args) -> dict:
     from django.db import connections, transaction
 
     from relations.models import LikeCommand, LikeRelation
-
     def users(slots: list[int], n: int) -> list[int]:
         span = max(n * contract.logical_slots // max(len(slots), 1) * 2, 1000)
         cur.execute("SELECT i FROM generate_series(%s::bigint, %s::bigint) AS i WHERE likes_slot_of(i, %s, %s) = "
@@ -83,7 +76,6 @@ def run_move(slots: list[int], target: str, *, series: bool = False) -> dict:
     from likes_project.audit.services import Actor
     from likes_project.opsjobs.services import job_run_inline
     from relations.services.slot_moves import ledger
-
     t0 = time.time()
     m = ledger.move_plan(slots=slots, target=target, reason="benchmark", actor=Actor(OPERATOR, "cli"))
     m = ledger.move_approve(move_id=m.pk, actor=Actor(APPROVER, "cli"))
@@ -114,7 +106,6 @@ def baselines(slots: list[int], home: str, other: str) -> dict:
 
     from relations import routing
     from relations.services.slot_moves import rows as protocol_rows
-
     cond, cparams = protocol_rows.slot_sql(routing.active_contract())
     src, dst, out = connections[home], connections[other], {}
     for conn in (src, dst):
@@ -176,7 +167,6 @@ def final_check(samples, seeded: dict, slots: list[int]) -> dict:
     from relations import routing
     from relations.models import LikeCommand, LikeRelation
     from relations.services.slot_moves import rows as protocol_rows
-
     routing.reset_cache()
     contract = routing.active_contract()
     outcomes = Counter(s[5] for s in samples)
@@ -260,7 +250,6 @@ def main(argv=None) -> int:
     from django.conf import settings
 
     from relations import routing
-
     driver.check_environment(DB_NAME)
     if list(settings.RELATION_SHARD_ALIASES) != [*CONTRACT, TARGET] or \
             list(settings.RELATION_CONTRACT_SHARDS) != list(CONTRACT):

@@ -44,6 +44,8 @@ def figures(results: Path) -> dict[str, dict]:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        return print(__doc__) or 0
     results = Path(argv[0] if argv and not argv[0].startswith("-") else "bench/results/topology")
     fig = figures(results)
     table = rep.md_table(["", "single:", "scaled:", "scaled ÷ single:"],

@@ -1,15 +1,8 @@
-"""The like command path (issue #2; spec TEST-2, TEST-3, TEST-4): `bench/run.sh command` (or `bench/run.sh` alone).
-
-Each for a fixed window after a warm-up, with concurrent clients, for two workloads, `uniform` (users x many
-videos) and `hot` (the same users x one video):
-
-  service  processes calling relations.services.commands.relation_set_state() directly;
-  http     PUT /v1/videos/<id>/like-relation against gunicorn (sync workers) on 127.0.0.1;
-  naive    both again with the counter-row UPDATE in the command transaction (bench/command/naive.py);
-  pgbench  the same statements as raw SQL on one relation shard (bench/pgbench/like_tx.sql: the ceiling), and the
-           naive hot counter as raw SQL (-D naive_hot=1).
-
-Plus the cost of one command with one client (SQL statements, Redis calls, app CPU). Nothing asserts on timings."""
+"""The like command path (issue #2; spec TEST-2, TEST-3, TEST-4): `bench/run.sh command` (or `bench/run.sh`). For the
+`uniform` (users x many videos) and `hot` (one video) workloads, windows of concurrent clients at the service layer
+(relation_set_state) and over HTTP (gunicorn), each also with the naive counter-row UPDATE in the transaction
+(bench/command/naive.py), then the same statements as raw SQL with pgbench (bench/pgbench/like_tx.sql: the
+ceiling, and -D naive_hot=1); plus the cost of one command with one client. Nothing asserts on timings."""
 
 from __future__ import annotations
 
@@ -63,7 +56,6 @@ def start(argv, name: str = NAME, options=OPTIONS, doc: str = __doc__, seed: int
     flush_redis()
     users, videos = prepare(users=args.users, videos=args.videos)
     from django.db import connections
-
     connections.close_all()
     return run, Path(tempfile.mkdtemp(prefix=f"likes-{name}-")), users, videos
 
@@ -145,7 +137,6 @@ def _shard_sum(sql: str) -> tuple[int, ...]:
     from django.db import connections
 
     from relations import routing
-
     total: tuple[int, ...] = ()
     for alias in routing.all_aliases():
         with connections[alias].cursor() as cur:
@@ -158,7 +149,6 @@ def _shard_sum(sql: str) -> tuple[int, ...]:
 
 def _outbox_payload_size() -> int | None:
     from relations.models import OutboxEvent
-
     total, count = _shard_sum("SELECT coalesce(sum(octet_length(payload::text)), 0), count(*) "
                               f"FROM {OutboxEvent._meta.db_table}")
     return round(total / count) if count else None
@@ -178,9 +168,6 @@ def pgbench_row(args, sampler, *, naive_hot: bool, clients: int) -> dict:
     return row
 
 
-# --- the cost of one command -------------------------------------------------------------------------------------
-
-
 def cost_probe(job: dict, ctl) -> dict:
     """One client, no concurrency: SQL statements (Django's execute_wrapper, so a transaction's implicit BEGIN and
     COMMIT come on top; every statement psycopg sent besides), Redis calls and app CPU per command."""
@@ -190,7 +177,6 @@ def cost_probe(job: dict, ctl) -> dict:
 
     from bench.command import naive
     from relations.services import commands
-
     naive.install(enabled=False)
     gen = CommandMix(rng=random.Random(job["seed"]), users=job["users"], videos=job["videos"], mix=job["mix"],
                      key_prefix=job["key_prefix"])
@@ -242,9 +228,6 @@ def cost_probe(job: dict, ctl) -> dict:
             "wall_ms": round((wall1 - wall0) * 1000 / n, 2),
             "sql_per_command": {k[4:]: round(v / n, 2) for k, v in sorted(counts.items()) if k.startswith("sql:")},
             "redis_per_command": round(counts["redis"] / n, 2), "pg_statements_per_command": round(counts["pg"] / n, 2)}
-
-
-# --- report --------------------------------------------------------------------------------------------------------
 
 
 def row_text(r: dict) -> str:

@@ -19,7 +19,6 @@ def set_enabled(enabled: bool) -> None:
     """Toggle the extra UPDATE. While it is on the command takes the statement-by-statement write path
     (LIKE_COMMAND_WRITE_PATH=python, D84): the one-statement function has no place for one more statement."""
     from django.conf import settings
-
     if enabled and not _state["enabled"]:
         _state["path"], settings.LIKE_COMMAND_WRITE_PATH = settings.LIKE_COMMAND_WRITE_PATH, "python"
     elif not enabled and _state["enabled"]:
@@ -32,7 +31,6 @@ def install(*, enabled: bool) -> None:
     from django.db import connections
 
     from relations.services import commands
-
     set_enabled(enabled)
     if _state["installed"]:
         return
@@ -61,7 +59,6 @@ def window(job: dict, ctl) -> dict:
 def naive_app():
     """gunicorn `bench.command.naive:naive_app()`: the application with the naive UPDATE in every worker."""
     from django.core.wsgi import get_wsgi_application
-
     app = get_wsgi_application()
     install(enabled=True)
     return app
@@ -71,10 +68,8 @@ def drf_token_app():
     """gunicorn `bench.command.naive:drf_token_app()`: the token-authentication lever's "before" (D85), DRF's stock
     ORM TokenAuthentication in place of relations.api.auth.UserTokenAuthentication."""
     from django.core.wsgi import get_wsgi_application
-
     app = get_wsgi_application()
     from rest_framework.authentication import SessionAuthentication, TokenAuthentication
     from rest_framework.views import APIView
-
     APIView.authentication_classes = [TokenAuthentication, SessionAuthentication]  # read at request time
     return app

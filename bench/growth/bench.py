@@ -1,14 +1,8 @@
-"""Costs that do not grow with history (issue 15 §5): `bench/run.sh growth`.
-
-Loads the first size of history (default 1,000,000 relations) with COPY into every store the service keeps
-(bench/growth/load.py: facts, commands and SENT outbox rows; count projection, vbuckets, reverse index and recent
-likers; users, video and display snapshots, checkpoints), then measures in-process, one client, sequentially
-(bench/growth/measure.py): the like command, the batch query of 20 ids warm, the my-likes page 1 and a deep page of
-the heavy user, the likers page 1 and a deep page of the hot video, an exact reconciliation of the hot video; then
-drains the pipeline, grows the SAME history to the next size (default 10,000,000) and measures again. Each figure at
-every size, the ratio last ÷ first (goal at most 1.2x), disk and load time, the plans of the items above the goal.
-The exit code is non-zero when a correctness check fails (an exact run not PASSED, a wrong batch answer, loaded
-counts that do not add up)."""
+"""Costs that do not grow with history (issue 15 §5): `bench/run.sh growth`. Loads the first size of history with
+COPY into every store (bench/growth/load.py), measures in-process, one client, sequentially (bench/growth/measure.py)
+the like command, the batch query, the my-likes and likers pages 1 and deep, an exact reconciliation of the hot
+video; drains the pipeline, grows the SAME history to the next size and measures again: each figure per size, the
+ratio last ÷ first (goal at most 1.2x), disk and load time, and the plans of the items above the goal."""
 
 from __future__ import annotations
 
@@ -53,7 +47,6 @@ def reset() -> None:
     from relations import routing
     from relations.models import LikeRelationCacheProjection, VideoSnapshot
     from relations.services.relation_cache import cache_generations_mirror
-
     reset_all()
     reverse_reset()
     truncate(settings.COUNT_PARTITION_ALIASES, LikeReverseRecent)
@@ -72,7 +65,6 @@ def reset() -> None:
 
 def free_bytes() -> int:
     from django.db import connections
-
     with connections["default"].cursor() as cur:
         cur.execute("SHOW data_directory")
         path = cur.fetchone()[0]
@@ -97,9 +89,6 @@ def measure_size(run, plan, users, n: int) -> dict:
         run.interference.note(f"{key} {n}")
         m[key] = fn()
     return m
-
-
-# --- report ---------------------------------------------------------------------------------------------------------
 
 
 def label(n: int) -> str:
@@ -193,7 +182,6 @@ def main(argv=None) -> int:
     args.list_page = max(2, min(args.list_page, s["heavy_liked"] // args.list_limit - 1))
     args.likers_page = max(2, min(args.likers_page, s["hot_liked"] // args.likers_limit - 1))
     from django.db import connections
-
     reset()
     named_users(shape.OPERATOR)
     users, result, failure, prev, per_relation = Users(), {"sizes": []}, None, 0, float(args.bytes_per_relation)

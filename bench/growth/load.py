@@ -1,13 +1,7 @@
-"""The growth benchmark's loader: relations `a .. b-1` of the plan streamed with COPY into every store, as the
-service leaves them once every event was published and consumed, then what derives from them, then ANALYZE.
-
-Per relation (user u, video v, version n, state s): on u's relation shard the LikeRelation row and, per version
-k = 1..n, one LikeCommand and one SENT OutboxEvent (the payload the command writes, its stream partition and an
-entry id in publish order), as `likes_relation_apply` writes them; the LikeCountProjection row on the partition its
-virtual bucket is routed to; the LikeReverseProjection row and, when LIKED, the LikeReverseSort entry on
-`placement[reverse shard]`. One connection and one COPY a table a database, each committed once its rows are sent.
-Then the vbuckets summed from the rows this load added (added to the stored ones), the display snapshots from the
-routed vbuckets, the recent-likers summary (REV-10) from the sort entries, and every consumer's checkpoint."""
+"""The growth benchmark's loader: relations `a .. b-1` of the plan streamed with COPY into every store as the
+service leaves them once every event was published and consumed (relation, command and SENT outbox rows on the
+shards; projection, reverse and sort rows on the partitions; one connection and one COPY a table a database), then
+what derives from them (vbuckets, display snapshots, recent likers REV-10, checkpoints), VACUUM and ANALYZE."""
 
 from __future__ import annotations
 
@@ -19,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bench.growth import plan as shape
-from bench.harness import checks
+from bench.harness import checks, seed
 from bench.harness.driver import pg_conninfo
-from bench.harness.seed import author_id, displays_upsert, make_log, snapshots_insert, table, users_sql
+from bench.harness.seed import table
 
-log = make_log("growth")
+log = seed.make_log("growth")
 CHUNK = 20_000  # relations generated and sent a round
 COLUMNS = {"rel": "user_id, video_id, state, relation_version, last_operation_id, state_changed_at, created_at, "
                   "updated_at",
@@ -71,11 +65,10 @@ class Users:
     def ensure(self, plan: shape.Plan, n: int) -> None:
         """auth_user rows of the heavy, light and core users the first `n` relations name (idempotent)."""
         from django.contrib.auth import get_user_model
-
         self.heavy = get_user_model().objects.get_or_create(username=shape.HEAVY_USER,
                                                             defaults={"password": "!bench"})[0].pk
-        self.light = self.light or users_sql(shape.LIGHT_PREFIX, plan.hot_rel)
-        self.core += users_sql(shape.CORE_PREFIX, plan.core_users_started(n), start=len(self.core))
+        self.light = self.light or seed.users_sql(shape.LIGHT_PREFIX, plan.hot_rel)
+        self.core += seed.users_sql(shape.CORE_PREFIX, plan.core_users_started(n), start=len(self.core))
 
 
 class Copies:
@@ -87,7 +80,6 @@ class Copies:
 
     def open(self, alias: str, name: str, columns: str) -> None:
         import psycopg
-
         conn = psycopg.connect(**pg_conninfo(alias), connect_timeout=10)
         self.stack.callback(conn.close)
         cur = conn.cursor()
@@ -119,7 +111,6 @@ def copy_relations(plan: shape.Plan, users: Users, a: int, b: int) -> tuple[int,
     from likes_project.hashing import length_prefixed_utf8, stable_hash
     from relations import routing
     from relations.models import LikeCommand, LikeRelation, OutboxEvent
-
     gen, rgen, contract, clock = count_routing.active(), count_routing.reverse_active(), streams.active_contract(), \
         Clock()
     space, routes = gen.space, [r.partition for r in gen.routes]
@@ -182,12 +173,10 @@ def copy_relations(plan: shape.Plan, users: Users, a: int, b: int) -> tuple[int,
     return n, liked, heads
 
 
-def _each_partition(sql: str, params: list, aliases=None) -> dict[str, int]:
-    from django.conf import settings
+def _each_partition(sql: str, params) -> dict[str, int]:
     from django.db import connections, transaction
-
     out = {}
-    for alias in aliases or settings.COUNT_PARTITION_ALIASES:
+    for alias in seed.partitions():
         with transaction.atomic(using=alias), connections[alias].cursor() as cur:
             cur.execute("SET LOCAL statement_timeout = 0")
             cur.execute("SET LOCAL work_mem = '256MB'")
@@ -198,16 +187,8 @@ def _each_partition(sql: str, params: list, aliases=None) -> dict[str, int]:
 
 def change_seqs() -> dict[str, int]:
     """Per count partition, the highest change_seq given out so far (rows above it are this load's)."""
-    from django.conf import settings
-    from django.db import connections
-
-    out = {}
-    for alias in settings.COUNT_PARTITION_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT last_value, is_called FROM count_change_seq")
-            last, called = cur.fetchone()
-            out[alias] = int(last) if called else int(last) - 1
-    return out
+    return {alias: int(last) - (not called) for alias in seed.partitions()
+            for last, called in seed.rows(alias, "SELECT last_value, is_called FROM count_change_seq")}
 
 
 def derive(heads: dict[int, int], seq_before: dict[str, int]) -> dict:
@@ -219,7 +200,6 @@ def derive(heads: dict[int, int], seq_before: dict[str, int]) -> dict:
     from likes_project.eventlog.models import ConsumerCheckpoint
     from likes_project.eventlog.registry import CONSUMERS
     from likes_project.eventlog.streams import entry_id_key
-
     g, rg = routing.active().generation, routing.reverse_active().generation
     buckets = _each_partition(
         f"INSERT INTO {table(VideoLikeCountVbucket)} AS b (generation, video_id, virtual_bucket, bucket_space_version, "
@@ -230,7 +210,7 @@ def derive(heads: dict[int, int], seq_before: dict[str, int]) -> dict:
         "EXCLUDED.active_count, bucket_version = b.bucket_version + EXCLUDED.bucket_version, updated_at = "
         "greatest(b.updated_at, EXCLUDED.updated_at)", lambda alias: [g, seq_before[alias]])
     sums = checks.bucket_sums(shape.PREFIX)
-    displays = displays_upsert(dict(sums))
+    displays = seed.displays_upsert(dict(sums))
     _each_partition(f"DELETE FROM {table(LikeReverseRecent)} WHERE generation = %s AND video_id LIKE %s",
                     [rg, shape.PREFIX + "%"])
     recent = _each_partition(
@@ -251,39 +231,28 @@ def vacuum_all(bound_s: float = 900.0) -> dict:
     """VACUUM (ANALYZE) every loaded table, a CHECKPOINT, then wait (bounded) until no autovacuum worker is on a
     bench database: the history in the steady state a long-lived database is in, and no maintenance of the load
     running during the measurements."""
-    from django.db import connections
-
     t0 = time.monotonic()
     for alias, name in loaded_tables():
-        with connections[alias].cursor() as cur:
-            cur.execute("SET statement_timeout = 0")
-            cur.execute(f"VACUUM (ANALYZE) {name}")
-            cur.execute("SET statement_timeout = DEFAULT")
+        seed.rows(alias, f"VACUUM (ANALYZE) {name}", slow=True)
     t_vacuum = time.monotonic() - t0
-    with connections["default"].cursor() as cur:
-        try:
-            cur.execute("CHECKPOINT")
-        except Exception as exc:  # not a superuser: the checkpointer's own schedule then
-            log(f"  CHECKPOINT refused ({exc.__class__.__name__})")
-        for _ in range(int(bound_s)):  # bounded wait, one look a second
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' "
-                        "AND datname LIKE 'likes_bench%%'")
-            if not cur.fetchone()[0]:
-                break
-            time.sleep(1.0)  # an autovacuum worker is still on a bench database
+    try:
+        seed.rows("default", "CHECKPOINT", slow=True)
+    except Exception as exc:  # not a superuser: the checkpointer's own schedule then
+        log(f"  CHECKPOINT refused ({exc.__class__.__name__})")
+    for _ in range(int(bound_s)):  # bounded wait, one look a second
+        if not seed.rows("default", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' "
+                               "AND datname LIKE 'likes_bench%%'")[0][0]:
+            break
+        time.sleep(1.0)  # an autovacuum worker is still on a bench database
     return {"vacuum_s": round(t_vacuum, 1), "checkpoint_and_wait_s": round(time.monotonic() - t0 - t_vacuum, 1)}
 
 
 def loaded_tables() -> list[tuple[str, str]]:
     """(alias, table) of every table the load writes."""
-    from django.conf import settings
-
     from counting import models as cm
     from relations import models as rm
-
-    return ([(a, table(m)) for a in settings.RELATION_SHARD_ALIASES for m in (rm.LikeRelation, rm.LikeCommand,
-                                                                               rm.OutboxEvent)]
-            + [(a, table(m)) for a in settings.COUNT_PARTITION_ALIASES for m in (
+    return ([(a, table(m)) for a in seed.shards() for m in (rm.LikeRelation, rm.LikeCommand, rm.OutboxEvent)]
+            + [(a, table(m)) for a in seed.partitions() for m in (
                 cm.LikeCountProjection, cm.VideoLikeCountVbucket, cm.LikeReverseProjection, cm.LikeReverseSort,
                 cm.LikeReverseRecent)]
             + [("default", table(rm.VideoSnapshot)), ("default", table(cm.VideoDisplayCount)),
@@ -294,18 +263,11 @@ def disk_used() -> dict:
     """pg_database_size of every bench database, and pg_total_relation_size of each loaded table (summed over the
     databases that hold it), in bytes."""
     from django.conf import settings
-    from django.db import connections
-
     databases, tables = {}, Counter()
     for alias in settings.DATABASES:
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT current_database(), pg_database_size(current_database())")
-            name, size = cur.fetchone()
-            databases[name] = int(size)
+        databases.update(seed.rows(alias, "SELECT current_database(), pg_database_size(current_database())"))
     for alias, name in loaded_tables():
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT pg_total_relation_size(%s::regclass)", [name])
-            tables[name] += int(cur.fetchone()[0])
+        tables[name] += seed.rows(alias, "SELECT pg_total_relation_size(%s::regclass)", [name])[0][0]
     return {"databases": databases, "total": sum(databases.values()), "tables": dict(tables)}
 
 
@@ -313,11 +275,10 @@ def grow(plan: shape.Plan, users: Users, a: int, b: int) -> dict:
     """The data set grown from `a` to `b` relations; what was written, how long each step took, and the load's own
     check: per video, Σ routed vbuckets grew by the LIKED relations loaded."""
     from django.db import connections
-
     t0, steps = time.monotonic(), {}
     users.ensure(plan, b)
-    snapshots_insert("SELECT %s || lpad(i::text, 7, '0') FROM generate_series(0, %s - 1) AS i UNION ALL SELECT %s",
-                     [shape.VIDEO_PREFIX, plan.catalog(b), shape.HOT_VIDEO], author_id=author_id())
+    seed.snapshots_insert("SELECT %s || lpad(i::text, 7, '0') FROM generate_series(0, %s - 1) AS i UNION ALL SELECT %s",
+                     [shape.VIDEO_PREFIX, plan.catalog(b), shape.HOT_VIDEO], author_id=seed.author_id())
     before, seq_before = checks.bucket_sums(shape.PREFIX), change_seqs()
     connections.close_all()
     t = time.monotonic()

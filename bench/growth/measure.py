@@ -40,6 +40,8 @@ def wait_machine_quiet(max_wait_s: float, busy_below: float = 0.6) -> dict:
     """Before the timed items, wait (up to `max_wait_s`) until fewer than `busy_below` cores are busy while this run
     does nothing, so another load (a test suite, the checkpointer after a load) does not land in one size only."""
     t0, seen = time.monotonic(), busy_cores(5.0)
+    if seen >= busy_below:
+        log(f"{seen} cores busy: waiting up to {max_wait_s:.0f}s (--quiet-wait) for the machine to go idle")
     while seen >= busy_below and time.monotonic() - t0 < max_wait_s:
         seen = busy_cores(5.0)
     return {"waited_s": round(time.monotonic() - t0, 1), "busy_cores_last": seen, "quiet": seen < busy_below}
@@ -49,7 +51,6 @@ def wait_machine_quiet(max_wait_s: float, busy_below: float = 0.6) -> dict:
 def sql_counted():
     """The SQL statements sent through Django's connections while the block runs: {"n": ...}."""
     from django.db import connections
-
     count = {"n": 0}
 
     def wrap(execute, sql, params, many, context):
@@ -84,7 +85,6 @@ def captured_plans(fn, n: int = 4) -> list[dict]:
     service's tables (in a transaction), slowest first."""
     from django.db import connections, transaction
     from django.test.utils import CaptureQueriesContext
-
     with contextlib.ExitStack() as stack:
         caps = {a: stack.enter_context(CaptureQueriesContext(connections[a])) for a in connections}
         fn()
@@ -108,14 +108,10 @@ def captured_plans(fn, n: int = 4) -> list[dict]:
     return sorted(plans, key=lambda p: -(p["execution_ms"] or 0))[:n]
 
 
-# --- the items ---------------------------------------------------------------------------------------------------
-
-
 def run_commands(plan, users, n: int, *, reps: int, warmup: int, seed: int) -> dict:
     """Pairs (a core user whose whole history is loaded, a random catalog video): LIKED, then UNLIKED, fresh
     operation ids, through relation_set_state as the service clients send them."""
     from relations.services import commands
-
     rng, complete, catalog = random.Random(seed * 7 + n), plan.core_users_complete(n), plan.catalog(n)
     times, changed, errors, seq = {"like": [], "unlike": []}, Counter(), Counter(), 0
     deadline = time.monotonic() + ITEM_BOUND_S
@@ -153,7 +149,6 @@ def run_batch(plan, users, n: int, *, reps: int, warmup: int, seed: int, batch: 
     from relations import routing, selectors
     from relations.models import LikeRelation
     from relations.services.relation_cache import relation_cache_repair
-
     rng, complete, feeds = random.Random(seed * 11 + n), plan.core_users_complete(n), []
     for _ in range(20):
         j = rng.randrange(complete)
@@ -206,7 +201,6 @@ def pages(page, *, name: str, key, reps: int, warmup: int, limit: int, deep: int
 
 def run_my_likes(users, *, reps: int, warmup: int, limit: int, deep: int) -> dict:
     from relations.selectors import my_likes as sel
-
     def page(cursor):
         p = sel.liked_page_list(user_id=users.heavy, limit=limit, after=None if cursor is None else
                                 sel.list_cursor_decode(user_id=users.heavy, cursor=cursor))
@@ -217,7 +211,6 @@ def run_my_likes(users, *, reps: int, warmup: int, limit: int, deep: int) -> dic
 
 def run_likers(*, reps: int, warmup: int, limit: int, deep: int) -> dict:
     from counting.selectors.likers import likers_cursor_encode, likers_page_list
-
     author = author_id()
 
     def page(cursor):
@@ -236,7 +229,6 @@ def run_exact(*, reps: int) -> dict:
     from reconciliation.jobs import job_for_mode
     from reconciliation.models import CheckRun
     from reconciliation.services import evidence
-
     def check() -> dict:
         t0 = time.perf_counter()
         done = job_run_inline(job_start(kind=job_for_mode("exact"), actor=Actor(name=shape.OPERATOR, channel="cli"),
@@ -267,7 +259,6 @@ def pipeline_drain(bound_s: float = 600.0) -> dict:
     from likes_project.eventlog.consumer import consume_partition, projector_get
     from likes_project.eventlog.registry import CONSUMERS
     from relations.services.outbox import outbox_publish_batch
-
     t0, totals = time.monotonic(), Counter()
     for _ in range(shape.MAX_LOOP):
         if time.monotonic() - t0 > bound_s:

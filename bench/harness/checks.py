@@ -6,44 +6,32 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.harness.seed import table
+from bench.harness.seed import partitions, rows, shards, table
 
 
 def _by_video(aliases, sql: str, params: list) -> Counter:
-    from django.db import connections
-
     out: Counter = Counter()
     for alias in aliases:
-        with connections[alias].cursor() as cur:
-            cur.execute("SET statement_timeout = 0")
-            cur.execute(sql, params)
-            for v, n in cur.fetchall():
-                out[v] += int(n)
-            cur.execute("SET statement_timeout = DEFAULT")
+        for v, n in rows(alias, sql, params, slow=True):
+            out[v] += int(n)
     return out
 
 
 def facts(prefix: str = "") -> Counter:
     """video -> its LIKED relations over every relation shard (the videos whose id starts with `prefix`)."""
-    from django.conf import settings
-
     from relations.models import LikeRelation
-
-    return _by_video(settings.RELATION_SHARD_ALIASES, f"SELECT video_id, count(*) FROM {table(LikeRelation)} "
+    return _by_video(shards(), f"SELECT video_id, count(*) FROM {table(LikeRelation)} "
                      "WHERE state = 'LIKED' AND video_id LIKE %s GROUP BY 1", [prefix + "%"])
 
 
 def bucket_sums(prefix: str = "", *, routed: bool = True, videos: list[str] | None = None) -> Counter:
     """video -> Σ active_count of its vbuckets in the live generation; `routed`: only the buckets each partition is
     routed (what a display snapshot sums), else every row there."""
-    from django.conf import settings
-
     from counting import routing
     from counting.models import VideoLikeCountVbucket
-
     gen = routing.load_generation()
     out: Counter = Counter()
-    for alias in settings.COUNT_PARTITION_ALIASES:
+    for alias in partitions():
         buckets = gen.buckets_on(alias) if routed else list(range(len(gen.routes)))
         where = "video_id = ANY(%s)" if videos is not None else "video_id LIKE %s"
         out.update(_by_video([alias], f"SELECT video_id, sum(active_count) FROM {table(VideoLikeCountVbucket)} WHERE "
@@ -54,7 +42,6 @@ def bucket_sums(prefix: str = "", *, routed: bool = True, videos: list[str] | No
 
 def displays(prefix: str = "") -> dict[str, int]:
     from counting.models import VideoDisplayCount
-
     return dict(VideoDisplayCount.objects.filter(video_id__startswith=prefix).values_list("video_id", "display_count"))
 
 
@@ -66,14 +53,12 @@ def counts(prefix: str = "", *, served: bool = False, exclude: str | None = None
     """Every video's facts = Σ routed vbuckets = display snapshot (and, with `served`, = what display_counts_get
     answers with a cold L1)."""
     from django.db import connections
-
     f, b, d = facts(prefix), bucket_sums(prefix), displays(prefix)
     videos = {v for v in set(f) | set(b) | {v for v, n in d.items() if n} if not (exclude and v.startswith(exclude))}
     out = {"videos": len(videos), "liked": sum(f[v] for v in videos), "bucket_mismatches": mismatches(f, b, videos),
            "snapshot_mismatches": mismatches(f, d, videos)}
     if served:
         from counting.selectors import display_counts_get, display_l1
-
         display_l1().clear()
         got = display_counts_get(video_ids=sorted(videos))
         out["served_mismatches"] = mismatches(f, {v: got[v].display_count for v in videos}, videos)
@@ -89,21 +74,16 @@ def counts(prefix: str = "", *, served: bool = False, exclude: str | None = None
 
 def acknowledged(last: dict[tuple[int, str], str]) -> dict:
     """Every relation a command acknowledged (its last acknowledged state) is in that state in the facts."""
-    from django.db import connections
-
     from relations import routing
     from relations.models import LikeRelation
-
     by_alias: dict[str, list] = {}
     for (u, v), s in last.items():
         by_alias.setdefault(routing.alias_for_user(u), []).append((u, v, s))
     lost = []
     for alias, items in by_alias.items():
-        with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT user_id, video_id, state FROM {table(LikeRelation)} WHERE (user_id, video_id) IN "
-                        "(SELECT * FROM unnest(%s::bigint[], %s::text[]))", [[u for u, _, _ in items],
-                                                                              [v for _, v, _ in items]])
-            stored = {(u, v): s for u, v, s in cur.fetchall()}
+        sql = (f"SELECT user_id, video_id, state FROM {table(LikeRelation)} WHERE (user_id, video_id) IN (SELECT * "
+               "FROM unnest(%s::bigint[], %s::text[]))")
+        stored = {(u, v): s for u, v, s in rows(alias, sql, [[i[0] for i in items], [i[1] for i in items]])}
         lost += [(u, v, s, stored.get((u, v), "UNLIKED")) for u, v, s in items if stored.get((u, v), "UNLIKED") != s]
     return {"acknowledged": len(last), "acknowledged_lost": len(lost), "lost_examples": lost[:10]}
 
@@ -111,17 +91,14 @@ def acknowledged(last: dict[tuple[int, str], str]) -> dict:
 def pipeline_pending(*, active_only: bool = False) -> dict:
     """What the pipeline still has to do: outbox rows not SENT, partitions whose `count` checkpoint is behind the
     stream's last id, dirty videos (`active_only`: of the active generation; a retired one's are nobody's work)."""
-    from django.conf import settings
-
     from counting import routing
     from counting.models import DirtyVideo
     from counting.services.projection import COUNT_CONSUMER
     from likes_project.eventlog import streams
     from likes_project.eventlog.models import ConsumerCheckpoint
     from relations.models import OutboxEvent
-
     outbox = sum(OutboxEvent.objects.using(a).filter(status__in=["NEW", "RETRY", "UNCERTAIN", "PUBLISHING"]).count()
-                 for a in settings.RELATION_SHARD_ALIASES)
+                 for a in shards())
     if outbox:
         return {"outbox": outbox}
     cps = dict(ConsumerCheckpoint.objects.filter(consumer=COUNT_CONSUMER).values_list("partition", "last_done_id"))
@@ -131,14 +108,11 @@ def pipeline_pending(*, active_only: bool = False) -> dict:
         return {"partitions_behind": behind}
     dirty = DirtyVideo.objects.filter(generation=routing.load_generation().generation) if active_only else \
         DirtyVideo.objects.all()
-    n = sum(dirty.using(a).count() for a in settings.COUNT_PARTITION_ALIASES)
+    n = sum(dirty.using(a).count() for a in partitions())
     return {"dirty": n} if n else {}
 
 
 def pg_deadlocks() -> int:
     """Deadlocks PostgreSQL detected so far in the bench databases (a backend reports within about a second)."""
-    from django.db import connections
-
-    with connections["default"].cursor() as cur:
-        cur.execute("SELECT coalesce(sum(deadlocks), 0) FROM pg_stat_database WHERE datname LIKE 'likes_bench%%'")
-        return int(cur.fetchone()[0])
+    return int(rows("default", "SELECT coalesce(sum(deadlocks), 0) FROM pg_stat_database WHERE datname LIKE "
+                               "'likes_bench%%'")[0][0])

@@ -35,9 +35,6 @@ def make_log(tag: str):
     return log
 
 
-# --- options -----------------------------------------------------------------------------------------------
-
-
 def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wait_quiet: float = 120.0):
     """`options`: {name: (default, help)} or (default, help, lo, hi): `--name-with-dashes`, typed by the default
     (False: a flag), checked against [lo, hi]. Every benchmark also takes --wait-quiet, --seed, --no-docs (a trial
@@ -78,13 +75,9 @@ def parse_mix(args) -> dict[str, float]:
     return mix
 
 
-# --- the environment ------------------------------------------------------------------------------------------
-
-
 def check_environment(db_name: str = DB_PREFIX) -> None:
     """Refuse to run anywhere but databases named `db_name`* on 127.0.0.1 and the bench Redis namespace."""
     from django.conf import settings
-
     for alias, cfg in settings.DATABASES.items():
         if not str(cfg["NAME"]).startswith(db_name):
             raise SystemExit(f"[bench] refusing: alias {alias} uses database {cfg['NAME']!r}, not {db_name}*")
@@ -99,7 +92,6 @@ def check_environment(db_name: str = DB_PREFIX) -> None:
 def settings_overridden(overrides: dict | None):
     """Django settings overridden for one job of a spawned process (a lever, the nudges of a Celery phase)."""
     from django.conf import settings
-
     overrides = overrides or {}
     saved = {name: getattr(settings, name) for name in overrides}
     for name, value in overrides.items():
@@ -113,7 +105,6 @@ def settings_overridden(overrides: dict | None):
 
 def pg_conninfo(alias: str) -> dict:
     from django.conf import settings
-
     cfg = settings.DATABASES[alias]
     info = {"dbname": cfg["NAME"], "host": cfg.get("HOST") or "127.0.0.1", "port": cfg.get("PORT") or 5432,
             "user": cfg.get("USER") or None, "password": cfg.get("PASSWORD") or None}
@@ -128,7 +119,6 @@ def machine_spec() -> dict:
     import django
     import rest_framework
     from django.db import connections
-
     spec: dict = {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                   "django": django.get_version(), "drf": rest_framework.VERSION, "loadavg_at_start": loadavg()}
     with contextlib.suppress(OSError):
@@ -143,7 +133,6 @@ def machine_spec() -> dict:
             spec["postgresql" if name == "server_version" else f"pg_{name}"] = cur.fetchone()[0]
     try:
         from likes_project.redis_client import cache_redis, role_nodes
-
         spec["redis"] = role_nodes(cache_redis())[0].info("server").get("redis_version")
     except Exception as exc:
         spec["redis"] = f"unknown ({exc.__class__.__name__})"
@@ -157,7 +146,6 @@ def code_version(paths: tuple[str, ...]) -> dict:
     """The commit measured and which of `paths` differ from it (another engineer may be editing them; the spawned
     processes import them once, at their start), with a digest of their text."""
     import hashlib
-
     def git(*cmd: str) -> str:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=20).stdout
@@ -171,13 +159,9 @@ def code_version(paths: tuple[str, ...]) -> dict:
             "modified": [ln[3:] for ln in git("status", "--porcelain", "--", *paths).splitlines() if ln]}
 
 
-# --- other clients of the bench databases ---------------------------------------------------------------------
-
-
 def foreign_connections() -> int:
     """Client connections to the likes_bench* databases that are not this run's (not tagged APP_NAME)."""
     import psycopg
-
     with psycopg.connect(**pg_conninfo("default"), autocommit=True, connect_timeout=5) as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE %s AND pid <> pg_backend_pid() "
                             "AND backend_type = 'client backend' AND application_name IS DISTINCT FROM %s",
@@ -213,9 +197,6 @@ class Interference:
             self.log(f"WARNING: {n} connections of another client on the bench databases during {phase}")
 
 
-# --- a run --------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Run:
     name: str
@@ -242,11 +223,9 @@ def start(name: str, argv, doc: str, options: dict, *, seed: int, wait_quiet: fl
     signal.signal(signal.SIGTERM, _on_sigterm)
     wall0 = time.time()
     import django
-
     django.setup()
     from django.conf import settings
     from django.db import connections
-
     check_environment()
     if settings.LIKES_NUDGE_ENABLED and not nudges:
         raise SystemExit(f"[{name}] refusing: LIKES_NUDGE_ENABLED must be false (use bench/run.sh {name})")
@@ -265,7 +244,6 @@ def finish(run: Run, result: dict, *, report, headline=None, failure: str | None
     bench/results/history.jsonl (`headline(result)`: goal, figure, ceiling, ratio) and the summary table. Returns
     the exit code: 1 with a `failure` (said last)."""
     from bench.harness import report as rep
-
     args = run.args
     command = "bench/run.sh " + shlex.join([run.name, *sys.argv[1:]])
     options = {k: v for k, v in vars(args).items() if k != "error" and isinstance(v, str | int | float | bool | list)}

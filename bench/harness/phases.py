@@ -5,6 +5,7 @@ in a window, pgbench, and backlogs of crafted events in the streams."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import secrets
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from bench.harness import checks, roles
 from bench.harness.driver import make_log, pg_conninfo
+from bench.harness.pool import role
 from bench.harness.report import pct
 from bench.harness.sampler import ResourceSampler, sampled
 
@@ -30,7 +32,6 @@ ROLE = "bench.harness.roles:"
 
 def partition_shares(n: int) -> list[list[int]]:
     from likes_project.eventlog import streams
-
     parts = streams.all_partitions()
     return [parts[i::n] for i in range(n) if parts[i::n]]
 
@@ -92,9 +93,10 @@ class Session:
         self.pool, self.layout, self.args, self.users, self.actor = pool, layout, args, users, actor
         self.sampler, self.run_id, self.acks, self._probing = ResourceSampler(), secrets.token_hex(3), {}, False
 
-    def pipeline_start(self, hard: float) -> None:
+    def pipeline_start(self, hard: float, times: dict | None = None) -> None:
+        """The publishers, projectors and snapshot loop (`times`: when they start, the window they count in)."""
         now = time.time()
-        times = {"t_start": now, "t_measure": now, "t_end": hard, "hard_deadline": hard}
+        times = times or {"t_start": now, "t_measure": now, "t_end": hard, "hard_deadline": hard}
         for alias, i in self.layout.publishers.items():
             self.pool.submit(i, {**times, "role": ROLE + "publisher", "alias": alias, "idle_s": self.args.publish_idle})
         for share, i in zip(self.layout.shares, self.layout.projectors, strict=False):
@@ -115,6 +117,8 @@ class Session:
         errors = sum((Counter(r.get("errors")) for r in [*pubs, *projs, snap]), Counter())
         return {"drained": not pending, "pending": pending, "drain_s": drain_s,
                 "published": sum(p.get("sent", 0) for p in pubs), "applied": sum(p.get("applied", 0) for p in projs),
+                "sent_window": sum(p.get("sent_window", 0) for p in pubs), "batches": sum(p.get("batches", 0)
+                                                                                       for p in pubs),
                 "projector_statuses": dict(sum((Counter(p.get("statuses")) for p in projs), Counter())),
                 "projector_logged": dict(sum((Counter(p.get("logged")) for p in projs), Counter())),
                 "snapshot_runs": snap.get("runs", 0), "snapshot_p50_ms": snap.get("p50_ms"),
@@ -170,7 +174,8 @@ class Session:
         return cmds, self.pipeline_stop(active_only=active_only)
 
     def check_submit(self, what: str, **params) -> None:
-        self.pool.submit(self.layout.checker, {"role": ROLE + "check", "what": what, "actor": self.actor, **params})
+        job = {"role": "bench.harness.phases:check", "what": what, "actor": self.actor, **params}
+        self.pool.submit(self.layout.checker, job)
 
     def check_collect(self, timeout: float | None = None) -> dict:
         return self.pool.collect([self.layout.checker], timeout or self.args.check_timeout)[self.layout.checker]
@@ -181,12 +186,7 @@ class Session:
 
     def sampled(self, fn, *, driver: str | None = None):
         """fn() with the sampler over it (the roles labelled, and this driver process when `driver`)."""
-        labels = self.layout.labels(self.pool)
-        if driver:
-            import os
-
-            labels[os.getpid()] = driver
-        return sampled(self.sampler, fn, labels)
+        return sampled(self.sampler, fn, self.layout.labels(self.pool) | ({os.getpid(): driver} if driver else {}))
 
 
 @contextlib.contextmanager
@@ -194,14 +194,11 @@ def dispatch_stopped(holder: str):
     """The count consumer's lease on every stream partition, what the product's cut takes: no pass dispatches
     while the block runs. Renewed from a thread (one ORM query can outlast the TTL); yields a dict whose "lost"
     names a lease that moved anyway."""
-    import threading
-
     from django.conf import settings
     from django.db import connections
 
     from likes_project import leases
     from reconciliation.services.cut import count_leases_take
-
     grants = count_leases_take(time.monotonic() + settings.RECONCILE_DRAIN_MAX_S, holder_prefix=holder)
     state, done = {"lost": None}, threading.Event()
 
@@ -262,7 +259,6 @@ class AutoVacuum(threading.Thread):
 
     def run(self) -> None:
         import psycopg
-
         conns = {}
         try:
             conns = {a: psycopg.connect(**pg_conninfo(a), autocommit=True, connect_timeout=5) for a in self.aliases}
@@ -284,7 +280,41 @@ class AutoVacuum(threading.Thread):
                 "by_table": dict(Counter(f"{r['what']} {r['table']}" for r in self.runs))}
 
 
-# --- the commands of a window -------------------------------------------------------------------------------------
+def check(job: dict, ctl) -> dict:
+    """One check, timed here (`what`: "check" a reconciliation run through the ops job as `manage.py reconcile`
+    starts it; "opsjob" an approved job run as a worker runs it; else a baseline function "module:function")."""
+    ctl.sleep_until(job.get("t_start", 0.0))
+    # Fresh connections for every check; the previous check's stayed open so that the sampler could still read
+    # their backends' CPU after it.
+    roles.reset_connections()
+    t0 = time.time()
+    with roles.LogTally() as logged:  # the cut drives the projector itself: its warnings counted, not printed
+        out = {"check": _check_run, "opsjob": _ops_job}.get(job["what"], lambda j: role(j["what"])())(job)
+    return {"t_start": t0, "t_end": time.time(), **out, "logged": dict(logged.counts)}
+
+
+def _check_run(job: dict) -> dict:
+    from likes_project.audit.services import Actor
+    from likes_project.opsjobs.services import job_run_inline, job_start
+    from reconciliation.jobs import job_for_mode
+    from reconciliation.models import CheckRun
+    t0 = time.time()
+    started = job_start(kind=job_for_mode(job["mode"]), actor=Actor(name=job["actor"], channel="cli"),
+                        params={"mode": job["mode"], "scope": job["scope"]})
+    done = job_run_inline(started.pk)
+    run = CheckRun.objects.get(pk=done.params["runId"])
+    return {"run_id": run.pk, "mode": run.mode, "status": run.status, "checked": run.checked, "diffs": run.diffs_found,
+            "diff_ids": list(run.diffs.order_by("id").values_list("id", flat=True)[:50]),
+            "diff_layers": dict(Counter(run.diffs.values_list("layer", flat=True))), "skipped": len(run.skipped),
+            "barrier_held_ms": run.barrier_held_ms, "refused_because": run.refused_because,
+            "job_status": done.status, "job_error": done.last_error, "elapsed_s": round(time.time() - t0, 3)}
+
+
+def _ops_job(job: dict) -> dict:
+    from likes_project.opsjobs.services import job_run_inline
+    said: list[tuple[float, str]] = []
+    done = job_run_inline(job["job_id"], on_say=lambda m: said.append((round(time.time(), 4), m[:300])))
+    return {"job_status": done.status, "job_error": done.last_error, "said": said}
 
 
 def command_figures(rows: list[tuple], t0: float, t1: float) -> dict:
@@ -313,8 +343,6 @@ def pooled_windows(rows, windows: list[tuple[float, float]]) -> dict:
     return out
 
 
-# --- pgbench -------------------------------------------------------------------------------------------------------
-
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
 _FAILED = re.compile(r"^number of failed transactions: (\d+)", re.M)
 _PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.M)
@@ -324,8 +352,6 @@ def pgbench(alias: str, options: list[str], *, clients: int, seconds: int, sampl
             latencies: bool = False) -> dict:
     """pgbench with `options` (script, -D variables) and `clients` clients for `seconds` on `alias`: tps, failed
     transactions, (with `latencies`) the sorted latencies in ms from its log, and where the time went."""
-    import os
-
     info = pg_conninfo(alias)
     logdir = Path(tempfile.mkdtemp(prefix="likes-pgbench-"))
     cmd = [shutil.which("pgbench") or "/usr/bin/pgbench", "-h", str(info["host"]), "-p", str(info["port"]), "-n",
@@ -350,9 +376,6 @@ def pgbench(alias: str, options: list[str], *, clients: int, seconds: int, sampl
     failed, processed = _FAILED.search(out), _PROCESSED.search(out)
     return {"tps": round(float(tps.group(1)), 1), "failed": int(failed.group(1)) if failed else 0,
             "processed": int(processed.group(1)) if processed else None, "latencies": lat, "resources": resources}
-
-
-# --- backlogs of crafted events -----------------------------------------------------------------------------------
 
 
 def backlog_events(*, seed: int, events: int, users: int, videos: int, kind: str, rnd: int, video_prefix: str,
@@ -390,7 +413,6 @@ def expected_liked(events: list[dict]) -> dict[str, int]:
 def publish(events: list[dict]) -> float:
     """XADD the envelopes into their stream partitions, 1,000 a round trip; the seconds it took."""
     from likes_project.eventlog.streams import publish_pipeline
-
     t0 = time.monotonic()
     for k in range(0, len(events), 1000):
         publish_pipeline(events[k:k + 1000])

@@ -52,7 +52,6 @@ def _serve(index: int, env: dict, stop, cmd_stop, parent_pid: int, tasks, result
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops us
     os.environ.update(env)
     import django
-
     django.setup()
     results.put((index, "ready", os.getpid()))
     idle = time.time()
@@ -74,7 +73,6 @@ def _serve(index: int, env: dict, stop, cmd_stop, parent_pid: int, tasks, result
         results.put((index, job.get("tag", job["role"]), res))
         idle = time.time()
     from django.db import connections
-
     with contextlib.suppress(Exception):
         connections.close_all()
 
@@ -167,9 +165,6 @@ class Pool:
                 p.join(timeout=5)
 
 
-# --- gunicorn ---------------------------------------------------------------------------------------------------
-
-
 class Gunicorn:
     """gunicorn on a free 127.0.0.1 port, started as the Procfile starts the web tier (its config module), in a
     session of its own; its pid recorded in $BENCH_PIDDIR for bench/run.sh's cleanup."""
@@ -202,7 +197,6 @@ class Gunicorn:
 
     def _wait_ready(self) -> None:
         from bench.harness.sampler import read_cpu_by_pid
-
         deadline, healthy = time.time() + 60, 0
         while time.time() < deadline:
             if self.proc.poll() is not None:

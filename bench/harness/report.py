@@ -21,24 +21,14 @@ NAMES = ("command", "levers", "projection", "projector", "convergence", "read", 
          "migration", "slotmove", "growth", "topology", "profile")
 
 
-# --- numbers -------------------------------------------------------------------------------------------------
-
-
-def percentile(sorted_vals: list[float], q: float) -> float | None:
-    if not sorted_vals:
-        return None
-    k = (len(sorted_vals) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
-
-
-def rounded(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(x, nd)
-
-
 def pct(vals, q: float, nd: int = 2) -> float | None:
-    """The q-quantile of `vals` (any order), rounded."""
-    return rounded(percentile(sorted(vals), q), nd)
+    """The q-quantile of `vals` (any order, linear interpolation), rounded."""
+    vals = sorted(x for x in vals if x is not None)
+    if not vals:
+        return None
+    k = (len(vals) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(vals) - 1)
+    return round(vals[lo] + (vals[hi] - vals[lo]) * (k - lo), nd)
 
 
 def fmt(x, nd: int = 1) -> str:
@@ -67,14 +57,6 @@ def tally(counter: Counter, report, fields: tuple[str, ...]) -> None:
     """Add the `fields` of one report (a dataclass of counts) to `counter`."""
     for name in fields:
         counter[name] += getattr(report, name)
-
-
-def median_of(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
-
-
-# --- tables ----------------------------------------------------------------------------------------------------
 
 
 def md_table(columns: list[str], rows) -> str:
@@ -106,9 +88,6 @@ def resources_table(items) -> str:
     return ("**Where the time went** (CPU from /proc, the bench databases' backends from pg_stat_activity every "
             "0.25 s):\n\n" + md_table(["window", "machine busy (cores):", "CPU by process (cores)",
                                        "top bench-DB backend states"], rows)) if rows else ""
-
-
-# --- docs/benchmarks.md -----------------------------------------------------------------------------------------
 
 
 def _replace(text: str, begin: str, end: str, body: str, heading: str) -> str:

@@ -1,13 +1,7 @@
-"""The loops the pool's processes run, one role a job (harness/pool.py: fn(job, ctl)). Every loop stops at its
-deadline, when its stop event is set, when the driver is gone, and after a bounded count.
-
-window     the command clients of a measured window (TEST-2, TEST-4): service layer (relation_set_state) or HTTP
-           (PUT /v1/videos/<id>/like-relation), closed or open loop, the CommandMix;
-tracked    the command load of a session: every command timed and its outcome kept (write barrier met or not);
-publisher  outbox_publish_batch on one relation shard; projector: consume_partition over owned partitions,
-           sustained (as long as the session) or drain (until a whole pass finds nothing); snapshot: the display
-           snapshot job on a cadence; probe: commit -> displayCount;
-check      one reconciliation run or ops job, as a worker runs it, or a baseline (a function by name)."""
+"""The loops the pool's processes run, one role a job (fn(job, ctl)): `window` (the command clients of a measured
+window, TEST-2, TEST-4), `tracked` (the command load of a session, every command recorded), and the pipeline's
+`publisher`, `projector` (sustained or drain), `snapshot` and `probe` (commit -> displayCount). Every loop stops at
+its deadline, when its stop event is set, when the driver is gone, and after a bounded count."""
 
 from __future__ import annotations
 
@@ -30,7 +24,6 @@ LIKED, UNLIKED = "LIKED", "UNLIKED"
 
 def reset_connections() -> None:
     from django.db import connections
-
     with contextlib.suppress(Exception):
         connections.close_all()
 
@@ -51,10 +44,9 @@ class CommandMix:
             self.thresholds.append((acc, kind))
         self.seq, self.prev, self.liked, self.liked_pos = 0, None, [], {}
 
-    def _pair(self, avoid_liked: bool = True) -> tuple[int, str]:
+    def _pair(self) -> tuple[int, str]:
         for _ in range(8):
-            pair = self.rng.randrange(len(self.users)), self.rng.choice(self.videos)
-            if not avoid_liked or pair not in self.liked_pos:
+            if (pair := (self.rng.randrange(len(self.users)), self.rng.choice(self.videos))) not in self.liked_pos:
                 break
         return pair
 
@@ -88,8 +80,6 @@ class CommandMix:
             if last != pair:
                 self.liked[pos], self.liked_pos[last] = last, pos
 
-
-# --- HTTP --------------------------------------------------------------------------------------------------------
 
 HTTP_TIMEOUT_S = 10.0
 
@@ -126,13 +116,9 @@ def wait_until(t_start: float) -> None:
         time.sleep(min(t_start - time.time(), 30.0))  # the common start (pacing)
 
 
-# --- window: the command clients of a measured window ------------------------------------------------------------
-
-
 def _sender(job: dict, sizes: Counter):
     if job["layer"] == "service":
         from relations.services import commands
-
         def send(user_id, token, video_id, desired, key):
             res = commands.relation_set_state(user_id=user_id, video_id=video_id, desired_state=desired,
                                               operation_id=key, device_id="bench")
@@ -195,9 +181,6 @@ def window(job: dict, ctl) -> dict:
     return {**c, "errors": dict(errors), "kinds": dict(kinds), "latencies_ms": latencies, "sizes": dict(sizes)}
 
 
-# --- tracked: the command load of a session ----------------------------------------------------------------------
-
-
 class BarrierMetrics:
     """Stands in for `metrics` inside relations.services.write_barrier: counts this process's barrier waits."""
 
@@ -218,7 +201,6 @@ def tracked(job: dict, ctl) -> dict:
     waited at a write barrier]. mix "flip": a random pair of the client's, to the other state each time."""
     from relations.services import commands, write_barrier
     from relations.services.write_barrier import WriteBarrierHeld
-
     if not isinstance(write_barrier.metrics, BarrierMetrics):
         write_barrier.metrics = BarrierMetrics(write_barrier.metrics)
     counter = write_barrier.metrics
@@ -257,13 +239,9 @@ def tracked(job: dict, ctl) -> dict:
     return {"samples": samples}
 
 
-# --- the pipeline's loops -----------------------------------------------------------------------------------------
-
-
 def publisher(job: dict, ctl) -> dict:
     """outbox_publish_batch on one relation shard, in a loop, under a unique holder."""
     from relations.services.outbox import outbox_publish_batch
-
     holder = f"bench-pub:{job['alias']}:{os.getpid()}:{secrets.token_hex(3)}"
     c, errors = Counter(), Counter()
     ctl.sleep_until(job["t_start"])
@@ -320,14 +298,12 @@ def make_projector(variant: str):
     """A registered consumer by name ("count", "reverse"), or a factory "module:function"."""
     from bench.harness.pool import role
     from likes_project.eventlog.consumer import projector_get
-
     return role(variant)() if ":" in variant else projector_get(variant)
 
 
 def _heads(partitions: list[int]) -> dict[int, str | None]:
     from likes_project.eventlog import streams
     from likes_project.redis_client import stream_redis
-
     pipe = stream_redis().pipeline(transaction=False)
     for p in partitions:
         pipe.xrevrange(streams.stream_key(p), count=1)
@@ -342,7 +318,6 @@ def projector(job: dict, ctl) -> dict:
     from django.conf import settings
 
     from likes_project.eventlog.consumer import consume_partition
-
     proj = make_projector(job.get("variant", "count"))
     parts, sustained = job["partitions"], job["mode"] == "sustained"
     batch = job.get("batch_size") or settings.COUNT_PROJECTOR_BATCH
@@ -399,7 +374,6 @@ def projector(job: dict, ctl) -> dict:
 def snapshot(job: dict, ctl) -> dict:
     """display_snapshot_refresh() every `interval_s`."""
     from counting.services.snapshots import display_snapshot_refresh
-
     c, errors, durations = Counter(), Counter(), []
     ctl.sleep_until(job["t_start"])
     for _ in range(MAX_LOOP):
@@ -424,7 +398,6 @@ def probe(job: dict, ctl) -> dict:
     same without the L1 (selectors._load). A probe not seen after `timeout_s` is a timeout; its video retired."""
     from counting import selectors
     from relations.services import commands
-
     load_uncached = getattr(selectors, "_load", None)
     videos, t_measure, t_end, hard = job["videos"], job["t_measure"], job["t_end"], job["hard_deadline"]
     state = dict.fromkeys(videos, UNLIKED)  # the relations were emptied before the workload
@@ -483,47 +456,3 @@ def probe(job: dict, ctl) -> dict:
                     del outstanding[v]
         time.sleep(job["poll_s"])  # the probe's poll interval (what it measures)
     return {**c, "errors": dict(errors), "display_ms": display, "view_ms": view, "retired": len(retired)}
-
-
-# --- check: a reconciliation run, an ops job, or a baseline ------------------------------------------------------
-
-
-def check(job: dict, ctl) -> dict:
-    """One check, timed here (`what`: "check" a reconciliation run through the ops job as `manage.py reconcile`
-    starts it; "opsjob" an approved job run as a worker runs it; else a baseline function "module:function")."""
-    from bench.harness.pool import role
-
-    ctl.sleep_until(job.get("t_start", 0.0))
-    # Fresh connections for every check; the previous check's stayed open so that the sampler could still read
-    # their backends' CPU after it.
-    reset_connections()
-    t0 = time.time()
-    with LogTally() as logged:  # the cut drives the projector itself: its warnings counted, not printed
-        out = {"check": _check_run, "opsjob": _ops_job}.get(job["what"], lambda j: role(j["what"])())(job)
-    return {"t_start": t0, "t_end": time.time(), **out, "logged": dict(logged.counts)}
-
-
-def _check_run(job: dict) -> dict:
-    from likes_project.audit.services import Actor
-    from likes_project.opsjobs.services import job_run_inline, job_start
-    from reconciliation.jobs import job_for_mode
-    from reconciliation.models import CheckRun
-
-    t0 = time.time()
-    started = job_start(kind=job_for_mode(job["mode"]), actor=Actor(name=job["actor"], channel="cli"),
-                        params={"mode": job["mode"], "scope": job["scope"]})
-    done = job_run_inline(started.pk)
-    run = CheckRun.objects.get(pk=done.params["runId"])
-    return {"run_id": run.pk, "mode": run.mode, "status": run.status, "checked": run.checked, "diffs": run.diffs_found,
-            "diff_ids": list(run.diffs.order_by("id").values_list("id", flat=True)[:50]),
-            "diff_layers": dict(Counter(run.diffs.values_list("layer", flat=True))), "skipped": len(run.skipped),
-            "barrier_held_ms": run.barrier_held_ms, "refused_because": run.refused_because,
-            "job_status": done.status, "job_error": done.last_error, "elapsed_s": round(time.time() - t0, 3)}
-
-
-def _ops_job(job: dict) -> dict:
-    from likes_project.opsjobs.services import job_run_inline
-
-    said: list[tuple[float, str]] = []
-    done = job_run_inline(job["job_id"], on_say=lambda m: said.append((round(time.time(), 4), m[:300])))
-    return {"job_status": done.status, "job_error": done.last_error, "said": said}

@@ -66,7 +66,6 @@ class ResourceSampler:
 
     def _run(self) -> None:
         import psycopg
-
         t0, t1 = self.window
         try:
             conn = psycopg.connect(**pg_conninfo("default"), autocommit=True, connect_timeout=5)

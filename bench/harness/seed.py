@@ -1,19 +1,13 @@
 """The bench data: the users (with DRF tokens), the author and the videos of the command benchmark, the bulk
 inserts of bench rows (the one place that spells their column lists), the resets between workloads, and the
 database set of a benchmark of its own. Only ever the likes_bench* databases and the likes-bench Redis prefix:
-the drivers call driver.check_environment() first.
-
-    python -m bench.harness.seed own-db url  DATABASE_URL NAME   # DATABASE_URL pointed at NAME
-    python -m bench.harness.seed own-db drop DATABASE_URL NAME   # drops NAME and NAME_(rel|cnt)_NN
-"""
+the drivers call driver.check_environment() first."""
 
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections import Counter
-from urllib.parse import urlsplit, urlunsplit
 
 from bench.harness.driver import make_log
 
@@ -29,19 +23,38 @@ def table(model) -> str:
     return model._meta.db_table
 
 
+def shards() -> list[str]:
+    from django.conf import settings
+    return list(settings.RELATION_SHARD_ALIASES)
+
+
+def partitions() -> list[str]:
+    from django.conf import settings
+    return list(settings.COUNT_PARTITION_ALIASES)
+
+
+def rows(alias: str, sql: str, params=None, *, slow: bool = False) -> list[tuple]:
+    """What `sql` returns on `alias` (`slow`: the statement timeout lifted, for a bench's scans and bulk work)."""
+    from django.db import connections
+    with connections[alias].cursor() as cur:
+        if slow:
+            cur.execute("SET statement_timeout = 0")
+        cur.execute(sql, params)
+        out = cur.fetchall() if cur.description else []
+        if slow:
+            cur.execute("SET statement_timeout = DEFAULT")
+    return out
+
+
 def _chunks(seq, n):
     for i in range(0, len(seq), n):
         yield seq[i:i + n]
-
-
-# --- bulk rows ---------------------------------------------------------------------------------------------------
 
 
 def relations_insert(cursor, rows_sql: str, params: list) -> None:
     """LikeRelation rows on the cursor's shard; `rows_sql` selects (user_id, video_id, state, relation_version,
     last_operation_id, at): the relation changed, was created and updated at `at`."""
     from relations.models import LikeRelation
-
     cursor.execute(f"INSERT INTO {table(LikeRelation)} (user_id, video_id, state, relation_version, last_operation_id,"
                    " state_changed_at, created_at, updated_at) SELECT u, v, s, ver, op, at, at, at "
                    f"FROM ({rows_sql}) AS r(u, v, s, ver, op, at)", params)
@@ -52,7 +65,6 @@ def snapshots_insert(video_ids_sql: str, params: list, *, author_id: int) -> Non
     from django.db import connections
 
     from relations.models import VideoSnapshot
-
     with connections["default"].cursor() as cur:
         cur.execute(f"INSERT INTO {table(VideoSnapshot)} (video_id, author_id, visibility, status, version, "
                     f"updated_at) SELECT v, %s, 'public', 'active', 1, now() FROM ({video_ids_sql}) AS s(v) "
@@ -69,7 +81,6 @@ def displays_upsert(counts: dict[str, int], *, snapshot_id: int | None = None, w
 
     from counting import routing
     from counting.models import VideoDisplayCount
-
     gen = routing.active()
     videos = sorted(counts)
     with transaction.atomic(using="default"), connections["default"].cursor() as cur:
@@ -97,7 +108,6 @@ def counter_rows(cursor, name: str, videos: list[str]) -> None:
 def users_sql(prefix: str, n: int, start: int = 0, digits: int = 7) -> list[int]:
     """auth_user rows PREFIX0000000 ... (unusable passwords) in one statement (idempotent); their ids by name."""
     from django.db import connections
-
     with connections["default"].cursor() as cur:
         cur.execute(
             "INSERT INTO auth_user (password, last_login, is_superuser, username, first_name, last_name, email, "
@@ -112,17 +122,12 @@ def users_sql(prefix: str, n: int, start: int = 0, digits: int = 7) -> list[int]
 def named_users(*names: str) -> None:
     """Django users by name (the operators who plan, approve and request)."""
     from django.contrib.auth import get_user_model
-
     for name in names:
         get_user_model().objects.get_or_create(username=name, defaults={"password": "!bench"})
 
 
-# --- users and videos of the command load ------------------------------------------------------------------------
-
-
 def author_id() -> int:
     from django.contrib.auth import get_user_model
-
     return get_user_model().objects.get_or_create(username=AUTHOR_NAME, defaults={"password": "!bench"})[0].pk
 
 
@@ -132,7 +137,6 @@ def videos_ensure(video_ids: list[str]) -> int:
     from likes_project.audit.services import Actor
     from relations.models import VideoSnapshot
     from relations.services.videos import video_snapshot_upsert
-
     have = set(VideoSnapshot.objects.filter(video_id__in=video_ids).values_list("video_id", flat=True))
     author, actor = author_id(), Actor(name="bench", channel="cli")
     missing = [v for v in video_ids if v not in have]
@@ -150,7 +154,6 @@ def prepare(*, users: int, videos: int) -> tuple[list[tuple[int, str]], list[str
     from rest_framework.authtoken.models import Token
 
     from relations import routing
-
     t0 = time.monotonic()
     user_model = get_user_model()
     names = [f"{USER_PREFIX}{i:06d}" for i in range(users)]
@@ -181,17 +184,9 @@ def prepare(*, users: int, videos: int) -> tuple[list[tuple[int, str]], list[str
     return [(uid, tokens[uid]) for uid in uids], video_ids
 
 
-# --- resets -------------------------------------------------------------------------------------------------------
-
-
 def truncate(aliases, *models) -> None:
-    from django.db import connections
-
     for alias in aliases:
-        with connections[alias].cursor() as cur:
-            cur.execute("SET statement_timeout = 0")
-            cur.execute(f"TRUNCATE {', '.join(table(m) for m in models)}")
-            cur.execute("SET statement_timeout = DEFAULT")
+        rows(alias, f"TRUNCATE {', '.join(table(m) for m in models)}", slow=True)
 
 
 def reset_state() -> None:
@@ -200,7 +195,6 @@ def reset_state() -> None:
 
     from relations import routing
     from relations.models import LikeCommand, LikeRelation, OutboxEvent
-
     truncate(routing.all_aliases(), LikeRelation, LikeCommand, OutboxEvent)
     for alias in routing.all_aliases():
         with connections[alias].cursor() as cur:
@@ -213,7 +207,6 @@ def reset_state() -> None:
 def consumer_reset(consumer: str) -> None:
     """Forget a stream consumer's progress: its checkpoints and dead letters (its fences stay: tokens only grow)."""
     from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter
-
     ConsumerCheckpoint.objects.filter(consumer=consumer).delete()
     DeadLetter.objects.filter(consumer=consumer).delete()
 
@@ -225,7 +218,6 @@ def reset_count() -> None:
 
     from counting.models import CountEventReceipt, DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
     from counting.services.projection import COUNT_CONSUMER
-
     truncate(settings.COUNT_PARTITION_ALIASES, LikeCountProjection, VideoLikeCountVbucket, CountEventReceipt,
              DirtyVideo)
     consumer_reset(COUNT_CONSUMER)
@@ -234,7 +226,6 @@ def reset_count() -> None:
 def scan_delete(pattern: str) -> int:
     """Delete the keys of the bench Redis db matching `pattern` (scan_iter walks every node of a Cluster)."""
     from likes_project.redis_client import cache_redis
-
     client, deleted, batch = cache_redis(), 0, []
     for key in client.scan_iter(match=pattern, count=5000):
         batch.append(key)
@@ -248,7 +239,6 @@ def flush_redis() -> None:
     from django.conf import settings
 
     from likes_project import l1cache
-
     log(f"flushed {scan_delete(f'{settings.LIKES_REDIS_PREFIX}:*')} bench redis keys")
     l1cache.clear_all()
 
@@ -257,7 +247,6 @@ def streams_reset() -> int:
     """Delete every stream partition's key. Returns the keys deleted."""
     from likes_project.eventlog import streams
     from likes_project.redis_client import stream_redis
-
     return int(stream_redis().delete(*[streams.stream_key(p) for p in streams.all_partitions()]))
 
 
@@ -269,54 +258,9 @@ def reset_all() -> None:
 
     from counting.models import VideoDisplayCount
     from relations.models import OutboxArchive
-
     reset_state()
     truncate(settings.RELATION_SHARD_ALIASES, OutboxArchive)
     reset_count()
     truncate(["default"], VideoDisplayCount)
     flush_redis()
     connections.close_all()
-
-
-# --- a benchmark's own database set (migration, slotmove: they move routes or contracts) -------------------------
-
-
-def _loopback(url: str):
-    parts = urlsplit(url)
-    if parts.hostname not in ("127.0.0.1", "localhost"):
-        sys.exit(f"[bench] ERROR: DATABASE_URL points at {parts.hostname!r}; the benchmarks only run on 127.0.0.1")
-    return parts
-
-
-def own_db_drop(url: str, base: str) -> None:
-    """Drop `base` and `base`_(rel|cnt)_NN; a database someone is connected to stops the run."""
-    import psycopg
-    from psycopg import sql
-
-    parts = _loopback(url)
-    info = {"host": parts.hostname, "port": parts.port or 5432, "user": parts.username or None,
-            "password": parts.password or None, "dbname": "postgres", "connect_timeout": 5, "autocommit": True}
-    own = re.compile(rf"^{re.escape(base)}(_(rel|cnt)_[0-9]{{2}})?$")
-    with psycopg.connect(**{k: v for k, v in info.items() if v is not None}) as conn:
-        names = sorted(r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall() if own.match(r[0]))
-        for name in names:
-            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name]).fetchone()[0]:
-                sys.exit(f"[bench] ERROR: connections to {name}; is another run of this benchmark alive?")
-            conn.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
-    print(f"[bench] dropped {len(names)} databases of an earlier run", file=sys.stderr)
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[:2] not in (["own-db", "url"], ["own-db", "drop"]):
-        sys.exit(__doc__)
-    _own, verb, url, name = argv
-    if verb == "url":
-        parts = _loopback(url)
-        print(urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, "")))
-    else:
-        own_db_drop(url, name)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,19 +1,10 @@
-"""The online virtual-bucket migration of count partitions (issue 13; INV-11): `bench/run.sh migration`.
-
-Its own databases (likes_bench_mig*, made again every run) with three count partitions of which two were
-bootstrapped (cnt_02 holds no routes). Seeds `--scale` projection rows into the `--buckets` buckets of cnt_00 that
-move (bench/migration/seed.py), then:
-  throughput  `--burst-rounds` backlogs of `--burst` new relations published by the real publishers, then applied by
-              the projectors with nothing else running: events/s, before the move and after it (and again later);
-  big         the command load and the pipeline running (the moving buckets' change log is live during the copy):
-              after a window of load alone, the buckets cnt_00 -> cnt_02 by the product (bench/migration/moves.py),
-              its steps, rows copied/s, the write pause, the commands and the projection lag meanwhile;
-  series      `--series` migrations of `--series-buckets` buckets back and forth (the write pause p50 / p99), then
-              the naive stop-the-world move and the raw COPY ceiling of the big set's rows, under the same load;
-  reverse     with nothing else running: the ceiling of the same rows, then the big set moved back to cnt_00;
-  final       the load stopped, the pipeline drained: the seeded videos' routed sums are what the seed wrote; every
-              load video's facts = Σ routed vbuckets = display snapshot; nothing acknowledged lost; one writer a
-              bucket; no rows left on a retired source."""
+"""The online virtual-bucket migration of count partitions (issue 13; INV-11): `bench/run.sh migration`, on its own
+databases (three count partitions, two bootstrapped: cnt_02 starts empty). Seeds `--scale` projection rows into the
+`--buckets` buckets that move (bench/migration/seed.py), then: projection throughput before and after the move;
+the move cnt_00 -> cnt_02 under a command load (its steps, rows/s, write pause, the commands and the projection lag
+meanwhile); a write-pause series back and forth, the naive stop-the-world move and the raw COPY ceiling of the same
+rows under the load; the reverse move with nothing else running; finally the seeded sums as written, every load
+video exact, nothing acknowledged lost, one writer a bucket, no rows left on a retired source."""
 
 from __future__ import annotations
 
@@ -67,7 +58,6 @@ def env(args) -> dict:
 
 def check_own_databases() -> None:
     from django.conf import settings
-
     driver.check_environment(DB_NAME)
     if list(settings.COUNT_PARTITION_ALIASES) != [*BOOTSTRAP, TARGET] or \
             list(settings.COUNT_BOOTSTRAP_PARTITIONS) != list(BOOTSTRAP):
@@ -77,7 +67,6 @@ def check_own_databases() -> None:
 
 def home(buckets: list[int]) -> dict[str, list[int]]:
     from counting import routing
-
     gen, out = routing.load_generation(), {}
     for vb in buckets:
         out.setdefault(gen.routes[vb].partition, []).append(vb)
@@ -87,7 +76,6 @@ def home(buckets: list[int]) -> dict[str, list[int]]:
 def throughput(s: Session, label: str, user_ids: list[int], n: list[int]) -> dict:
     """Backlogs published by the publishers alone, then applied by the projectors in drain mode."""
     from counting import routing
-
     gen, rounds = routing.load_generation(), []
     layout = {a: len(gen.buckets_on(a)) for a in sorted({r.partition for r in gen.routes})}
     for _ in range(s.args.burst_rounds):
@@ -191,7 +179,6 @@ def final(s: Session, seeded: dict, moved: list[int]) -> dict:
     from counting import routing
     from counting.models import CountRouteFence
     from counting.services.migration import changelog
-
     after = checks.bucket_sums(mseed.SEED_VIDEO_PREFIX)
     out = {"seeded_exact": dict(after) == seeded, **checks.counts(exclude=mseed.SEED_VIDEO_PREFIX),
            **checks.acknowledged(s.acks)}
@@ -214,9 +201,6 @@ def final(s: Session, seeded: dict, moved: list[int]) -> dict:
                                 [gen.generation, moved])
                     out["stale_rows"][alias] += cur.fetchone()[0]
     return out
-
-
-# --- report ---------------------------------------------------------------------------------------------------------
 
 
 def migrations(result: dict) -> list[dict]:
@@ -293,7 +277,6 @@ def main(argv=None) -> int:
 
     from counting import routing
     from relations import routing as relation_routing
-
     args.mix_shares = driver.parse_mix(args)
     args.vacuum = not args.no_vacuum and run.spec["pg_autovacuum"] == "off"
     flush_redis()

@@ -1,15 +1,8 @@
-"""One move of a set of buckets, three ways:
-
-ours     the product's migration: `migration_plan` by one operator, `migration_approve` by another (in the driver,
-         as the commands call them), its ops job run to its end by the checker process as a worker runs it; figures
-         from the BucketMigration ledger row (write_pause_ms: the source fences DRAINING -> the CAS committed;
-         copied_rows, replayed_events, catchup_passes) and the steps from what the job said at each step's end;
-naive    a stop-the-world move as an application would write it first: the count consumer's dispatch stopped, the
-         buckets' rows of both tables read through a server-side cursor and written by executemany of a plain
-         INSERT (`batch` a call), the routes switched to the target at epoch + 1, dispatch resumed: its write pause
-         is all of it. The rows go to a scratch generation and everything is rolled back (inside the pause);
-ceiling  the raw SQL floor of moving the rows between the two databases: binary COPY TO STDOUT on the source
-         streamed into COPY FROM STDIN on the target (its indexes and triggers included), rolled back: rows/s only."""
+"""One move of a set of buckets three ways: ours (planned by one operator, approved by another, its ops job run by
+the checker process as a worker runs it; the ledger's figures, its steps from what the job said at each end); naive
+(dispatch stopped, the rows read through a server-side cursor and written by executemany, the routes switched: its
+write pause is all of it); the ceiling (binary COPY TO STDOUT streamed into COPY FROM STDIN: rows/s only). The
+baselines write a scratch generation and roll everything back."""
 
 from __future__ import annotations
 
@@ -29,7 +22,6 @@ def ours(s, buckets: list[int], target: str, tag: str) -> dict:
     from counting.models import BucketMigration
     from counting.services.migration import ledger
     from likes_project.audit.services import Actor
-
     m = ledger.migration_plan(target=target, buckets=buckets, reason=f"bench/run.sh migration {tag}",
                               actor=Actor(name=OPERATOR, channel="cli"))
     m = ledger.migration_approve(migration_id=m.pk, actor=Actor(name=APPROVER, channel="cli"))
@@ -60,7 +52,6 @@ def vacuum(aliases: list[str]) -> float:
     import psycopg
 
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
-
     t0 = time.monotonic()
     for alias in aliases:
         with psycopg.connect(**pg_conninfo(alias), autocommit=True, connect_timeout=5) as conn:
@@ -80,7 +71,6 @@ def naive(source: str, target: str, buckets: list[int], *, batch: int) -> dict:
     from counting import routing
     from counting.models import CountBucketRoute
     from counting.services.migration import changelog
-
     gen, rows, w0, t0 = routing.load_generation(), 0, time.time(), time.perf_counter()
     with dispatch_stopped("bench-mig-naive") as stop:
         t_stopped = time.perf_counter()
@@ -115,7 +105,6 @@ def ceiling(source: str, target: str, buckets: list[int]) -> dict:
 
     from counting import routing
     from counting.services.migration import changelog
-
     gen, rows, w0, t0 = routing.load_generation(), 0, time.time(), time.perf_counter()
     with psycopg.connect(**pg_conninfo(source), connect_timeout=5) as src, \
             psycopg.connect(**pg_conninfo(target), connect_timeout=5) as tgt:

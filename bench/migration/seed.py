@@ -1,14 +1,8 @@
-"""The migration benchmark's data, in bulk straight into the databases.
-
-seed   projection rows and their vbuckets straight into the count partitions (COPY, then one INSERT … SELECT per
-       partition): `scale` rows in the buckets that move, `rest_share` as many a bucket in every other bucket. Each
-       row's bucket is the product's (counting.routing.virtual_bucket) on the partition it is routed to, each vbucket
-       holds the count of its LIKED rows (REC-1) and the sum of their versions. No relation facts, outbox rows or
-       display snapshots for them: the command load works on videos of its own, and the final check compares these
-       videos' routed sums with what the seed wrote. State by (31 i + 17 j) mod 20, as the reconcile seed's.
-burst  one throughput backlog: `n` new relations (LIKED v1) of the load's users on videos of the burst's own, written
-       as a like command leaves them (the relation row and a NEW outbox row with the payload
-       relations.events.event_payload builds), for the real publishers and projectors."""
+"""The migration benchmark's data, straight into the databases: `seed` writes projection rows (the product's virtual
+bucket of each, on the partition it is routed to) and their vbuckets by COPY, `scale` rows in the moving buckets and
+`rest_share` as many a bucket elsewhere; no relation facts for them (the final check compares their routed sums with
+what was written). `burst` writes one throughput backlog: new relations and their NEW outbox rows, as like commands
+leave them, for the real publishers and projectors."""
 
 from __future__ import annotations
 
@@ -31,7 +25,6 @@ def seed(*, scale: int, per_video: int, rest_share: float, moved: list[int], see
 
     from counting import routing
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
-
     gen, rng, moved_set, t0 = routing.load_generation(), random.Random(seed), set(moved), time.monotonic()
     rows: dict[str, list] = defaultdict(list)
     kept = idx = 0
@@ -83,7 +76,6 @@ def bucket_rows(buckets: list[int]) -> dict:
 
     from counting import routing
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
-
     gen, out = routing.load_generation(), {}
     for alias in settings.COUNT_PARTITION_ALIASES:
         with connections[alias].cursor() as cur:
@@ -105,7 +97,6 @@ def burst(n: int, tag: str, user_ids: list[int], per_video: int = 20) -> int:
     from relations import events, routing
     from relations.models import LikeRelation, OutboxEvent
     from relations.selectors import UNLIKED_V0
-
     per_video, by_shard = min(per_video, len(user_ids)), defaultdict(set)
     for idx in range(n):
         uid = user_ids[(idx * 7 + idx // per_video) % len(user_ids)]

@@ -1,12 +1,7 @@
-"""Commit -> displayCount convergence under load (issue 15 §2; spec TEST-3): `bench/run.sh convergence`.
-
-For each pipeline path, `loops` (the publishers, projectors and snapshot as the bench's own loops, no broker) and
-`celery` (the real Celery worker and beat, started from the Procfile's `worker` and `beat` lines as written, the
-nudges on in them, in the command clients and in the probe), the uniform workload twice from empty tables:
-`max`, a closed loop (`--procs` processes, one command in flight each) with the pipeline running, whose sustained
-load is its commands/s scaled down by the share of the produced events the projector applied in the window; then
-`target`, an open loop at `--load-share` (0.8) of that. The commit -> displayCount probe (harness/roles.py probe),
-the drain and the exactness check of every video after each. Nothing asserts on timings (D89: the nudges)."""
+"""Commit -> displayCount under load (issue 15 §2; TEST-3; D89): `bench/run.sh convergence`. For each pipeline path,
+the bench's own loops and the real Celery worker and beat (the Procfile's lines, nudges on), the uniform workload
+twice: `max`, a closed loop whose sustained load is its commands/s scaled by the share of produced events applied in
+the window; `target`, an open loop at `--load-share` of that; the probe, the drain and the exactness check each."""
 
 from __future__ import annotations
 
@@ -49,7 +44,6 @@ def broker_purge() -> None:
     """Drop the Celery queues of the bench broker, so a phase starts with none of the last one's tasks."""
     from likes_project.nudge import pending_forget_all
     from likes_project.redis_client import stream_redis
-
     queues = {q.strip() for q in procfile_lines()["worker"].split("-Q", 1)[1].split()[0].split(",")}
     with contextlib.suppress(Exception):
         stream_redis().delete(*queues, "unacked", "unacked_index", "unacked_mutex")
@@ -166,7 +160,6 @@ def main(argv=None) -> int:
     from django.conf import settings
 
     from relations import routing
-
     flush_redis()
     users, videos = prepare(users=args.users, videos=args.videos)
     probe_user, probe_sets, _all = prepare_pipeline(args, videos)

@@ -25,14 +25,12 @@ class NaiveCountProjector:
 
     def validate(self, entry) -> None:
         from relations.events import validate_event
-
         validate_event(entry.event)
 
     def apply(self, entries, *, consumer: str, partition: int, token: int):
         from django.db import DatabaseError, connections, transaction
 
         from likes_project.eventlog.consumer import ApplyResult, Retryable
-
         result = ApplyResult()
         applied = duplicates = stale = 0
         try:
@@ -74,7 +72,6 @@ class NaiveCountProjector:
 
 def alias() -> str:
     from django.conf import settings
-
     return settings.COUNT_PARTITION_ALIASES[0]
 
 
@@ -85,7 +82,6 @@ def make() -> NaiveCountProjector:
 def tables(videos: list[str]) -> None:
     """The naive baseline's tables in one count partition, with a counter row for each of `videos`."""
     from django.db import connections
-
     with connections[alias()].cursor() as cur:
         counter_rows(cur, COUNT_TABLE, videos)
         cur.execute(f"CREATE TABLE IF NOT EXISTS {PROJECTION_TABLE} (user_id bigint NOT NULL, video_id varchar(64) NOT "
@@ -95,7 +91,6 @@ def tables(videos: list[str]) -> None:
 def reset() -> None:
     """Empty the naive projection, zero its counters, drop its checkpoints and dead letters."""
     from django.db import connections
-
     with connections[alias()].cursor() as cur:
         cur.execute(f"TRUNCATE {PROJECTION_TABLE}")
         cur.execute(f"UPDATE {COUNT_TABLE} SET like_count = 0 WHERE like_count <> 0")
@@ -105,7 +100,6 @@ def reset() -> None:
 def counts(videos: list[str] | None = None) -> dict[str, int]:
     """video -> its counter row (the non-zero ones, or those of `videos`)."""
     from django.db import connections
-
     with connections[alias()].cursor() as cur:
         if videos is None:
             cur.execute(f"SELECT video_id, like_count FROM {COUNT_TABLE} WHERE like_count <> 0")

@@ -1,19 +1,10 @@
-"""The asynchronous count pipeline (issue #3; spec TEST-3): `bench/run.sh projection`.
-
-From empty tables and streams, for each workload, `uniform` (users x many videos) and `hot` (every like on one
-video), their relations disjoint so they share the run:
-
-  sustained  `--procs` processes call relation_set_state while, in processes of their own, the pipeline runs as
-             plain loops (no Celery): a publisher per relation shard, `--projectors` projectors over the stream
-             partitions (the shared consumer framework), the display snapshot loop, and a probe that commits a like
-             or unlike on a probe video every `--probe-interval` s and polls until the count shows it;
-  drain      the load stops; the loops run on until nothing is pending;
-  exactness  for every video: Σ vbuckets == durable display snapshot == LIKED relations == what is served;
-then, after both workloads:
-  capacity   each workload's whole stream loaded back into the emptied streams and projected again from the start,
-             by our projector and by the naive single-row counter (bench/projection/naive.py), the same process
-             counts for both (`--replay-procs`): the projectors' own throughput at saturation, not the arrival
-             rate the sustained figures are bound by. Exits non-zero when a count is not exact."""
+"""The asynchronous count pipeline (issue #3; spec TEST-3): `bench/run.sh projection`. For each workload, `uniform`
+and `hot` (every like on one video), from empty tables and streams: `sustained`, `--procs` processes call
+relation_set_state while the pipeline runs as plain loops in processes of their own (a publisher per relation
+shard, `--projectors` projectors, the display snapshot loop, a commit -> displayCount probe); the drain; the
+exactness of every video (Σ vbuckets = display snapshot = LIKED relations = what is served). Then `capacity`: each
+workload's stream loaded back and projected again from an empty state by ours and by the naive single-row counter
+(bench/projection/naive.py), the same processes for both: the projectors at saturation, not the arrival rate."""
 
 from __future__ import annotations
 
@@ -23,21 +14,11 @@ import sys
 import time
 from collections import Counter
 
-from bench.harness import checks, driver
-from bench.harness.phases import ROLE, Layout, drain_jobs, drain_wait, partition_shares
+from bench.harness import checks, driver, seed
+from bench.harness.phases import ROLE, Layout, Session, drain_jobs, drain_wait
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pair, pct, pooled, ratio, resources_table
 from bench.harness.sampler import ResourceSampler
-from bench.harness.seed import (
-    HOT_VIDEO,
-    flush_redis,
-    prepare,
-    reset_count,
-    reset_state,
-    table,
-    truncate,
-    videos_ensure,
-)
 from bench.projection import naive
 
 NAME = "projection"
@@ -64,11 +45,10 @@ def prepare_pipeline(args, videos: list[str]) -> tuple[int, dict[str, list[str]]
     """The probe user and videos (a set per workload, so the workloads' relations stay disjoint) and the naive
     baseline's tables. Returns the probe user id, the probe videos by workload, every video of the run."""
     from django.contrib.auth import get_user_model
-
     user, _ = get_user_model().objects.get_or_create(username=PROBE_USER, defaults={"password": "!bench"})
     sets = {w: [f"{PROBE_VIDEO_PREFIX}{w[0]}{i:02d}" for i in range(args.probe_videos)] for w in ("uniform", "hot")}
-    all_videos = [*videos, HOT_VIDEO, *sets["uniform"], *sets["hot"]]
-    videos_ensure(all_videos[len(videos) + 1:])
+    all_videos = [*videos, seed.HOT_VIDEO, *sets["uniform"], *sets["hot"]]
+    seed.videos_ensure(all_videos[len(videos) + 1:])
     naive.tables(all_videos)
     return user.pk, sets, all_videos
 
@@ -78,12 +58,11 @@ def reset_workload() -> None:
     from django.db import connections
 
     from counting.models import VideoDisplayCount
-
-    reset_state()
-    reset_count()
+    seed.reset_state()
+    seed.reset_count()
     naive.reset()
-    truncate(["default"], VideoDisplayCount)
-    flush_redis()
+    seed.truncate(["default"], VideoDisplayCount)
+    seed.flush_redis()
     connections.close_all()
 
 
@@ -100,22 +79,15 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
     t_end = t_measure + args.duration
     times = {"t_start": t_start, "t_measure": t_measure, "t_end": t_end,
              "hard_deadline": t_end + args.drain_timeout + args.probe_timeout + 30}
-    n = len(layout.commands)
+    n, s = len(layout.commands), Session(pool, layout, args, users)
     for k, i in enumerate(layout.commands):
         pool.submit(i, {**times, "role": ROLE + "window", "layer": "service", "users": users[k::n],
-                        "videos": [HOT_VIDEO] if workload == "hot" else videos, "mix": args.mix_shares,
+                        "videos": [seed.HOT_VIDEO] if workload == "hot" else videos, "mix": args.mix_shares,
                         "seed": args.seed * 1000 + k + (500 if workload == "hot" else 0), "settings": job_settings,
                         "key_prefix": f"p{run_id}{workload[0]}{k}",
                         "rate_per_s": rate_per_s / n if rate_per_s else None})
-    loops = pipeline == "loops"
-    shares = partition_shares(len(layout.projectors)) if loops else []
-    if loops:
-        for alias, i in layout.publishers.items():
-            pool.submit(i, {**times, "role": ROLE + "publisher", "alias": alias, "idle_s": args.publish_idle})
-        for share, i in zip(shares, layout.projectors, strict=False):
-            pool.submit(i, {**times, "role": ROLE + "projector", "mode": "sustained", "partitions": share,
-                            "idle_s": args.project_idle})
-        pool.submit(layout.snapshot, {**times, "role": ROLE + "snapshot", "interval_s": args.snapshot_interval})
+    if pipeline == "loops":
+        s.pipeline_start(times["hard_deadline"], times)
     pool.submit(layout.probe, {**times, "role": ROLE + "probe", "videos": probe_videos, "user_id": probe_user,
                                "interval_s": args.probe_interval, "poll_s": args.probe_poll, "settings": job_settings,
                                "timeout_s": args.probe_timeout, "key_prefix": f"probe{run_id}{workload[0]}"})
@@ -125,11 +97,11 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
     finally:
         resources = sampler.stop()
     probe = pool.collect([layout.probe], timeout=(t_end - time.time()) + args.probe_timeout + 60)[layout.probe]
-    pending, drain_s = drain_wait(args.drain_timeout)  # the loops run on until nothing is pending
-    proj_used = layout.projectors[:len(shares)]
-    done = pool.stopped([*layout.publishers.values(), *proj_used, layout.snapshot]) if loops else {}
-    if pending:
-        driver.make_log(NAME)(f"  {workload}: the pipeline did NOT drain within {args.drain_timeout:.0f}s: {pending}")
+    if pipeline == "loops":  # the loops run on until nothing is pending
+        loops = s.pipeline_stop()
+    else:
+        pending, drain_s = drain_wait(args.drain_timeout)
+        loops = {"drained": not pending, "pending": pending, "drain_s": drain_s}
     ok = sum(r["ok"] for r in cmd.values())
     lat = [x for r in cmd.values() for x in r["latencies_ms"]]
     (cmd_errors,) = pooled(cmd.values(), "errors")
@@ -144,16 +116,13 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
            "display_p50_ms": pct(probe["display_ms"], 0.5, 1), "display_p99_ms": pct(probe["display_ms"], 0.99, 1),
            "display_samples": len(probe["display_ms"]), "display_timeouts": probe.get("timeouts", 0),
            "probe_errors": probe["errors"], "view_p50_ms": pct(probe["view_ms"], 0.5, 1),
-           "view_p99_ms": pct(probe["view_ms"], 0.99, 1), "drain_s": drain_s, "drained": not pending,
-           "pending_at_stop": pending, "pg_deadlocks": checks.pg_deadlocks() - deadlocks0,
-           "publishers": [done[i] for i in layout.publishers.values()] if loops else [],
-           "projectors": [done[i] for i in proj_used], "snapshot_loop": done.get(layout.snapshot, {}),
-           "resources": resources}
+           "view_p99_ms": pct(probe["view_ms"], 0.99, 1), "drain_s": loops["drain_s"], "drained": loops["drained"],
+           "pg_deadlocks": checks.pg_deadlocks() - deadlocks0, "loops": loops, "resources": resources}
     driver.make_log(NAME)(
         f"  {workload}: {row['commands_per_s']} cmd/s, {row['events_applied_per_s']} applied/s, lag p50/p99 "
         f"{pair(row['lag_p50_ms'], row['lag_p99_ms'], 0)} ms, displayCount p50/p99 "
         f"{pair(row['display_p50_ms'], row['display_p99_ms'], 0)} ms ({row['display_samples']} probes, "
-        f"{row['display_timeouts']} timeouts), drained in {drain_s}s")
+        f"{row['display_timeouts']} timeouts), drained in {row['drain_s']}s")
     return row
 
 
@@ -167,18 +136,17 @@ def receipts_and_lags(t_measure: float, t_end: float) -> dict:
     from counting import routing
     from counting.models import CountEventReceipt
     from relations.models import OutboxEvent
-
     w0, w1 = (dt.datetime.fromtimestamp(t, tz=dt.UTC) for t in (t_measure, t_end))
     applied_at, produced, events = {}, 0, []
     for alias in settings.COUNT_PARTITION_ALIASES:
         with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT event_id, created_at FROM {table(CountEventReceipt)} WHERE generation = %s "
+            cur.execute(f"SELECT event_id, created_at FROM {seed.table(CountEventReceipt)} WHERE generation = %s "
                         "AND outcome = 'applied'", [routing.active().generation])
             applied_at.update(cur.fetchall())
     for alias in settings.RELATION_SHARD_ALIASES:
         with connections[alias].cursor() as cur:
             cur.execute(f"SELECT event_id::text, payload->>'stateChangedAt', created_at, published_at "
-                        f"FROM {table(OutboxEvent)}")
+                        f"FROM {seed.table(OutboxEvent)}")
             for event_id, changed, created, published in cur.fetchall():
                 produced += w0 <= created < w1
                 if w0 <= (changed_at := dt.datetime.fromisoformat(changed)) < w1:
@@ -201,7 +169,6 @@ def exactness() -> dict:
     from counting.models import VideoLikeCountVbucket
     from counting.services.projection import COUNT_CONSUMER
     from likes_project.eventlog.models import DeadLetter
-
     out = checks.counts(served=True)
     out["dead_letters"] = DeadLetter.objects.filter(consumer__in=[COUNT_CONSUMER, naive.CONSUMER]).count()
     out["frozen_buckets"] = sum(VideoLikeCountVbucket.objects.using(a).filter(frozen=True).count()
@@ -210,14 +177,10 @@ def exactness() -> dict:
     return out
 
 
-# --- the backlog replays ------------------------------------------------------------------------------------------
-
-
 def streams_save(after: dict[int, str]) -> tuple[dict[int, list], dict[int, str]]:
     """The entries of every partition after `after[p]` (the previous workload's last id), and the new last ids."""
     from likes_project.eventlog import streams
     from likes_project.redis_client import stream_redis
-
     client, saved, last = stream_redis(), {}, {}
     for p in streams.all_partitions():
         start, entries = after.get(p, "0-0"), []
@@ -235,7 +198,6 @@ def streams_load(saved: dict[int, list]) -> None:
     """Replace the live streams by the saved entries (same entry ids, same fields)."""
     from likes_project.eventlog import streams
     from likes_project.redis_client import stream_redis
-
     pipe = stream_redis().pipeline(transaction=False)
     for p in streams.all_partitions():
         pipe.delete(streams.stream_key(p))
@@ -251,8 +213,7 @@ def run_replay(pool: Pool, layout: Layout, sampler, *, variant: str, procs: int,
     from django.db import connections
 
     from likes_project.eventlog import streams
-
-    reset_count() if variant == "ours" else naive.reset()
+    seed.reset_count() if variant == "ours" else naive.reset()
     connections.close_all()
     backlog = sum(streams.length(p) for p in streams.all_partitions())
     t0 = time.time() + 0.5
@@ -310,9 +271,6 @@ def run_capacity(pool, layout, sampler, args, *, rows: list[dict], saved: dict, 
                 r["capacity"][str(procs)][variant] = {
                     "applied_per_s": round(sum(x["applied"] for x in mine) / seconds, 1) if seconds else None,
                     "per_round": [x["applied_per_s"] for x in mine], "backlog": mine[0]["backlog"] if mine else None}
-
-
-# --- report ------------------------------------------------------------------------------------------------------
 
 
 def compute_ratios(rows: list[dict], pipeline_procs: int) -> dict:
@@ -391,20 +349,14 @@ def ratios_text(x: dict) -> str:
 
 
 def loops_text(rows: list[dict]) -> str:
-    out = []
-    for r in rows:
-        pubs, projs, snap, ex = r["publishers"], r["projectors"], r["snapshot_loop"], r["exactness"]
-        (errors,) = pooled([*pubs, *projs, snap], "errors")
-        statuses, logged = pooled(projs, "statuses", "logged")
-        sent, batches = sum(p.get("sent", 0) for p in pubs), sum(p.get("batches", 0) for p in pubs)
-        out.append(f"- {r['workload']}: publishers sent {sent:,} events in {batches:,} batches; projectors "
-                   f"{sum(p.get('calls', 0) for p in projs):,} passes (statuses {dict(statuses)}, logged "
-                   f"{dict(logged) or 0}); snapshot loop {snap.get('runs', 0)} runs, p50/p99 "
-                   f"{pair(snap.get('p50_ms'), snap.get('p99_ms'), 0)} ms; dead letters {ex['dead_letters']}, frozen "
-                   f"buckets {ex['frozen_buckets']}, PG deadlocks {r['pg_deadlocks']}; command p50/p99 "
-                   f"{pair(r['command_p50_ms'], r['command_p99_ms'])} ms, errors {r['command_errors']}; loop errors "
-                   f"{dict(errors) or 0}; served displayCount sources {ex.get('served_sources')}")
-    return "\n".join(out)
+    return "\n".join(
+        f"- {r['workload']}: publishers sent {lo['published']:,} events in {lo['batches']:,} batches; projectors "
+        f"applied {lo['applied']:,} (statuses {lo['projector_statuses']}, logged {lo['projector_logged'] or 0}); "
+        f"snapshot loop {lo['snapshot_runs']} runs, p50/p99 {pair(lo['snapshot_p50_ms'], lo['snapshot_p99_ms'], 0)} "
+        f"ms; dead letters {ex['dead_letters']}, frozen buckets {ex['frozen_buckets']}, PG deadlocks "
+        f"{r['pg_deadlocks']}; command p50/p99 {pair(r['command_p50_ms'], r['command_p99_ms'])} ms, errors "
+        f"{r['command_errors']}; loop errors {lo['loop_errors'] or 0}; served from {ex.get('served_sources')}"
+        for r in rows if (lo := r["loops"]).get("published") is not None and (ex := r["exactness"]))
 
 
 def report(result: dict) -> list[str]:
@@ -438,11 +390,10 @@ def main(argv=None) -> int:
     args.workload_list = [w for w in args.workloads.split(",") if w in ("uniform", "hot")]
     args.replay_procs_list = list(dict.fromkeys(driver.int_list(args.replay_procs) or [args.projectors, 8]))
     from relations import routing
-
-    flush_redis()
-    users, videos = prepare(users=args.users, videos=args.videos)
+    seed.flush_redis()
+    users, videos = seed.prepare(users=args.users, videos=args.videos)
     probe_user, probe_sets, _all = prepare_pipeline(args, videos)
-    own_videos = {"uniform": [*videos, *probe_sets["uniform"]], "hot": [HOT_VIDEO, *probe_sets["hot"]]}
+    own_videos = {"uniform": [*videos, *probe_sets["uniform"]], "hot": [seed.HOT_VIDEO, *probe_sets["hot"]]}
     reset_workload()  # the workloads' relations are disjoint: nothing is emptied between them
     layout = Layout(commands=args.procs, shards=routing.all_aliases(), projectors=args.projectors, probe=True,
                     extra=max(args.replay_procs_list))

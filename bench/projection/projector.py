@@ -1,13 +1,7 @@
-"""The count projector at saturation against the raw SQL ceiling of its own statements (issue 15 §3; spec TEST-3):
-`bench/run.sh projector`.
-
-1. a backlog of `--events` crafted LikeRelationChanged envelopes (harness/phases.py backlog_events) XADDed into the
-   bench streams, for many videos (uniform) and for one (hot);
-2. the backlog drained from an empty projection by `--procs` processes, each over every n-th partition until a
-   pass finds nothing: ours (CountProjector, batch COUNT_PROJECTOR_BATCH) and the naive single-row counter, ABBA;
-   every drain checked against the backlog's final states (ours: Σ vbuckets; naive: its counter row);
-3. the ceiling: bench/pgbench/count_group.sql, one projector group (the statements of _apply_group, batch ÷ count
-   partitions events each) with pgbench on cnt_00; ceiling events/s = transactions/s x events per group."""
+"""The count projector at saturation against the raw SQL ceiling of its own statements (issue 15 §3; TEST-3):
+`bench/run.sh projector`. Backlogs of crafted events (uniform and hot) drained from an empty projection by `--procs`
+processes, ours and the naive single-row counter (ABBA, each drain checked exactly), then
+bench/pgbench/count_group.sql, one projector group as raw SQL on cnt_00: events/s = tps x events a group."""
 
 from __future__ import annotations
 
@@ -51,7 +45,6 @@ def reset_all() -> None:
 def drain(pool: Pool, sampler, *, variant: str, procs: int, events: int, expected: dict[str, int]) -> dict:
     """One drain of the backlog in the streams by `procs` of the pool's processes, from an empty state."""
     from django.db import connections
-
     reset_count() if variant == "ours" else naive.reset()
     connections.close_all()
     start_at = time.time() + 0.5
@@ -78,7 +71,6 @@ def pgbench_ceiling(args, sampler, *, kind: str, clients: int) -> dict:
     from django.conf import settings
 
     from counting import routing
-
     reset_count()
     gen, alias = routing.active(), settings.COUNT_PARTITION_ALIASES[0]
     vbs = [vb for vb, r in enumerate(gen.routes) if r.partition == alias]
@@ -150,7 +142,6 @@ def main(argv=None) -> int:
     procs_list = driver.int_list(args.procs)
     from django.conf import settings
     from django.db import connections
-
     if not args.skip_pgbench and not shutil.which("pgbench"):
         run.log("pgbench not found (Debian package postgresql-client); no raw SQL ceiling")
         args.skip_pgbench = True

@@ -1,12 +1,6 @@
-"""The read path (issue #4; spec TEST-3): `bench/run.sh read`.
-
-1. the batch query of 20 ids (what POST /v1/like-relations/batch-query does) for a window with concurrent
-   clients, warm relation cache, cold relation cache and Redis down, at the service layer (feed_page_read, what the
-   view calls) and over HTTP against gunicorn (bench/read/clients.py);
-2. the my-likes page of a user with 50,000 likes at page 1 and page 500, next to an OFFSET baseline;
-3. relation_cache_rebuild() over 1,000,000 relations (250,000 and extrapolated when a calibration projects more than
-   the budget), with the Redis memory it uses (bench/read/pages.py).
-The exit code is non-zero when the harness fails or an answer was wrong."""
+"""The read path (issue #4; TEST-3): `bench/run.sh read`. The batch query of 20 ids (warm relation cache, cold, Redis
+down) at the service layer and over HTTP (bench/read/clients.py); the my-likes page 1 and a deep page against OFFSET,
+and the relation-cache rebuild end to end (bench/read/pages.py). Non-zero exit when an answer was wrong."""
 
 from __future__ import annotations
 
@@ -18,21 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import driver
+from bench.harness import driver, seed
 from bench.harness.pool import Gunicorn, Pool
 from bench.harness.report import fmt, md_table, pct, pooled, resources_table
 from bench.harness.sampler import ResourceSampler, merge
-from bench.harness.seed import (
-    author_id,
-    displays_upsert,
-    prepare,
-    relations_insert,
-    reset_state,
-    scan_delete,
-    snapshots_insert,
-    table,
-    truncate,
-)
 from bench.read.pages import LIST_PREFIX, run_list, run_rebuild
 
 NAME = "read"
@@ -61,8 +44,7 @@ def relation_cache_flush() -> int:
     from django.conf import settings
 
     from relations.services.relation_cache import cache_generations_mirror
-
-    n = scan_delete(f"{settings.LIKES_REDIS_PREFIX}:rel:g*")
+    n = seed.scan_delete(f"{settings.LIKES_REDIS_PREFIX}:rel:g*")
     cache_generations_mirror()
     return n
 
@@ -70,8 +52,7 @@ def relation_cache_flush() -> int:
 def truncate_floors() -> None:
     from relations import routing
     from relations.models import LikeRelationCacheProjection
-
-    truncate(routing.all_aliases(), LikeRelationCacheProjection)
+    seed.truncate(routing.all_aliases(), LikeRelationCacheProjection)
 
 
 def prepare_batch(args, bench_users: list[tuple[int, str]]) -> dict:
@@ -81,10 +62,9 @@ def prepare_batch(args, bench_users: list[tuple[int, str]]) -> dict:
 
     from counting.services.count_cache.layers import count_cache_views_write
     from relations import routing
-
     rng = random.Random(args.seed)
     videos = [f"{BQ_PREFIX}{i:05d}" for i in range(args.videos)]
-    snapshots_insert("SELECT unnest(%s::text[])", [videos], author_id=author_id())
+    seed.snapshots_insert("SELECT unnest(%s::text[])", [videos], author_id=seed.author_id())
     users, per_alias, counts = [], {}, dict.fromkeys(videos, 0)
     n_liked, n_unliked = int(args.feed * 0.3), int(args.feed * 0.1)
     for uid, token in bench_users[:args.users]:
@@ -99,11 +79,11 @@ def prepare_batch(args, bench_users: list[tuple[int, str]]) -> dict:
                                                                      expected.items())
     for alias, rows in sorted(per_alias.items()):
         with transaction.atomic(using=alias), connections[alias].cursor() as cur:
-            relations_insert(cur, "SELECT u, v, s, ver, 'rbq-seed', now() - interval '1 hour' FROM unnest(%s::bigint[],"
-                                  " %s::text[], %s::text[], %s::bigint[]) AS x(u, v, s, ver)",
-                             [list(c) for c in zip(*rows, strict=True)])
+            seed.relations_insert(cur, "SELECT u, v, s, ver, 'rbq-seed', now() - interval '1 hour' FROM unnest("
+                                       "%s::bigint[], %s::text[], %s::text[], %s::bigint[]) AS x(u, v, s, ver)",
+                                  [list(c) for c in zip(*rows, strict=True)])
     snapshot_id = int(time.time() * 1_000_000)
-    displays_upsert(counts, snapshot_id=snapshot_id)
+    seed.displays_upsert(counts, snapshot_id=snapshot_id)
     iso = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
     views = count_cache_views_write(rows=[(v, counts[v], snapshot_id, iso) for v in videos])
     return {"users": users, "counts": counts, "relations_per_shard": {a: len(r) for a, r in sorted(per_alias.items())},
@@ -118,21 +98,17 @@ def cleanup() -> None:
 
     from counting.models import VideoDisplayCount
     from relations.models import VideoSnapshot
-
     connections.close_all()
-    reset_state()
+    seed.reset_state()
     truncate_floors()
     relation_cache_flush()
     with connections["default"].cursor() as cur:
-        cur.execute(f"DELETE FROM {table(VideoDisplayCount)} WHERE video_id LIKE %s", [BQ_PREFIX + "%"])
-        cur.execute(f"DELETE FROM {table(VideoSnapshot)} WHERE video_id LIKE %s OR video_id LIKE %s",
+        cur.execute(f"DELETE FROM {seed.table(VideoDisplayCount)} WHERE video_id LIKE %s", [BQ_PREFIX + "%"])
+        cur.execute(f"DELETE FROM {seed.table(VideoSnapshot)} WHERE video_id LIKE %s OR video_id LIKE %s",
                     [BQ_PREFIX + "%", LIST_PREFIX + "%"])
     p = settings.LIKES_REDIS_PREFIX
     for pattern in (f"{p}:count:view:*{{{BQ_PREFIX}*", f"{p}:vis:v1:{{{BQ_PREFIX}*", f"{p}:vis:v1:{{{LIST_PREFIX}*"):
-        scan_delete(pattern)
-
-
-# --- 1. the batch query ---------------------------------------------------------------------------------------------
+        seed.scan_delete(pattern)
 
 
 def measure(ctx: dict, *, layer: str, case: str) -> dict:
@@ -208,9 +184,6 @@ def run_layer(ctx: dict, layer: str) -> list[dict]:
     return [aggregate(parts[c], args, layer=layer, case=c) for c in ("warm", "cold", "down")]
 
 
-# --- report ---------------------------------------------------------------------------------------------------------
-
-
 def report(result: dict) -> list[str]:
     rows, lst, rb = result["batch"], result.get("list"), result.get("rebuild")
     out = [md_table(["layer", "case", "clients:", "requests/s:", "p50 ms:", "p99 ms:", "errors:", "wrong:",
@@ -239,14 +212,13 @@ def report(result: dict) -> list[str]:
             f"({'; '.join(e['ours']['scans'])}); OFFSET {fmt(e['offset']['execution_ms'], 3)} ms "
             f"({'; '.join(e['offset']['scans'])})."]
     if rb:
-        mib, gk = 2 ** 20, rb["generation_keys"]
+        mib = 2 ** 20
         out.append("**3. Relation-cache rebuild** (`relation_cache_rebuild()` end to end)\n\n" + md_table(
             ["relations:", "per shard", "rebuild s:", "relations/s:", "status", "sample check",
-             "Redis used_memory delta:", "generation keys"],
+             "Redis used_memory delta:", "Redis keys delta:"],
             [[f"{rb['relations']:,}", ", ".join(f"{a} {n:,}" for a, n in rb["per_shard"].items()), rb["seconds"],
               f"{rb['relations_per_s']:,}", rb["status"], f"{rb['sampled']} sampled, {rb['mismatches']} mismatches",
-              f"{rb['redis_used_memory_delta_bytes'] / mib:.1f} MiB", f"{gk['keys']:,} hashes, "
-              f"~{gk['estimated_bytes'] / mib:.1f} MiB ({gk['avg_key_bytes']} B each)"]])
+              f"{rb['redis_used_memory_delta_bytes'] / mib:.1f} MiB", f"{rb['redis_keys_delta']:,}"]])
             + (f"\n\n**1,000,000 relations were not run**: extrapolated from {rb['relations']:,}, the rebuild would "
                f"take about **{rb['extrapolated_1m_s']} s**." if rb.get("extrapolated_1m_s") else ""))
         out.append(resources_table([("the rebuild", rb.get("resources"))]))
@@ -269,9 +241,10 @@ def main(argv=None) -> int:
     args = run.args
     if args.rebuild_relations != "auto" and not args.rebuild_relations.isdigit():
         args.error("--rebuild-relations: a number or auto")
+    if not args.skip_list and args.list_likes < args.list_page * args.list_limit:
+        args.error("--list-likes must hold --list-page pages of --list-limit")
     from django.db import connections
-
-    bench_users, _ = prepare(users=5000, videos=2000)  # the users (and tokens) of the command benchmark
+    bench_users, _ = seed.prepare(users=5000, videos=2000)  # the users (and tokens) of the command benchmark
     cleanup()
     result: dict = {"batch": [], "fills": [], "list": None, "rebuild": None}
     pools, workdir = [], Path(tempfile.mkdtemp(prefix="likes-read-"))

@@ -24,7 +24,6 @@ def _instrument() -> None:
     import redis
     import redis.client
     from django.db import connections
-
     if _STATE["instrumented"]:
         return
     _STATE["instrumented"] = True
@@ -50,7 +49,6 @@ def _instrument() -> None:
 def _call(job: dict):
     if job["layer"] == "service":
         from counting import selectors
-
         def call(user_id, token, ids):  # the body of counting.api.batch_views.BatchQueryView.post, without DRF
             visible, rels, counts = selectors.feed_page_read(user_id=user_id, video_ids=ids, min_versions={})
             return [(v, visible[v], rels[v].state, rels[v].relation_version,
@@ -73,7 +71,6 @@ def batch(job: dict, ctl) -> dict:
     """Batch queries of random feed pages over [t_start, t_end], measured from t_measure; every answer checked
     (order, availability, state/version, count) against the prepared data."""
     from likes_project import metrics
-
     _instrument()
     rng, users, size, counts = random.Random(job["seed"]), job["users"], job["batch"], job["counts"]
     call, conn = _call(job)
@@ -121,7 +118,6 @@ def batch(job: dict, ctl) -> dict:
 def repair(job: dict, ctl) -> dict:
     """Fill the relation cache for these users' feeds through relation_cache_repair (floor, then Redis)."""
     from relations.services.relation_cache import relation_cache_repair
-
     deadline, written = time.time() + MAX_JOB_SECONDS, 0
     for user_id, feed in job["users"]:
         if time.time() > deadline:

@@ -19,7 +19,6 @@ REB_USER_BASE, REB_VIDEOS, REB_PER_USER = 8_000_000_000, 5000, 50  # synthetic u
 
 def explain(alias: str, sql: str, params: list) -> dict:
     from django.db import connections
-
     with connections[alias].cursor() as cur:
         cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
         raw = cur.fetchone()[0]
@@ -45,7 +44,6 @@ def run_list(args, user_id: int) -> dict:
     from relations import routing
     from relations.models import LikeRelation
     from relations.selectors import my_likes as sel
-
     alias, t = routing.alias_for_user(user_id), table(LikeRelation)
     n, limit, deep = args.list_likes, args.list_limit, args.list_page
     snapshots_insert(f"SELECT %s || lpad(i::text, 6, '0') FROM generate_series(0, {int(n) - 1}) AS i", [LIST_PREFIX],
@@ -113,12 +111,8 @@ def run_list(args, user_id: int) -> dict:
     return out
 
 
-# --- 3. the relation-cache rebuild ----------------------------------------------------------------------------------
-
-
 def _redis_memory() -> dict:
     from likes_project.redis_client import cache_redis, role_nodes
-
     nodes = role_nodes(cache_redis())  # the one server, or every primary of a Cluster: summed
     return {"used_memory": sum(int(n.info("memory")["used_memory"]) for n in nodes),
             "dbsize": sum(int(n.dbsize()) for n in nodes)}
@@ -131,7 +125,6 @@ def _insert(n_users: int) -> dict:
 
     from relations import routing
     from relations.models import LikeRelation
-
     by_alias: dict[str, list] = {}
     for k in range(n_users):
         by_alias.setdefault(routing.alias_for_user(REB_USER_BASE + k), []).append((REB_USER_BASE + k, k))
@@ -154,28 +147,8 @@ def _insert(n_users: int) -> dict:
     return per_shard
 
 
-def _gen_keys(generation: int, sample: int = 2000) -> dict:
-    """Key count of one relation-cache generation (SCAN, every Cluster node) and MEMORY USAGE of a sample."""
-    from django.conf import settings
-
-    from likes_project.redis_client import cache_redis
-
-    client, keys, sampled_keys = cache_redis(), 0, []
-    for key in client.scan_iter(match=f"{settings.LIKES_REDIS_PREFIX}:rel:g{generation}:*", count=5000):
-        keys += 1
-        if len(sampled_keys) < sample:
-            sampled_keys.append(key)
-    pipe = client.pipeline(transaction=False)
-    for k in sampled_keys:
-        pipe.memory_usage(k, samples=0)
-    sizes = [s for s in pipe.execute() if s]
-    avg = sum(sizes) / len(sizes) if sizes else 0
-    return {"keys": keys, "avg_key_bytes": round(avg), "estimated_bytes": round(avg * keys)}
-
-
 def _timed_rebuild(label: str):
     from relations.services.relation_cache_rebuild import relation_cache_rebuild
-
     last = [time.monotonic()]
 
     def progress(msg: str) -> None:
@@ -216,8 +189,7 @@ def run_rebuild(args, flush, truncate_floors) -> dict:
                mismatches=report.mismatches, seconds=round(secs, 1), relations_per_s=round(report.scanned / secs),
                extrapolated_1m_s=None if out["relations"] >= 1_000_000 else round(secs * 1e6 / out["relations"]),
                redis_used_memory_delta_bytes=mem1["used_memory"] - mem0["used_memory"],
-               redis_keys_delta=mem1["dbsize"] - mem0["dbsize"], generation_keys=_gen_keys(report.generation),
-               resources=resources)
+               redis_keys_delta=mem1["dbsize"] - mem0["dbsize"], resources=resources)
     log(f"rebuild: {report.scanned:,} relations in {secs:.1f}s, status {report.status}, sample {report.sampled}/"
         f"{report.mismatches} mismatches")
     return out

@@ -1,19 +1,9 @@
-"""Reconciliation and repair (issue 11): `bench/run.sh reconcile`.
-
-Seeds `--relations` relations into every layer in bulk SQL (bench/reconcile/seed.py), checks the seed (the routing
-on a sample, an identity run on a sample of videos), then:
-
-  coverage idle  a coverage run over every video, as `manage.py reconcile --mode coverage --all` runs it (the ops
-                 job, in a process of its own), against the naive baseline (COUNT(*) of LIKED facts vs LIKED
-                 projection rows per video, no versions) and the raw SQL ceiling (one GROUP BY per database with a
-                 per-video digest of every row), `--coverage-rounds` rounds in ABC / CBA order;
-  coverage load  the same three while `--procs` processes call relation_set_state and the pipeline runs, between
-                 windows of load alone: relations/s, and commands/s with and without a check running;
-  exact          `--exact-runs` exact runs over `--exact-videos` videos while commands flow on them: the barrier
-                 hold, the time to the verdict, the commands that waited at the barrier or got 503;
-  repair         `--damage` projection rows of the hot video removed by hand, found by coverage, a repair from the
-                 facts requested by one operator and approved by another: approval -> the live count right;
-  final          every video's facts = Σ vbuckets = display snapshot; no acknowledged relation lost."""
+"""Reconciliation and repair (issue 11): `bench/run.sh reconcile`. Seeds `--relations` relations into every layer
+(bench/reconcile/seed.py) and checks the seed, then: coverage of every video (the ops job) against a naive per-video
+COUNT(*) and the raw SQL ceiling (one GROUP BY a database), idle and under a command load (with the commands/s a
+check costs); `--exact-runs` exact runs while commands flow on their videos (the barrier hold, what the commands
+met); the hot video damaged by hand, found, repaired from the facts after a second person's approval (approval ->
+the live count right); finally every video's facts = Σ vbuckets = display snapshot, nothing acknowledged lost."""
 
 from __future__ import annotations
 
@@ -65,7 +55,6 @@ def seeded_session(run, layout_checker: bool = True) -> tuple:
     """The command load's users, the operators, every table emptied, the data set seeded and checked; the pool,
     its layout and the session. Returns (plan, data, session)."""
     from relations import routing
-
     args = run.args
     args.mix_shares = driver.parse_mix(args)
     flush_redis()
@@ -91,8 +80,6 @@ def seeded_session(run, layout_checker: bool = True) -> tuple:
     return plan, data, session
 
 
-# --- the baselines of coverage -----------------------------------------------------------------------------------
-
 _HASH = "hashtextextended({u}::text || '/' || {s} || '/' || {v}::text, 0)"
 
 
@@ -106,7 +93,6 @@ def naive_compare() -> dict:
     from counting import routing
     from counting.models import LikeCountProjection
     from relations.models import LikeRelation
-
     gen, after, relations, videos, bad = routing.load_generation(), "", 0, 0, []
     for _ in range(10_000_000):  # one chunk a pass; the keyset ends it
         chunk: set[str] = set()
@@ -145,7 +131,6 @@ def sql_ceiling() -> dict:
     from counting import routing
     from counting.models import LikeCountProjection
     from relations.models import LikeRelation
-
     gen, sides = routing.load_generation(), ({}, {})
     queries = [(a, 0, f"SELECT video_id, count(*), count(*) FILTER (WHERE state = 'LIKED'), bit_xor("
                       f"{_HASH.format(u='user_id', s='state', v='relation_version')}) FROM {table(LikeRelation)} "
@@ -163,9 +148,6 @@ def sql_ceiling() -> dict:
                 cell[0], cell[1], cell[2] = cell[0] + n, cell[1] + liked, cell[2] ^ int(digest)
     bad = [v for v in set(sides[0]) | set(sides[1]) if sides[0].get(v) != sides[1].get(v)]
     return {"relations": sum(c[0] for c in sides[0].values()), "videos": len(sides[0]), "mismatched_videos": len(bad)}
-
-
-# --- the phases -------------------------------------------------------------------------------------------------
 
 
 def run_check(s: Session, variant: str) -> dict:
@@ -239,7 +221,6 @@ def damage(video: str, n: int, salt: str) -> int:
 
     from counting import routing
     from counting.models import DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
-
     gen, aliases, removed, now = routing.load_generation(), list(settings.COUNT_PARTITION_ALIASES), 0, timezone.now()
     for k, alias in enumerate(aliases):
         with transaction.atomic(using=alias), connections[alias].cursor() as cur:
@@ -264,7 +245,6 @@ def damage(video: str, n: int, salt: str) -> int:
 def wait_served(video: str, want: int, timeout: float, poll: float) -> float | None:
     """Seconds until what GET .../like-count answers (without this process's L1) is `want` (None: not in time)."""
     from counting.selectors import display_count_get, display_l1
-
     t0 = time.time()
     for _ in range(1_000_000):
         display_l1().clear()
@@ -280,7 +260,6 @@ def repair_round(s: Session, rnd: int) -> dict:
     from likes_project.audit.services import Actor
     from reconciliation.models import CheckRun, RepairRequest
     from reconciliation.services import repair as repair_service
-
     args = s.args
     facts = checks.facts(SEED_HOT_VIDEO)[SEED_HOT_VIDEO]
     removed = damage(SEED_HOT_VIDEO, args.damage, salt=f"{s.run_id}-{rnd}")
@@ -323,9 +302,6 @@ def phase_repair(s: Session, videos: list[str]) -> dict:
 
 def final_state(s: Session) -> dict:
     return {**checks.counts(), **checks.acknowledged(s.acks)}
-
-
-# --- report -------------------------------------------------------------------------------------------------------
 
 
 def summary(result: dict) -> dict:

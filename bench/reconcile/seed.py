@@ -1,16 +1,10 @@
-"""The data set of the reconciliation and snapshot benchmarks: relations written straight into every layer in bulk
-SQL, in the state the pipeline leaves once every event was published and consumed. Per relation (user, video):
-the LikeRelation row on the user's shard (the shard contract hashed in SQL), one SENT outbox row per version 1..v
-(LIKED on odd versions) with the payload the command writes, its stream partition and an entry id in publish
-order; the projection row on the partition its virtual bucket is routed to, and per (video, bucket) the vbucket
-holding the LIKED rows' count; on default the video and display snapshots and the `count` checkpoints at the last
-seeded entry of each partition. Not written (no check reads them): commands, receipts, the reverse index, the
-stream entries (the log is taken as trimmed below the checkpoints).
-
-Shape (deterministic): `videos` videos of `per_video` relations, user k = idx mod users, the state by
-(31 i + 17 j) mod 20 (85% LIKED v1, 10% UNLIKED v2, 5% LIKED v3), plus one hot video whose `hot` relations are all
-LIKED v1. The hashes run in SQL (sha256, as likes_project.hashing computes them), checked against the Python
-routing on a sample afterwards."""
+"""The data set of the reconciliation and snapshot benchmarks, written straight into every layer in bulk SQL as the
+pipeline leaves it once every event was published and consumed: the relation rows on their shards (the contract
+hashed in SQL), one SENT outbox row a version with the command's payload, the projection rows on their buckets'
+partitions and the vbuckets, the video and display snapshots and the `count` checkpoints. Shape (deterministic):
+`videos` videos of `per_video` relations, user k = idx mod users, the state by (31 i + 17 j) mod 20 (85% LIKED v1,
+10% UNLIKED v2, 5% LIKED v3), plus a hot video of `hot` LIKED v1 relations. The SQL hashes are checked against
+the Python routing on a sample afterwards."""
 
 from __future__ import annotations
 
@@ -20,7 +14,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from bench.harness.seed import author_id, make_log, snapshots_insert, table, users_sql
+from bench.harness.seed import author_id, make_log, partitions, rows, snapshots_insert, table, users_sql
+from bench.harness.seed import shards as seed_shards
 
 log = make_log("seed")
 SEED_VIDEO_PREFIX, SEED_HOT_VIDEO, SEED_USER_PREFIX = "bench-rec-v", "bench-rec-hot", "bench-r"
@@ -118,7 +113,6 @@ def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
     from likes_project.eventlog import streams
     from relations import routing as relation_routing
     from relations.models import LikeRelation, OutboxEvent
-
     contract = relation_routing.active_contract()
     stream = streams.active_contract()
     p = {**_params(plan, base_ms), "alias": alias, "slots": list(contract.slot_aliases),
@@ -168,9 +162,8 @@ def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
         cur.execute(f"SELECT stream_partition, max(stream_entry_ms), count(*) FROM {table(OutboxEvent)} "
                     "WHERE status = 'SENT' GROUP BY 1")
         heads = {int(part): (int(ms), int(n)) for part, ms, n in cur.fetchall()}
-    with connections[alias].cursor() as cur:
-        for model in (LikeRelation, OutboxEvent):
-            cur.execute(f"ANALYZE {table(model)}")
+    for model in (LikeRelation, OutboxEvent):
+        rows(alias, f"ANALYZE {table(model)}")
     return {"relations": relations, "events": events, "heads": heads}
 
 
@@ -179,7 +172,6 @@ def _seed_partition(alias: str, plan: Plan, uids: list[int], base_ms: int, gen) 
     from django.db import connections, transaction
 
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
-
     p = {**_params(plan, base_ms), "alias": alias, "routes": [r.partition for r in gen.routes],
          "bucket_prefix": _prefix(gen.space.hash_seed), "vbuckets": gen.space.virtual_buckets, "g": gen.generation,
          "bsv": gen.space.version}
@@ -202,9 +194,8 @@ def _seed_partition(alias: str, plan: Plan, uids: list[int], base_ms: int, gen) 
             "SELECT %(g)s, r.v, r.vb, %(bsv)s, count(*) FILTER (WHERE mod(r.ver, 2) = 1), sum(r.ver), false, "
             f"max({_TS.format(idx='r.idx', ver='r.ver')}) FROM _seed_proj r GROUP BY r.v, r.vb ORDER BY r.v, r.vb", p)
         buckets = cur.rowcount
-    with connections[alias].cursor() as cur:
-        for model in (LikeCountProjection, VideoLikeCountVbucket):
-            cur.execute(f"ANALYZE {table(model)}")
+    for model in (LikeCountProjection, VideoLikeCountVbucket):
+        rows(alias, f"ANALYZE {table(model)}")
     return {"projected": projected, "buckets": buckets}
 
 
@@ -215,7 +206,6 @@ def _seed_default(plan: Plan, base_ms: int, gen, heads: dict[int, tuple[int, int
     from counting.models import VideoDisplayCount
     from counting.services.projection import COUNT_CONSUMER
     from likes_project.eventlog.models import ConsumerCheckpoint
-
     p = _params(plan, base_ms)
     snapshots_insert("SELECT %s || lpad(i::text, 6, '0') FROM generate_series(0, %s - 1) AS i UNION ALL SELECT %s",
                      [SEED_VIDEO_PREFIX, plan.videos, SEED_HOT_VIDEO], author_id=author_id())
@@ -241,7 +231,6 @@ def _seed_default(plan: Plan, base_ms: int, gen, heads: dict[int, tuple[int, int
 def _in_thread(fn, *args) -> dict:
     """`fn(*args)` timed, on the thread's own connections (closed at the end)."""
     from django.db import connections
-
     t = time.monotonic()
     try:
         return {**fn(*args), "s": round(time.monotonic() - t, 1)}
@@ -254,17 +243,15 @@ def seed(plan: Plan) -> dict:
     at once (a thread and a connection each), then `default`. Returns what was written and how long it took."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from django.conf import settings
     from django.db import connections
 
     from counting import routing as count_routing
-
     t0 = time.monotonic()
     uids = users_ensure(plan.users)
     t_users = time.monotonic() - t0
     gen = count_routing.load_generation()
     base_ms = int((time.time() - 3 * 86400) * 1000)  # three days ago: older than anything a command writes
-    shards, parts = list(settings.RELATION_SHARD_ALIASES), list(settings.COUNT_PARTITION_ALIASES)
+    shards, parts = seed_shards(), partitions()
     with ThreadPoolExecutor(max_workers=len(shards) + len(parts)) as pool:
         futures = {alias: pool.submit(_in_thread, _seed_shard, alias, plan, uids, base_ms) for alias in shards}
         futures |= {alias: pool.submit(_in_thread, _seed_partition, alias, plan, uids, base_ms, gen)
@@ -292,24 +279,15 @@ def seed(plan: Plan) -> dict:
     }
 
 
-# --- verification --------------------------------------------------------------------------------------
-
-
 def verify_sample(plan: Plan, *, rng: random.Random, n: int = 2000) -> dict:
-    """The SQL hashing against the Python routing, on `n` sampled relations: each is on the shard
-    relations.routing names, its projection row in the bucket and on the partition counting.routing names,
-    and its outbox rows in the stream partition likes_project.eventlog.streams names; and every relation
-    of the sample has the version the shape says."""
-    from django.conf import settings
-    from django.db import connections
-
+    """The SQL hashing against the Python routing on `n` sampled relations: each on its shard with the version the
+    shape says, its projection row in its bucket on its partition (and nowhere else), its outbox rows in its stream."""
     from counting import routing as count_routing
     from counting.models import LikeCountProjection
     from likes_project.eventlog import streams
     from relations import routing as relation_routing
     from relations.events import aggregate_key
     from relations.models import LikeRelation, OutboxEvent
-
     uids = users_ensure(plan.users)
     gen = count_routing.load_generation()
     wrong: Counter = Counter()
@@ -322,31 +300,18 @@ def verify_sample(plan: Plan, *, rng: random.Random, n: int = 2000) -> dict:
             i, j = rng.randrange(plan.videos), rng.randrange(plan.per_video)
             picks.append((uids[(i * plan.per_video + j) % plan.users], video_id(i), expected_version(plan, i, j)))
     for user_id, vid, ver in picks:
-        alias = relation_routing.alias_for_user(user_id)
-        with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT relation_version FROM {table(LikeRelation)} WHERE user_id = %s AND video_id = %s",
-                        [user_id, vid])
-            row = cur.fetchone()
-            if row is None or row[0] != ver:
-                wrong["relation shard / version"] += 1
-            cur.execute(f"SELECT count(*), count(DISTINCT stream_partition), min(stream_partition) "
-                        f"FROM {table(OutboxEvent)} WHERE aggregate_key = %s", [aggregate_key(user_id, vid)])
-            events, parts, part = cur.fetchone()
-            if events != ver or parts != 1 or part != streams.partition_for(aggregate_key(user_id, vid)):
-                wrong["outbox rows / stream partition"] += 1
+        alias, agg = relation_routing.alias_for_user(user_id), aggregate_key(user_id, vid)
+        wrong["relation shard / version"] += rows(alias, f"SELECT relation_version FROM {table(LikeRelation)} WHERE "
+                                                         "user_id = %s AND video_id = %s", [user_id, vid]) != [(ver,)]
+        wrong["outbox rows / stream partition"] += rows(
+            alias, f"SELECT count(*), count(DISTINCT stream_partition), min(stream_partition) FROM "
+                   f"{table(OutboxEvent)} WHERE aggregate_key = %s", [agg]) != [(ver, 1, streams.partition_for(agg))]
         vb = count_routing.virtual_bucket(gen.space, vid, user_id)
-        home = gen.routes[vb].partition
-        for part_alias in settings.COUNT_PARTITION_ALIASES:
-            with connections[part_alias].cursor() as cur:
-                cur.execute(f"SELECT virtual_bucket, projected_version FROM {table(LikeCountProjection)} "
-                            "WHERE generation = %s AND user_id = %s AND video_id = %s",
-                            [gen.generation, user_id, vid])
-                row = cur.fetchone()
-            if part_alias == home and (row is None or row != (vb, ver)):
-                wrong["projection bucket / partition"] += 1
-            if part_alias != home and row is not None:
-                wrong["projection on a partition the bucket is not routed to"] += 1
-    connections.close_all()
-    return {"sampled": n, "wrong": dict(wrong), "ok": not wrong}
+        for part in partitions():
+            found = rows(part, f"SELECT virtual_bucket, projected_version FROM {table(LikeCountProjection)} WHERE "
+                               "generation = %s AND user_id = %s AND video_id = %s", [gen.generation, user_id, vid])
+            wrong["projection bucket / partition"] += found != ([(vb, ver)] if part == gen.routes[vb].partition else [])
+    wrong = {k: v for k, v in wrong.items() if v}
+    return {"sampled": n, "wrong": wrong, "ok": not wrong}
 
 

@@ -1,18 +1,9 @@
-"""Recovery snapshots and the restore from them (issue 12): `bench/run.sh snapshot`.
-
-Seeds `--relations` relations (as many projection rows) into every layer (bench/reconcile/seed.py), checks the seed,
-then:
-  idle     a snapshot as `manage.py snapshot_create` takes it against the naive stop-the-world ORM dump and the raw
-           SQL ceiling (bench/snapshot/variants.py), `--idle-rounds` in ABC / CBA order: build time, artifact size;
-  builds   with `--procs` processes calling relation_set_state and the pipeline running, after a window of load
-           alone: `--snapshots` builds of ours (the dispatch pause p50 / p99), then `--baseline-runs` rounds of the
-           ceiling and the naive build, then `--after` seconds of load the restore replays;
-  restore  the load stopped (`--recover-under-load` keeps it), every projection row and vbucket of one count
-           partition deleted by hand; repairs from the facts (`--facts-batches` scopes of `--facts-batch` videos,
-           requested by one operator, approved by another), extrapolated to every video when not all were repaired;
-           the restore of the last sealed snapshot through the same flow (verify, load, replay from the offset
-           vector, checks, fenced switch, exact verify); its load against raw COPY FROM and ORM bulk_create;
-  final    the pipeline drained: every video's facts = Σ vbuckets = display snapshot, nothing acknowledged lost."""
+"""Recovery snapshots and the restore from them (issue 12): `bench/run.sh snapshot`. Seeds `--relations` relations
+into every layer (bench/reconcile/seed.py), then: builds idle, ours against the naive stop-the-world dump and the
+raw SQL ceiling (bench/snapshot/variants.py); builds under a command load (the dispatch pause p50 / p99); one count
+partition's rows deleted by hand and recovered two ways (repairs from the facts, extrapolated to every video, and
+the restore of the last sealed snapshot, both after a second person's approval), the restore's load against a raw
+COPY FROM and an ORM bulk_create; finally every video exact and nothing acknowledged lost."""
 
 from __future__ import annotations
 
@@ -97,7 +88,6 @@ def approved_job(s: Session, source: str, reason: str, videos: list[str] | None)
     from likes_project.audit.services import Actor
     from reconciliation.models import CheckRun, RepairRequest
     from reconciliation.services import repair as repair_service
-
     request = repair_service.repair_request(actor=Actor(name=OPERATOR, channel="cli"), source=source, reason=reason,
                                             videos=videos)
     t_approve = time.time()
@@ -121,7 +111,6 @@ def damage_partition(alias: str) -> dict:
 
     from counting import routing
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
-
     gen = routing.load_generation()
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
         cur.execute("SET LOCAL statement_timeout = 0")
@@ -134,7 +123,6 @@ def damage_partition(alias: str) -> dict:
 
 def phase_restore(s: Session, videos: list[str], snapshot_id: int) -> dict:
     from django.conf import settings
-
     args = s.args
     damage = damage_partition(args.damage_partition or settings.COUNT_PARTITION_ALIASES[-1])
     step = len(videos) // args.facts_batches if args.facts_batches and args.facts_batches * args.facts_batch < \
@@ -162,9 +150,6 @@ def phase_restore(s: Session, videos: list[str], snapshot_id: int) -> dict:
     return {"damage": damage, "facts": facts, "facts_resources": merge(facts_res), "restore": restore, "loads": loads,
             "facts_all_s": round(per_video * len(videos), 1) if done else None,
             "facts_measured_videos": sum(r["videos"] for r in done), "all_videos": len(videos)}
-
-
-# --- report ---------------------------------------------------------------------------------------------------------
 
 
 def report(result: dict) -> list[str]:
@@ -261,7 +246,6 @@ def main(argv=None) -> int:
     from django.conf import settings
 
     from reconciliation.models import RecoverySnapshot, SnapshotStatus
-
     # Earlier runs' snapshots: their artifacts went with the storage directory.
     RecoverySnapshot.objects.filter(status=SnapshotStatus.SEALED).update(status=SnapshotStatus.EXPIRED, artifacts=[])
     RecoverySnapshot.objects.filter(status=SnapshotStatus.BUILDING).update(status=SnapshotStatus.FAILED,

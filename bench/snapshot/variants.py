@@ -1,16 +1,8 @@
-"""What a snapshot build and a restore's load are measured against, over the same tables in the same run:
-
-ours     the ops job `manage.py snapshot_create` starts, run by the checker process as a worker runs it: the drain,
-         the cut (dispatch stopped by taking the count consumer's leases, one REPEATABLE READ snapshot per count
-         partition, the proofs), dispatch resumed, the gzip COPY artifacts streamed to storage, read back, sealed;
-naive    a stop-the-world snapshot an application would write first: the same dispatch stop held for the WHOLE
-         dump, through the ORM, one JSON line per row (gzip), a SHA-256 of each file: the pause is the whole build;
-ceiling  the raw SQL floor of a consistent snapshot: the dispatch stop held only while one REPEATABLE READ
-         snapshot per partition is opened and exported, then `COPY (SELECT … ORDER BY key) TO STDOUT` of both
-         tables by psql inside them, counted and thrown away: no compression, storage, read-back or Python per row.
-The restore's load (the step a baseline can do): ceiling_load, psql's `\\copy … from FILE` of the restored rows'
-COPY text into a scratch generation; naive_load, the naive dump back through the ORM (bulk_create); both rolled
-back."""
+"""A snapshot build three ways: ours (the snapshot_create ops job, run by the checker process as a worker runs it:
+the cut with dispatch stopped briefly, gzip COPY artifacts, read back, sealed); naive (dispatch stopped for the WHOLE
+dump, one JSON line per row through the ORM, gzip, a SHA-256 of each file); the ceiling (dispatch stopped only to
+open and export one REPEATABLE READ snapshot per partition, then a raw COPY of both tables by psql into nowhere).
+And the restore's load against psql's `\\copy … from FILE` and an ORM bulk_create of the naive dump (rolled back)."""
 
 from __future__ import annotations
 
@@ -34,7 +26,6 @@ SCRATCH_GENERATION = 2_000_000_000  # the baselines' loads write here, always ro
 
 def storage_dir() -> Path:
     from django.conf import settings
-
     path = Path(settings.SNAPSHOT_STORAGE_DIR)
     if settings.SNAPSHOT_STORAGE_BACKEND != "filesystem" or STORAGE_MARK not in path.name:
         raise SystemExit(f"[snapshot] refusing: SNAPSHOT_STORAGE_DIR must be a local directory named *{STORAGE_MARK}* "
@@ -55,7 +46,6 @@ def _dir(name: str) -> Path:
 
 def _kinds():
     from reconciliation.services.recovery.snapshot import KINDS
-
     return KINDS  # kind -> (model, columns, order)
 
 
@@ -76,7 +66,6 @@ def ours_build(s, tag: str) -> dict:
     from likes_project.opsjobs.services import job_start
     from reconciliation.jobs import SNAPSHOT_JOB
     from reconciliation.models import RecoverySnapshot
-
     job = job_start(kind=SNAPSHOT_JOB, actor=Actor(name=s.actor, channel="cli"),
                     params={"reason": f"bench/run.sh snapshot {tag}"}, target="snapshot")
     out = s.check("opsjob", job_id=job.pk)
@@ -96,7 +85,6 @@ def naive_build(s, tag: str) -> dict:
     from django.conf import settings
 
     from counting import routing
-
     gen, out_dir, by_kind = routing.load_generation(), _dir("naive"), {}
     shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -163,7 +151,6 @@ def ceiling_build(s, tag: str) -> dict:
     from django.conf import settings
 
     from counting import routing
-
     gen, by_kind = routing.load_generation(), {}
     conns = {a: psycopg.connect(**pg_conninfo(a), connect_timeout=5) for a in settings.COUNT_PARTITION_ALIASES}
     try:
@@ -190,7 +177,6 @@ def ceiling_build(s, tag: str) -> dict:
 def ceiling_load(generation: int) -> dict:
     """Raw COPY FROM of the rows of `generation` (the restored one) into the scratch generation, rolled back."""
     from django.conf import settings
-
     out_dir, files, rows = _dir("ceiling-load"), [], 0
     try:
         for alias in settings.COUNT_PARTITION_ALIASES:  # the COPY text, written out first (not timed)
@@ -217,7 +203,6 @@ def ceiling_load(generation: int) -> dict:
 def naive_load() -> dict | None:
     """The naive build's JSON lines back through the ORM into the scratch generation, rolled back."""
     from django.db import transaction
-
     files, rows, t0 = sorted(_dir("naive").glob("*.jsonl.gz")), 0, time.perf_counter()
     if not files:
         return None
