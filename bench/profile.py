@@ -16,6 +16,7 @@ import json
 import os
 import pstats
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -127,6 +128,7 @@ def main(argv=None) -> int:
     p.add_argument("scenario", choices=SCENARIOS)
     p.add_argument("--seconds", type=float, default=20.0, help="length of each loop (default 20)")
     p.add_argument("--flame", action="store_true", help="also a py-spy flame graph (SVG)")
+    p.add_argument("--no-docs", action="store_true", help="no line in bench/results/history.jsonl")
     args = p.parse_args(argv)
     if not 1 <= args.seconds <= 300:
         p.error("--seconds must be 1..300")
@@ -160,6 +162,15 @@ def main(argv=None) -> int:
             err = rec.communicate(timeout=args.seconds + 60)[1]
             log(f"py-spy failed: {err.decode(errors='replace')[-500:]}" if rec.returncode else f"wrote {svg}")
         log(f"wrote {OUT_DIR / args.scenario}.txt")
+        if not args.no_docs:
+            from bench.harness import report as rep
+            meta = {"finished_at": time.strftime("%Y-%m-%d", time.gmtime()),
+                    "command": "bench/run.sh " + shlex.join(["profile", *sys.argv[1:]])}
+            rep.history_append("profile", meta, {
+                "goal": "where one unit's time goes (no ceiling)", "ceiling": "-", "ratio": "-",
+                "figure": f"{args.scenario}: {wall / n / per * 1000:.3f} ms wall, {cpu / n / per * 1000:.3f} ms CPU a "
+                          f"{'event' if per > 1 else 'unit'}; bench/results/profiles/{args.scenario}.txt"})
+            rep.table_write()
     finally:
         from django.db import connections
         connections.close_all()
