@@ -273,7 +273,7 @@ setup_service() {
   ensure_redis
 }
 
-# Everything the tests and the benchmarks need (test.sh, bench/env.sh): the whole requirements.txt,
+# Everything the tests and the benchmarks need (test.sh, bench/run.sh): the whole requirements.txt,
 # PostgreSQL, Redis and Debian's Chromium for the browser tests.
 setup_all() {
   cd "$ROOT"

@@ -35,8 +35,8 @@ class VideoSnapshot(models.Model):
     visibility = models.CharField(max_length=16, choices=VideoVisibility.choices, default=VideoVisibility.PUBLIC)
     status = models.CharField(max_length=16, choices=VideoStatus.choices, default=VideoStatus.ACTIVE)
     version = models.BigIntegerField(default=1)
-    # Database defaults too, so a raw INSERT written before these columns (bench/dataset.py) still
-    # stores a consistent row: the service's public/active, no override, revision 1.
+    # Database defaults too, so a raw INSERT written before these columns (the benchmarks' seeding,
+    # bench/harness/seed.py) still stores a consistent row: the service's public/active, no override, revision 1.
     service_visibility = models.CharField(max_length=16, choices=VideoVisibility.choices,
                                           default=VideoVisibility.PUBLIC, db_default=VideoVisibility.PUBLIC)
     service_status = models.CharField(max_length=16, choices=VideoStatus.choices, default=VideoStatus.ACTIVE,

@@ -191,7 +191,7 @@ def test_the_copy_windows_skip_the_id_space_no_row_holds(api, make_user, make_vi
 
 def test_a_plan_counts_a_small_shard_exactly_and_samples_a_large_one(api, make_user, make_video, monkeypatch):
     """The plan's rowsToCopy: exact below EXACT_COUNT_ROWS rows a table; above it a block sample, so that a plan
-    answers within the statement timeout on a shard of millions of rows (bench/slotmove.sh met the timeout with
+    answers within the statement timeout on a shard of millions of rows (`bench/run.sh slotmove` met the timeout with
     an exact count over 2,000,000 rows)."""
     api_liked_video(api, make_user, make_video, "slot-plan-count", 8)
     contract = routing.active_contract()

@@ -220,7 +220,7 @@ def test_upsert_video_refuses_mixed_or_missing_modes(author, make_video):
 
 
 def test_a_raw_insert_of_the_old_columns_stores_a_consistent_row(author):
-    """The new columns have database defaults: SQL written before them (bench/dataset.py inserts the
+    """The new columns have database defaults: SQL written before them (bench/harness/seed.py inserts the
     old columns only) stores the service's public/active with no override at revision 1."""
     from django.db import connection
 
