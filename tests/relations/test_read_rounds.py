@@ -170,13 +170,16 @@ def test_lua_calls_take_one_round_trip_and_a_lost_script_runs_once():
     from likes_project.redis_client import cache_redis, scripts_run
 
     client = cache_redis()
-    client.delete(f"{P}:rr:n1", f"{P}:rr:n2")
-    scripts_run([(_INCR, [f"{P}:rr:n1"], [1])])  # loaded
+    # One hash tag: on the Cluster both keys are on one node, as one pipeline there is what this test counts
+    # (keys on two nodes are two pipelines, and which node a key lands on depends on the worker's prefix).
+    N1, N2 = f"{P}:rr:{{rr}}:n1", f"{P}:rr:{{rr}}:n2"
+    client.delete(N1, N2)
+    scripts_run([(_INCR, [N1], [1])])  # loaded
     with round_trips() as seen:
-        assert scripts_run([(_INCR, [f"{P}:rr:n1"], [1]), (_INCR, [f"{P}:rr:n2"], [5])]) == [2, 5]
+        assert scripts_run([(_INCR, [N1], [1]), (_INCR, [N2], [5])]) == [2, 5]
     assert seen == {"pipelines": 1}, seen
     client.script_flush()
     with round_trips() as seen:
-        assert scripts_run([(_INCR, [f"{P}:rr:n1"], [1]), (_INCR, [f"{P}:rr:n2"], [5])]) == [3, 10]
+        assert scripts_run([(_INCR, [N1], [1]), (_INCR, [N2], [5])]) == [3, 10]
     assert seen["pipelines"] == 2, seen  # NOSCRIPT, then the load and the calls sent again: each ran once
-    assert int(client.get(f"{P}:rr:n1")) == 3 and int(client.get(f"{P}:rr:n2")) == 10
+    assert int(client.get(N1)) == 3 and int(client.get(N2)) == 10
