@@ -81,10 +81,10 @@ def caches_mirrored() -> None:
 
 
 # Whether the contracts `ensure_contracts` creates are committed in this process's test databases. The session
-# setup commits them; a transactional test's teardown flushes every database, so the next database test commits
-# them again, before its own transaction begins (a test in a rolled-back transaction then finds them and pays
-# nothing for them).
-_contracts = {"committed": False}
+# setup commits them, and a transactional test's teardown flush puts them back (tests/flush.py); where it cannot
+# (not a superuser), the next database test commits them again, before its own transaction begins (a test in a
+# rolled-back transaction then finds them and pays nothing for them).
+_contracts = {"committed": False, "restored_by_flush": False}
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +96,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
                 legacy.database_load(alias)
                 call_command("migrate", database=alias, interactive=False, verbosity=0)
         ensure_contracts()
+        _contracts["restored_by_flush"] = flush.seed_capture()
     _contracts["committed"] = True
     yield
     with django_db_blocker.unblock():
@@ -132,8 +133,8 @@ def shard_contract(request, clean_redis, django_db_blocker):
         with django_db_blocker.unblock():
             ensure_contracts()
         _contracts["committed"] = True
-    if _transactional(request, marker):
-        _contracts["committed"] = False  # its teardown flushes every database
+    if _transactional(request, marker) and not _contracts["restored_by_flush"]:
+        _contracts["committed"] = False  # its teardown flushes every database, contracts included
     request.getfixturevalue("_django_db_helper")
     l1cache.clear_all()
     caches_mirrored()

@@ -12,19 +12,26 @@ transactional test, that was about 0.4 s a test on this machine: a TRUNCATE make
   trigger fires (the audit log's append-only guard, the slot-capture triggers) and no foreign key is checked
   (every row of every referencing table goes too). That setting needs a superuser; for any other role, or
   when a test asks for its sequences reset, Django's TRUNCATE runs as before.
+- Then the rows the session setup left (the migrations' data, such as the console's role groups, and the frozen
+  contracts `tests/conftest.py` commits) are put back from a copy taken once per database (`seed_capture`, in
+  the schema `test_seed`): every test starts from the state a fresh deployment has, and the next test needs no
+  contract bootstrap of its own (about 0.1 s of ORM work across six databases, after every transactional test).
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.core.management.commands import flush as flush_command
+from django.db import connections
 from django.db.backends.postgresql.operations import DatabaseOperations
 
 from likes_project.redis_client import cache_redis, stream_redis
 
 KEPT = frozenset({"django_content_type", "auth_permission"})
+SEED = "test_seed"
 _truncate = DatabaseOperations.sql_flush
 _superuser: dict[str, bool] = {}
+_seeded: dict[str, list[str]] = {}  # database name -> its tables that had rows when the seed was taken
 
 
 def _is_superuser(connection) -> bool:
@@ -40,8 +47,34 @@ def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False
     tables = [table for table in tables if table not in KEPT]
     if reset_sequences or allow_cascade or not tables or not _is_superuser(self.connection):
         return _truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+    seeded = _seeded.get(self.connection.settings_dict["NAME"], ())
     return ["SET LOCAL session_replication_role = replica",
-            *(f"DELETE FROM {self.quote_name(table)}" for table in tables)]
+            *(f"DELETE FROM {self.quote_name(table)}" for table in tables),
+            *(f"INSERT INTO {self.quote_name(table)} SELECT * FROM {SEED}.{self.quote_name(table)}"
+              for table in seeded if table in tables)]
+
+
+def seed_capture() -> bool:
+    """Copy the rows every database holds now, once the session setup is done, for the flush to put back.
+    True when every database's flush will (a superuser's); else the flush leaves them empty, as Django's does."""
+    complete = True
+    for alias in connections:
+        connection = connections[alias]
+        if not _is_superuser(connection):
+            complete = False
+            continue
+        seeded = []
+        tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP SCHEMA IF EXISTS {SEED} CASCADE; CREATE SCHEMA {SEED}")
+            for table in sorted(set(tables) - KEPT):
+                name = connection.ops.quote_name(table)
+                cursor.execute(f"SELECT EXISTS (SELECT FROM {name})")
+                if cursor.fetchone()[0]:
+                    cursor.execute(f"CREATE TABLE {SEED}.{name} AS SELECT * FROM {name}")
+                    seeded.append(table)
+        _seeded[connection.settings_dict["NAME"]] = seeded
+    return complete
 
 
 def install() -> None:

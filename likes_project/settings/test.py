@@ -19,13 +19,15 @@ import tempfile
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="likes-test-prometheus-"))
 
 from likes_project.settings.base import *  # noqa: F403
-from likes_project.settings.base import COUNT_PARTITION_ALIASES, DATABASES, RELATION_SHARD_ALIASES
+from likes_project.settings.base import COUNT_PARTITION_ALIASES, RELATION_SHARD_ALIASES
 
 assert len(RELATION_SHARD_ALIASES) >= 2 and len(COUNT_PARTITION_ALIASES) >= 2, (
     "tests need at least two relation shards and two count partitions, so routing bugs show"
 )
-for _cfg in DATABASES.values():
-    _cfg["CONN_MAX_AGE"] = 0
+# Connections live as a deployment's do (DB_CONN_MAX_AGE, 60 s by default, with health checks): a test, and
+# every process it starts, reuses them across requests and tasks. Closing them after each request and task
+# (CONN_MAX_AGE 0, as the suite once did) cost a PostgreSQL backend and its catalog caches a request, a
+# third of the suite's CPU (issue 28, D100).
 
 LIKES_REDIS_PREFIX = os.environ["LIKES_REDIS_PREFIX"]
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
