@@ -7,7 +7,6 @@ import contextlib
 import os
 
 import pytest
-from django.core.management import call_command
 from django.db import connections
 from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
 from pytest_django.fixtures import validate_django_db
@@ -17,7 +16,7 @@ from likes_project import l1cache
 from opsconsole.services import contracts_ensure
 from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
-from tests import factories, flush, legacy, passes
+from tests import factories, flush, passes, testdb
 
 flush.install()
 
@@ -88,19 +87,20 @@ _contracts = {"committed": False, "restored_by_flush": False}
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
+def django_db_setup(django_test_environment, django_db_modify_db_settings, django_db_blocker):
+    """pytest-django's, with the databases cloned from migrated templates (tests/testdb.py). With
+    LIKES_TEST_DATABASES=upgraded: the databases as the landed code created them (tests/legacy), migrated
+    forward in place."""
+    kind = "upgraded" if os.environ.get("LIKES_TEST_DATABASES") == "upgraded" else "fresh"
     with django_db_blocker.unblock():
-        if os.environ.get("LIKES_TEST_DATABASES") == "upgraded":
-            # The databases as the landed code created them, migrated forward in place.
-            for alias in connections:
-                legacy.database_load(alias)
-                call_command("migrate", database=alias, interactive=False, verbosity=0)
+        old_names = testdb.setup(kind)
         ensure_contracts()
         _contracts["restored_by_flush"] = flush.seed_capture()
     _contracts["committed"] = True
     yield
     with django_db_blocker.unblock():
         _end_other_sessions()
+        testdb.teardown(old_names)
 
 
 def _end_other_sessions() -> None:
