@@ -10,14 +10,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="$ROOT/.data"
 VENV="$ROOT/.venv"
-PRIVATE_PG_PORT="${PRIVATE_PG_PORT:-55432}"
-PRIVATE_REDIS_PORT="${PRIVATE_REDIS_PORT:-56379}"
+# The private servers' ports lie below Linux's ephemeral range (32768-60999): a client socket the kernel gave a
+# local port in that range (the suite opens thousands) would make a server's bind fail now and then.
+PRIVATE_PG_PORT="${PRIVATE_PG_PORT:-15432}"
+PRIVATE_REDIS_PORT="${PRIVATE_REDIS_PORT:-16379}"
 # LIKES_TOPOLOGY=single (default): every database on one PostgreSQL server, all of Redis on one node.
 # LIKES_TOPOLOGY=scaled (issue 16): a second PostgreSQL server holds rel_01 and cnt_01, caches and event
 # streams live on a three-node Redis Cluster, and the Celery broker stays on the plain Redis.
 LIKES_TOPOLOGY="${LIKES_TOPOLOGY:-single}"
-PRIVATE_PG2_PORT="${PRIVATE_PG2_PORT:-55433}"
-PRIVATE_CLUSTER_PORTS="${PRIVATE_CLUSTER_PORTS:-47001 47002 47003}"  # + 10000: each node's bus port
+PRIVATE_PG2_PORT="${PRIVATE_PG2_PORT:-15433}"
+PRIVATE_CLUSTER_PORTS="${PRIVATE_CLUSTER_PORTS:-17001 17002 17003}"  # + 10000: each node's bus port
 mkdir -p "$DATA"
 
 log() { echo "[setup] $*" >&2; }

@@ -13,7 +13,7 @@ for pgdata in "$DATA/pg" "$DATA/pg2" "/var/tmp/likes-$(printf '%s' "$ROOT" | sha
   fi
 done
 if [ -f "$DATA/redis/redis.pid" ]; then
-  redis-cli -p "${PRIVATE_REDIS_PORT:-56379}" shutdown nosave 2>/dev/null && echo "private Redis stopped"
+  redis-cli -p "${PRIVATE_REDIS_PORT:-16379}" shutdown nosave 2>/dev/null && echo "private Redis stopped"
 fi
 # The Redis Cluster of LIKES_TOPOLOGY=scaled: its nodes, and their cluster state (the next run creates it anew).
 for dir in "$DATA"/cluster/*/; do
