@@ -3,8 +3,8 @@ and the execution as the system. Repairs (`reconciliation.services.repair`), ris
 (`counting.risk.services`) and both approved ledgers (`likes_project.ledgers`) approve through it.
 
 - `params_hash`: the canonical JSON of a request's parameters, hashed; the approval records the hash it approved
-  and the database refuses any other (each table's check constraint), so parameters edited after the request
-  cannot ride on the approval.
+  and the database refuses any other (each table's check constraint, `likes_project.model_kit.approval_checks`),
+  so parameters edited after the request cannot ride on the approval.
 - `Approval.refuse_self`: the requester never approves their own request: refused here (audited, outcome
   "refused") and again by the database (each table's check that the approver is not the requester), whose
   IntegrityError `Approval.record` turns into the same `SelfApproval`.

@@ -59,18 +59,50 @@ def user_by_username(username: str):
     return user
 
 
-class ApproveCommand(DomainCommand):
+class OperatorCommand(DomainCommand):
+    """A command an operator runs under `permission`: `act` calls the service as the resolved operator (`--actor`,
+    or the OS user where the flag is optional); a refusal exits 1, with --json its envelope ({"code", "message"})
+    printed first. Otherwise it prints `result` as the JSON last line with --json, or `line`."""
+
+    noun: str = ""  # in messages: "repair 3: FAILED"
+    permission: str = ""
+
+    def act(self, options: dict, actor):
+        raise NotImplementedError  # the command's one service call; returns the row it made or changed
+
+    def result(self, row) -> dict:
+        raise NotImplementedError  # the JSON the command prints last
+
+    def line(self, row) -> str:
+        raise NotImplementedError  # the text it prints without --json
+
+    def name(self, row) -> str:
+        return f"{self.noun} {row.pk}"
+
+    def acted(self, options: dict):
+        try:
+            return self.act(options, cli_actor_resolve(username=options.get("actor"), permission=self.permission))
+        except DomainError as exc:
+            raise refuse(self, options, exc) from exc
+
+    def run(self, *args, **options):
+        row = self.acted(options)
+        emit(self, options, self.result(row), self.line(row))
+
+
+class ApproveCommand(OperatorCommand):
     """ID --actor USER [--wait] [--wait-timeout S] [--json]: approve a request another operator made (never your
     own; `likes_project.approvals`); the system runs it on the workers. Exit 1 when refused, when it ended in one
     of `failed_statuses`, or when --wait ran out before it finished. A command says its `noun` ("repair"), what
-    the workers do (`runs`: "run", "apply"), its id argument, the approve permission and its three service calls."""
+    the workers do (`runs`: "run", "apply"), its id argument, the approve permission and its three service calls
+    (`approve`, `wait`, `result`); a request whose row names its status otherwise says so in `status`."""
 
-    noun: str
     runs: str
     id_dest: str
     id_metavar: str
-    permission: str
     failed_statuses: tuple[str, ...]
+    follows_until = "ends"  # --wait's help: "Follow the repair until it ends."
+    wait_timeout_s = 600.0
 
     def approve(self, request_id: int, actor):
         raise NotImplementedError  # the request's approve service
@@ -78,32 +110,41 @@ class ApproveCommand(DomainCommand):
     def wait(self, request_id: int, *, timeout_s: float):
         raise NotImplementedError  # following the request until it finished, bounded
 
-    def result(self, row) -> dict:
-        raise NotImplementedError  # the JSON the command prints last
+    def status(self, row) -> str:
+        return row.status
+
+    def failure_reason(self, row) -> str:
+        return row.error
+
+    def unfinished(self, row, *, timeout_s: float) -> str:
+        return f"{self.name(row)} is still {self.status(row)} after {timeout_s:.0f} s"
+
+    def line(self, row) -> str:
+        return f"{self.name(row)}: {self.status(row)}" + (f" ({row.error})" if row.error else "")
+
+    def act(self, options: dict, actor):
+        return self.approve(options[self.id_dest], actor)
 
     def add_arguments(self, parser):
         parser.add_argument(self.id_dest, type=int, metavar=self.id_metavar)
         parser.add_argument("--actor", required=True, help="The approving operator's username.")
-        parser.add_argument("--wait", action="store_true", help=f"Follow the {self.noun} until it ends.")
-        parser.add_argument("--wait-timeout", type=float, default=600.0, help="Seconds --wait follows it at most.")
+        parser.add_argument("--wait", action="store_true",
+                            help=f"Follow the {self.noun} until it {self.follows_until}.")
+        parser.add_argument("--wait-timeout", type=float, default=self.wait_timeout_s,
+                            help="Seconds --wait follows it at most.")
         add_json_argument(parser)
 
     def run(self, *args, **options):
-        try:
-            row = self.approve(options[self.id_dest], cli_actor_resolve(username=options["actor"],
-                                                                        permission=self.permission))
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
+        row = self.acted(options)
         if options["wait"]:
-            self.stderr.write(f"{self.noun} {row.pk} approved; the workers {self.runs} it (job {row.job_id}); "
+            self.stderr.write(f"{self.name(row)} approved; the workers {self.runs} it (job {row.job_id}); "
                               "following it")
             row = self.wait(row.pk, timeout_s=options["wait_timeout"])
-        emit(self, options, self.result(row), f"{self.noun} {row.pk}: {row.status}" + (
-            f" ({row.error})" if row.error else ""))
-        if row.status in self.failed_statuses:
-            raise CommandError(f"{self.noun} {row.pk} {row.status}: {row.error}")
+        emit(self, options, self.result(row), self.line(row))
+        if self.status(row) in self.failed_statuses:
+            raise CommandError(f"{self.name(row)} {self.status(row)}: {self.failure_reason(row)}")
         if options["wait"] and not row.finished:
-            raise CommandError(f"{self.noun} {row.pk} is still {row.status} after {options['wait_timeout']:.0f} s")
+            raise CommandError(self.unfinished(row, timeout_s=options["wait_timeout"]))
 
 
 class JobCommand(DomainCommand):

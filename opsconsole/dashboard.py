@@ -84,6 +84,10 @@ class History:
         """The sum of `family`'s samples whose labels match, at every stored sample that has the family."""
         return [(at, _total(values[family], match)) for at, values in self.rows if family in values]
 
+    def sparkline(self, family: str, *, what: str, **match: str | tuple[str, ...]) -> SafeString:
+        """`series(family, **match)` drawn over the window (`sparkline`)."""
+        return sparkline(self.series(family, **match), start=self.start, end=self.end, what=what)
+
 
 def history_load(now: dt.datetime) -> History:
     start = now - WINDOW
@@ -139,6 +143,11 @@ class Panel:
     alert: bool = False  # something here needs an operator
 
 
+def _list_link(label: str, name: str, query: str | None = None) -> tuple[str, str]:
+    """A panel's link to the full list: the console page `admin:<name>` ("" when it is not registered)."""
+    return label, admin_url(name, query=query) or ""
+
+
 def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
     if at is None:
         return "never"
@@ -168,8 +177,7 @@ def _switches(now: dt.datetime, hist: History) -> Panel:
         panel.rows.append([Cell(s.kind, warn=True), Cell(s.key), Cell(s.reason), Cell(s.updated_by),
                            Cell(_ago(s.updated_at, now))])
     panel.alert = bool(panel.rows)
-    panel.charts.append(("switches set", sparkline(hist.series("likes_switches_set"), start=hist.start,
-                                                   end=hist.end, what="switches set")))
+    panel.charts.append(("switches set", hist.sparkline("likes_switches_set", what="switches set")))
     return panel
 
 
@@ -181,12 +189,12 @@ def _outbox(cur: dict[str, Samples], hist: History) -> Panel:
     for labels, age in sorted(cur.get("likes_outbox_oldest_pending_age_seconds", []), key=lambda s: s[0]["shard"]):
         shard = labels["shard"]
         rows = _total(pending, {"shard": shard, "status": PENDING_OUTBOX})
-        chart = sparkline(hist.series("likes_outbox_oldest_pending_age_seconds", shard=shard), start=hist.start,
-                          end=hist.end, what=f"{shard} oldest unpublished (s)")
+        chart = hist.sparkline("likes_outbox_oldest_pending_age_seconds", shard=shard,
+                               what=f"{shard} oldest unpublished (s)")
         panel.rows.append([Cell(shard), Cell(_seconds(age or 0.0), warn=(age or 0) > 60), Cell(f"{rows:.0f}"),
                            Cell("", svg=chart)])
         panel.alert = panel.alert or (age or 0) > 60
-    panel.link = ("Outbox lookup", admin_url("opsconsole_lookup") or "")
+    panel.link = _list_link("Outbox lookup", "opsconsole_lookup")
     return panel
 
 
@@ -199,12 +207,12 @@ def _lag(cur: dict[str, Samples], hist: History) -> Panel:
                                   key=lambda s: (s[0]["consumer"], int(s[0]["partition"]))):
         key = (labels["consumer"], labels["partition"])
         age = seconds.get(key) or 0.0
-        chart = sparkline(hist.series("likes_consumer_lag_seconds", consumer=key[0], partition=key[1]),
-                          start=hist.start, end=hist.end, what=f"{key[0]}[{key[1]}] lag (s)")
+        chart = hist.sparkline("likes_consumer_lag_seconds", consumer=key[0], partition=key[1],
+                               what=f"{key[0]}[{key[1]}] lag (s)")
         panel.rows.append([Cell(key[0]), Cell(key[1]), Cell(f"{entries or 0:.0f}", warn=(entries or 0) > 1000),
                            Cell(_seconds(age), warn=age > 30), Cell("", svg=chart)])
         panel.alert = panel.alert or age > 30
-    panel.link = ("Consumer checkpoints", admin_url("eventlog_consumercheckpoint_changelist") or "")
+    panel.link = _list_link("Consumer checkpoints", "eventlog_consumercheckpoint_changelist")
     return panel
 
 
@@ -220,9 +228,8 @@ def _dead_letters(cur: dict[str, Samples], hist: History) -> Panel:
             panel.rows.append([Cell(consumer), Cell(f"{new:.0f}", warn=new > 0), Cell(f"{requeued:.0f}"),
                                Cell(_seconds(oldest) if new else "")])
             panel.alert = panel.alert or new > 0
-    panel.charts.append(("new", sparkline(hist.series("likes_dead_letters", status="NEW"), start=hist.start,
-                                          end=hist.end, what="NEW dead letters")))
-    panel.link = ("Dead letters", admin_url("eventlog_deadletter_changelist", query="status__exact=NEW") or "")
+    panel.charts.append(("new", hist.sparkline("likes_dead_letters", status="NEW", what="NEW dead letters")))
+    panel.link = _list_link("Dead letters", "eventlog_deadletter_changelist", query="status__exact=NEW")
     return panel
 
 
@@ -232,9 +239,8 @@ def _diffs(cur: dict[str, Samples], hist: History) -> Panel:
         if n:
             panel.rows.append([Cell(labels["layer"]), Cell(f"{n:.0f}", warn=True)])
     panel.alert = bool(panel.rows)
-    panel.charts.append(("open", sparkline(hist.series("likes_reconcile_open_diffs"), start=hist.start,
-                                           end=hist.end, what="open diffs")))
-    panel.link = ("Diffs", admin_url("reconciliation_checkdiff_changelist") or "")
+    panel.charts.append(("open", hist.sparkline("likes_reconcile_open_diffs", what="open diffs")))
+    panel.link = _list_link("Diffs", "reconciliation_checkdiff_changelist")
     return panel
 
 
@@ -246,9 +252,9 @@ def _repairs(now: dt.datetime, hist: History) -> Panel:
         panel.rows.append([Cell(f"#{r.pk}", admin_url("reconciliation_repairrequest_change", r.pk)),
                            Cell(r.requested_by), Cell(r.reason), Cell(_ago(r.created_at, now))])
     panel.alert = bool(panel.rows)
-    panel.charts.append(("waiting", sparkline(hist.series("likes_repairs_awaiting_approval"), start=hist.start,
-                                              end=hist.end, what="repairs awaiting approval")))
-    panel.link = ("Repairs", admin_url("reconciliation_repairrequest_changelist") or "")
+    panel.charts.append(("waiting", hist.sparkline("likes_repairs_awaiting_approval",
+                                                   what="repairs awaiting approval")))
+    panel.link = _list_link("Repairs", "reconciliation_repairrequest_changelist")
     return panel
 
 
@@ -262,9 +268,8 @@ def _jobs(now: dt.datetime, hist: History) -> Panel:
         panel.rows.append([Cell(f"#{job.pk}", admin_url("opsjobs_opsjob_change", job.pk)), Cell(job.kind),
                            Cell(job.target), Cell(job.status), Cell(progress),
                            Cell(f"{job.message} ({_ago(job.updated_at, now)})" if job.message else "")])
-    panel.charts.append(("unfinished", sparkline(hist.series("likes_ops_jobs_unfinished"), start=hist.start,
-                                                 end=hist.end, what="jobs queued or running")))
-    panel.link = ("Jobs", admin_url("opsjobs_opsjob_changelist") or "")
+    panel.charts.append(("unfinished", hist.sparkline("likes_ops_jobs_unfinished", what="jobs queued or running")))
+    panel.link = _list_link("Jobs", "opsjobs_opsjob_changelist")
     return panel
 
 
@@ -291,8 +296,7 @@ def _moves(now: dt.datetime, hist: History) -> Panel:
                                Cell(m.state, warn=waiting or stuck or bool(m.error)),
                                Cell(_ago(m.state_changed_at, now).removesuffix(" ago")), job, Cell(m.requested_by)])
             panel.alert = panel.alert or waiting or stuck or bool(m.error)
-    panel.charts.append(("unfinished", sparkline(hist.series("likes_ledgers_unfinished"), start=hist.start,
-                                                 end=hist.end, what="moves not finished")))
+    panel.charts.append(("unfinished", hist.sparkline("likes_ledgers_unfinished", what="moves not finished")))
     return panel
 
 
@@ -309,9 +313,9 @@ def _verdicts(now: dt.datetime, hist: History) -> Panel:
                            Cell(run.status, warn=run.status != "PASSED"), Cell(f"{run.checked:,}"),
                            Cell(f"{run.diffs_found} found, {run.diffs_fixed} fixed"), Cell(_ago(run.finished_at, now))])
         panel.alert = panel.alert or run.status != "PASSED"
-        panel.charts.append((mode, sparkline(hist.series("likes_reconcile_last_run_passed", mode=mode),
-                                             start=hist.start, end=hist.end, what=f"{mode}: 1 passed, 0 not")))
-    panel.link = ("Check runs", admin_url("reconciliation_checkrun_changelist") or "")
+        panel.charts.append((mode, hist.sparkline("likes_reconcile_last_run_passed", mode=mode,
+                                                  what=f"{mode}: 1 passed, 0 not")))
+    panel.link = _list_link("Check runs", "reconciliation_checkrun_changelist")
     return panel
 
 

@@ -10,9 +10,9 @@ source to rebuild them from; it runs only once a second person approved exactly 
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import F, Q
 
 from likes_project.generations import GenerationModel
+from likes_project.model_kit import approval_checks
 from likes_project.switches import GlobalPauseSwitch
 
 
@@ -190,12 +190,7 @@ class RepairRequest(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        constraints = [
-            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=F("requested_by")),
-                                   name="repair_not_approved_by_requester"),
-            models.CheckConstraint(condition=Q(approved_by="") | Q(approved_hash=F("params_hash")),
-                                   name="repair_approval_bound_to_params"),
-        ]
+        constraints = approval_checks("repair")
         permissions = [("request_repair", "Can request a count repair"),
                        ("approve_repair", "Can approve another operator's count repair")]
 

@@ -77,10 +77,7 @@ class RelationSlotMoveAdmin(LedgerAdmin):
               "approved_by", "approved_at", "abort_reason", "error", "jobs_table", "audit_link", "created_at",
               "state_changed_at", "cutover_at", "verified_at", "finished_at", "source_cleanup_after",
               "source_cleaned_at", "report_json")
-    readonly_fields = ("state_code", "slot_range", "route", "copy_progress", "write_pause", "verify_json", "jobs_table",
-                       "audit_link", "report_json")
-    change_list_template = "relations/admin/relationslotmove_change_list.html"
-    change_form_template = "relations/admin/relationslotmove_change_form.html"
+    readonly_fields = ("slot_range", "route")
     pages = [PLAN_PAGE, *CONSOLE.pages()]
 
     @admin.display(description="slots")

@@ -16,6 +16,8 @@ import os
 from urllib.parse import urlsplit
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 
 CHROMIUM = "/usr/bin/chromium"
 # The flags that work on this machine (its notes): without the background-networking ones Chromium
@@ -98,3 +100,18 @@ def log_in(page, username: str, password: str, *, next_path: str = "/admin/") ->
     page.locator("#id_password").fill(password)
     page.locator("#login-form input[type=submit]").click()
     page.wait_for_url(path_is(next_path))
+
+
+def console_user(username: str, password: str, *groups: str):
+    """A staff user with a password (they log in through the form) in the console's role groups `groups`,
+    which must exist (a transactional test's flush removes them: ensure them first)."""
+    user = get_user_model().objects.create_user(username, password=password, is_staff=True)
+    found = Group.objects.filter(name__in=groups)
+    assert len(found) == len(groups), (groups, found)
+    user.groups.add(*found)
+    return user
+
+
+def field(page, name: str):
+    """The read-only value of the field `name` on an admin change page."""
+    return page.locator(f".field-{name} .readonly")

@@ -6,10 +6,10 @@ a migration stands: every step resumes from the cursor stored here, and `source_
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import F, Q
 
 from likes_project.ledgers.model import TERMINAL as TERMINAL  # the selectors and the admin import it from here
 from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
+from likes_project.model_kit import requester_not_approver
 
 MigrationState = LedgerState  # the approved-ledger kit's states (likes_project.ledgers.model)
 
@@ -44,10 +44,7 @@ class BucketMigration(ApprovedLedgerModel):
             ("plan_bucketmigration", "Can plan a virtual-bucket migration"),
             ("approve_bucketmigration", "Can approve, resume or abort a virtual-bucket migration"),
         ]
-        constraints = [
-            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=F("requested_by")),
-                                   name="migration_not_approved_by_requester"),
-        ]
+        constraints = [requester_not_approver("migration")]
 
     def __str__(self) -> str:
         return f"migration {self.pk}: {len(self.buckets)} buckets -> {self.target_partition} ({self.state})"

@@ -5,6 +5,8 @@ refuses it) and "Request a restore" on a decision's page. Every write goes throu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -70,6 +72,30 @@ def risk_hide_view(request, *, admin_site):
                              "another operator approves; then the system applies it as an ops job.")
 
 
+def _refused(request, risk_id: int, message: str) -> HttpResponseRedirect:
+    """A step the service refused: the message, and back to the decision's page (the list when there is none)."""
+    messages.error(request, message)
+    known = RiskDecision.objects.filter(pk=risk_id).exists()
+    return HttpResponseRedirect(_decision_url(risk_id) if known else reverse("admin:risk_riskdecision_changelist"))
+
+
+def _reason_step(request, admin_site, risk_id: int, *, permission: str, step: Callable[[str], RiskDecision],
+                 refused: str, done: Callable[[RiskDecision], str], **page):
+    """A step on a decision that needs a reason first: GET (or a POST without one) shows the form (`page` is its
+    title, submit, body_class and intro); then `step(reason)` through its service, and the decision it returns
+    is shown with `done(d)`. A refusal is `refused` with the service's code and message."""
+    require_permission(request, permission)
+    form = ReasonForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            d = step(form.cleaned_data["reason"])
+        except DomainError as exc:
+            return _refused(request, risk_id, f"{refused} ({exc.code}): {exc.message}")
+        messages.success(request, done(d))
+        return HttpResponseRedirect(_decision_url(d.pk))
+    return render_page(request, admin_site, "admin_kit/form_page.html", form=form, **page)
+
+
 @require_POST
 def risk_approve_view(request, risk_id: int, *, admin_site):
     """The Approve button (POST only): APPROVED and the system's job started (nothing runs here)."""
@@ -77,10 +103,7 @@ def risk_approve_view(request, risk_id: int, *, admin_site):
     try:
         d = services.risk_approve(decision_id=risk_id, actor=admin_actor(request.user))
     except DomainError as exc:
-        messages.error(request, f"Risk decision {risk_id} was not approved ({exc.code}): {exc.message}")
-        known = RiskDecision.objects.filter(pk=risk_id).exists()
-        return HttpResponseRedirect(_decision_url(risk_id) if known else
-                                    reverse("admin:risk_riskdecision_changelist"))
+        return _refused(request, risk_id, f"Risk decision {risk_id} was not approved ({exc.code}): {exc.message}")
     job_url = reverse("admin:opsjobs_opsjob_change", args=[d.job_id])
     messages.success(request, format_html('Approved risk decision {}; the system applies it as '
                                           '<a href="{}">job {}</a>.', d.pk, job_url, d.job_id))
@@ -91,44 +114,26 @@ def risk_approve_view(request, risk_id: int, *, admin_site):
 def risk_restore_view(request, risk_id: int, *, admin_site):
     """Request the restore of an applied hide: a reason first, then `risk_restore_request` (a new decision,
     approved the same way)."""
-    require_permission(request, services.REQUEST_PERMISSION)
-    form = ReasonForm(request.POST if request.method == "POST" else None)
-    if form.is_valid():
-        try:
-            d = services.risk_restore_request(actor=admin_actor(request.user), decision_id=risk_id,
-                                              reason=form.cleaned_data["reason"])
-        except DomainError as exc:
-            messages.error(request, f"No restore of risk decision {risk_id} ({exc.code}): {exc.message}")
-            known = RiskDecision.objects.filter(pk=risk_id).exists()
-            return HttpResponseRedirect(_decision_url(risk_id) if known else
-                                        reverse("admin:risk_riskdecision_changelist"))
-        messages.success(request, f"Requested restore {d.pk} of risk decision {risk_id}. It waits for another "
-                                  "operator's approval.")
-        return HttpResponseRedirect(_decision_url(d.pk))
-    return render_page(request, admin_site, "admin_kit/form_page.html", title=f"Restore risk decision {risk_id}",
-                       form=form, submit="Request the restore", body_class="risk-restore-request",
-                       intro="A restore shows the hidden likes again once another operator approves it.")
+    return _reason_step(
+        request, admin_site, risk_id, permission=services.REQUEST_PERMISSION,
+        step=lambda reason: services.risk_restore_request(actor=admin_actor(request.user), decision_id=risk_id,
+                                                          reason=reason),
+        refused=f"No restore of risk decision {risk_id}",
+        done=lambda d: (f"Requested restore {d.pk} of risk decision {risk_id}. It waits for another "
+                        "operator's approval."),
+        title=f"Restore risk decision {risk_id}", submit="Request the restore", body_class="risk-restore-request",
+        intro="A restore shows the hidden likes again once another operator approves it.")
 
 
 @require_http_methods(["GET", "POST"])
 def risk_reject_view(request, risk_id: int, *, admin_site):
     """Reject a decision that awaits approval: a reason first, then `risk_reject` (nothing is applied)."""
-    require_permission(request, services.APPROVE_PERMISSION)
-    form = ReasonForm(request.POST if request.method == "POST" else None)
-    if form.is_valid():
-        try:
-            d = services.risk_reject(decision_id=risk_id, actor=admin_actor(request.user),
-                                     reason=form.cleaned_data["reason"])
-        except DomainError as exc:
-            messages.error(request, f"Risk decision {risk_id} was not rejected ({exc.code}): {exc.message}")
-            known = RiskDecision.objects.filter(pk=risk_id).exists()
-            return HttpResponseRedirect(_decision_url(risk_id) if known else
-                                        reverse("admin:risk_riskdecision_changelist"))
-        messages.success(request, f"Rejected risk decision {d.pk}.")
-        return HttpResponseRedirect(_decision_url(d.pk))
-    return render_page(request, admin_site, "admin_kit/form_page.html", title=f"Reject risk decision {risk_id}",
-                       form=form, submit="Reject", body_class="risk-reject",
-                       intro="A rejected decision is kept in the ledger with its reason; nothing is applied.")
+    return _reason_step(
+        request, admin_site, risk_id, permission=services.APPROVE_PERMISSION,
+        step=lambda reason: services.risk_reject(decision_id=risk_id, actor=admin_actor(request.user), reason=reason),
+        refused=f"Risk decision {risk_id} was not rejected", done=lambda d: f"Rejected risk decision {d.pk}.",
+        title=f"Reject risk decision {risk_id}", submit="Reject", body_class="risk-reject",
+        intro="A rejected decision is kept in the ledger with its reason; nothing is applied.")
 
 
 @admin.register(RiskDecision)

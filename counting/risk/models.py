@@ -10,7 +10,9 @@ newer one's. The relation facts and the count projection rows are never changed 
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Q
+
+from likes_project.model_kit import approval_checks
 
 
 class RiskKind(models.TextChoices):
@@ -62,10 +64,7 @@ class RiskDecision(models.Model):
     class Meta:
         ordering = ["-id"]
         constraints = [
-            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=F("requested_by")),
-                                   name="risk_not_approved_by_requester"),
-            models.CheckConstraint(condition=Q(approved_by="") | Q(approved_hash=F("params_hash")),
-                                   name="risk_approval_bound_to_params"),
+            *approval_checks("risk"),
             models.CheckConstraint(condition=Q(kind="HIDE", restores__isnull=True)
                                    | Q(kind="RESTORE", restores__isnull=False), name="risk_restore_names_hide"),
         ]

@@ -5,28 +5,31 @@ operator's permission, goes through the ledger's service (which audits) and prin
 
 from __future__ import annotations
 
-from django.core.management.base import CommandError
-
-from likes_project.audit.services import Actor, cli_actor_resolve
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
+from likes_project.audit.services import Actor
+from likes_project.cli import ApproveCommand, OperatorCommand, add_json_argument, emit, refuse
 from likes_project.errors import DomainError
 from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
 from likes_project.ledgers.service import ApprovedLedger
 
 
-class LedgerCommand(DomainCommand):
+class LedgerCommand(OperatorCommand):
+    """What the five commands share: the ledger, its id argument, its noun and permissions."""
+
     ledger: ApprovedLedger
     id_dest: str  # "move_id"
     id_metavar: str  # "MOVE_ID"
 
+    @property
+    def noun(self) -> str:
+        return self.ledger.noun
+
+    @property
+    def permission(self) -> str:
+        """The approve permission: approve, resume and abort act under it (plan under the plan permission)."""
+        return self.ledger.approve_permission
+
     def add_id_argument(self, parser, **kwargs) -> None:
         parser.add_argument(self.id_dest, metavar=self.id_metavar, **kwargs)
-
-    def approver(self, options: dict):
-        return cli_actor_resolve(username=options.get("actor"), permission=self.ledger.approve_permission)
-
-    def name(self, m: ApprovedLedgerModel) -> str:
-        return f"{self.ledger.noun} {m.pk}"
 
     def tail_lines(self, m: ApprovedLedgerModel) -> list[str]:
         """The show command's last lines: the verification, the error."""
@@ -39,34 +42,34 @@ class LedgerCommand(DomainCommand):
         return lines
 
 
-class LedgerApproveCommand(LedgerCommand):
-    """ID --actor USER [--wait] [--json]: exit 1 when refused, when the ledger FAILED or was ABORTED, or when --wait
-    ran out before it was RETIRED."""
+class LedgerApproveCommand(LedgerCommand, ApproveCommand):
+    """ID --actor USER [--wait] [--json]: the CLI kit's approve command (`ApproveCommand`) on a ledger; exit 1 when
+    refused, when the ledger FAILED or was ABORTED, or when --wait ran out before it was RETIRED."""
 
-    def add_arguments(self, parser):
-        self.add_id_argument(parser, type=int)
-        parser.add_argument("--actor", required=True, help="The approving operator's username.")
-        parser.add_argument("--wait", action="store_true", help=f"Follow the {self.ledger.noun} until it is RETIRED.")
-        parser.add_argument("--wait-timeout", type=float, default=1800.0, help="Seconds --wait follows it at most.")
-        add_json_argument(parser)
+    runs, follows_until, wait_timeout_s = "run", "is RETIRED", 1800.0
+    failed_statuses = (LedgerState.FAILED, LedgerState.ABORTED)
 
-    def run(self, *args, **options):
-        try:
-            m = self.ledger.approve(options[self.id_dest], actor=self.approver(options))
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        if options["wait"]:
-            self.stderr.write(f"{self.name(m)} approved; the workers run it (job {m.job_id}); following it")
-            m = self.ledger.wait(m.pk, timeout_s=options["wait_timeout"],
-                                 on_change=lambda x: self.stderr.write(f"  {x.state}"))
-        result = {self.ledger.id_param: m.pk, "status": m.state, "writePauseMs": m.write_pause_ms,
-                  "copiedRows": m.copied_rows, **self.ledger.progress_fields(m), "error": m.error or None}
-        emit(self, options, result, f"{self.name(m)}: {m.state}" + (f" ({m.error})" if m.error else "")
-             + (f"; write pause {m.write_pause_ms} ms" if m.write_pause_ms is not None else ""))
-        if m.state in (LedgerState.FAILED, LedgerState.ABORTED):
-            raise CommandError(f"{self.name(m)} {m.state}: {m.error or m.abort_reason}")
-        if options["wait"] and m.state != LedgerState.RETIRED:
-            raise CommandError(f"{self.name(m)} is {m.state} after --wait" + (f": {m.error}" if m.error else ""))
+    def approve(self, request_id: int, actor: Actor) -> ApprovedLedgerModel:
+        return self.ledger.approve(request_id, actor=actor)
+
+    def wait(self, request_id: int, *, timeout_s: float) -> ApprovedLedgerModel:
+        return self.ledger.wait(request_id, timeout_s=timeout_s, on_change=lambda x: self.stderr.write(f"  {x.state}"))
+
+    def status(self, m: ApprovedLedgerModel) -> str:
+        return m.state
+
+    def failure_reason(self, m: ApprovedLedgerModel) -> str:
+        return m.error or m.abort_reason
+
+    def unfinished(self, m: ApprovedLedgerModel, *, timeout_s: float) -> str:
+        return f"{self.name(m)} is {m.state} after --wait" + (f": {m.error}" if m.error else "")
+
+    def result(self, m: ApprovedLedgerModel) -> dict:
+        return {self.ledger.id_param: m.pk, "status": m.state, "writePauseMs": m.write_pause_ms,
+                "copiedRows": m.copied_rows, **self.ledger.progress_fields(m), "error": m.error or None}
+
+    def line(self, m: ApprovedLedgerModel) -> str:
+        return super().line(m) + (f"; write pause {m.write_pause_ms} ms" if m.write_pause_ms is not None else "")
 
 
 class LedgerResumeCommand(LedgerCommand):
@@ -77,13 +80,14 @@ class LedgerResumeCommand(LedgerCommand):
         self.add_actor_argument(parser)
         add_json_argument(parser)
 
-    def run(self, *args, **options):
-        try:
-            m = self.ledger.resume(options[self.id_dest], actor=self.approver(options))
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, {self.ledger.id_param: m.pk, "status": m.state, "jobId": m.job_id},
-             f"{self.name(m)}: {m.state}; resumed by job {m.job_id}")
+    def act(self, options: dict, actor: Actor) -> ApprovedLedgerModel:
+        return self.ledger.resume(options[self.id_dest], actor=actor)
+
+    def result(self, m: ApprovedLedgerModel) -> dict:
+        return {self.ledger.id_param: m.pk, "status": m.state, "jobId": m.job_id}
+
+    def line(self, m: ApprovedLedgerModel) -> str:
+        return f"{self.name(m)}: {m.state}; resumed by job {m.job_id}"
 
 
 class LedgerAbortCommand(LedgerCommand):
@@ -95,18 +99,24 @@ class LedgerAbortCommand(LedgerCommand):
         self.add_actor_argument(parser)
         add_json_argument(parser)
 
-    def run(self, *args, **options):
-        try:
-            m = self.ledger.abort(options[self.id_dest], actor=self.approver(options), reason=options["reason"])
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, {self.ledger.id_param: m.pk, "status": m.state}, f"{self.name(m)}: {m.state}")
+    def act(self, options: dict, actor: Actor) -> ApprovedLedgerModel:
+        return self.ledger.abort(options[self.id_dest], actor=actor, reason=options["reason"])
+
+    def result(self, m: ApprovedLedgerModel) -> dict:
+        return {self.ledger.id_param: m.pk, "status": m.state}
+
+    def line(self, m: ApprovedLedgerModel) -> str:
+        return f"{self.name(m)}: {m.state}"
 
 
 class LedgerPlanCommand(LedgerCommand):
     """--WHAT ... --to WHERE --reason TEXT --actor USER [--json]: AWAITING_APPROVAL; exit 1 when refused. A ledger's
     plan command adds its own flags (`add_plan_arguments`), calls its plan service (`plan`) and says what its result
     holds (`plan_result`)."""
+
+    @property
+    def permission(self) -> str:
+        return self.ledger.plan_permission
 
     def add_plan_arguments(self, parser) -> None:
         raise NotImplementedError  # what moves where: every plan command names its flags
@@ -123,14 +133,14 @@ class LedgerPlanCommand(LedgerCommand):
         parser.add_argument("--actor", required=True, help="The requesting operator's username.")
         add_json_argument(parser)
 
-    def run(self, *args, **options):
-        try:
-            actor = cli_actor_resolve(username=options["actor"], permission=self.ledger.plan_permission)
-            m = self.plan(options, actor)
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, {self.ledger.id_param: m.pk, "status": m.state, **self.plan_result(m)},
-             f"{self.name(m)}: {m.state}; {self.ledger.summary(m)}, {m.rows_to_copy} rows to copy")
+    def act(self, options: dict, actor: Actor) -> ApprovedLedgerModel:
+        return self.plan(options, actor)
+
+    def result(self, m: ApprovedLedgerModel) -> dict:
+        return {self.ledger.id_param: m.pk, "status": m.state, **self.plan_result(m)}
+
+    def line(self, m: ApprovedLedgerModel) -> str:
+        return f"{self.name(m)}: {m.state}; {self.ledger.summary(m)}, {m.rows_to_copy} rows to copy"
 
 
 class LedgerShowCommand(LedgerCommand):

@@ -139,24 +139,24 @@ class LedgerConsole:
                                               reverse("admin:opsjobs_opsjob_change", args=[m.job_id]), m.job_id))
         return HttpResponseRedirect(self.change_url(m.pk))
 
+    def _start(self, request, ledger_id: int, step: Callable[..., ApprovedLedgerModel], *, done: str, started: str):
+        """A button that starts the system's job through the ledger's `step` (approve, resume): the ledger's page
+        with a link to the job, or the refusal as a message."""
+        require_permission(request, self.ledger.approve_permission)
+        try:
+            m = step(ledger_id, actor=admin_actor(request.user))
+        except DomainError as exc:
+            return self._refused(request, ledger_id, done, exc)
+        return self._started(request, m, started)
+
     def _approve(self, request, ledger_id: int, *, admin_site):
         """The Approve button: PREPARE, and the system's job is started. The service refuses the requester
         (superusers included)."""
-        require_permission(request, self.ledger.approve_permission)
-        try:
-            m = self.ledger.approve(ledger_id, actor=admin_actor(request.user))
-        except DomainError as exc:
-            return self._refused(request, ledger_id, "approved", exc)
-        return self._started(request, m, "Approved")
+        return self._start(request, ledger_id, self.ledger.approve, done="approved", started="Approved")
 
     def _resume(self, request, ledger_id: int, *, admin_site):
         """The Resume button: a new job goes on from the ledger."""
-        require_permission(request, self.ledger.approve_permission)
-        try:
-            m = self.ledger.resume(ledger_id, actor=admin_actor(request.user))
-        except DomainError as exc:
-            return self._refused(request, ledger_id, "resumed", exc)
-        return self._started(request, m, "Resumed")
+        return self._start(request, ledger_id, self.ledger.resume, done="resumed", started="Resumed")
 
     def _abort(self, request, ledger_id: int, *, admin_site):
         """A reason first (GET shows the form), then the service's abort; refused after the switch: a message."""
@@ -181,13 +181,40 @@ def json_block(value, css: str) -> str:
                                                                     default=str))
 
 
+def json_field(attr: str, css: str, description: str, *, empty: str | None = None):
+    """A ModelAdmin's read-only field showing the object's `attr` as a `json_block` of class `css`; with `empty`,
+    that text instead while the value is empty (not yet recorded)."""
+
+    @admin.display(description=description)
+    def field(self, obj) -> str:
+        value = getattr(obj, attr)
+        return empty if empty is not None and not value else json_block(value, css)
+
+    return field
+
+
 class LedgerAdmin(ReadOnlyAdmin):
     """A ledger, read-only, with its console's buttons on its page. `console` is the ledger's LedgerConsole;
-    `css` prefixes the classes of what it renders ("migration" -> "migration-error")."""
+    `css` prefixes the classes of what it renders ("migration" -> "migration-error"). Its `readonly_fields` are
+    its own: the columns below are added. Its templates are `<app>/admin/<model>_change_list.html` (the Plan
+    link) and `..._change_form.html` (the buttons)."""
 
     console: LedgerConsole
     css: str
     ordering = ("-id",)
+    ledger_fields = ("state_code", "copy_progress", "write_pause", "verify_json", "jobs_table", "audit_link",
+                     "report_json")
+
+    @property
+    def change_list_template(self) -> str:
+        return f"{self.opts.app_label}/admin/{self.opts.model_name}_change_list.html"
+
+    @property
+    def change_form_template(self) -> str:
+        return f"{self.opts.app_label}/admin/{self.opts.model_name}_change_form.html"
+
+    def get_readonly_fields(self, request, obj=None):
+        return (*self.ledger_fields, *super().get_readonly_fields(request, obj))
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = {"ledger_css": self.css,

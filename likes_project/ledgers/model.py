@@ -6,7 +6,7 @@
   FAILED: the protocol found its frozen plan broken
 
 Abstract: each ledger adds what it moves, its own constraints (the check that refuses the requester as approver
-is named per table) and its permissions.
+is named per table: `likes_project.model_kit.requester_not_approver`) and its permissions.
 """
 
 from __future__ import annotations

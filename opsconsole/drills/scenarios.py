@@ -316,52 +316,81 @@ class _LedgerWorkerKill(Drill):
     """A move by an approved ledger (a bucket migration, a relation slot move) runs on the workers while commands
     flow; the workers are SIGKILLed in the middle of it and restarted. The sweeper finds the job's worker gone, its
     `abandon` starts the next job, which goes on from the ledger's cursor. The move must end RETIRED, in two jobs
-    at least, and the projections converge exactly. A subclass plans and approves the move (`_start`, returning
-    the ledger row's id) and adds its own checks (`_judge_move`)."""
+    at least, and the projections converge exactly. A subclass names its ledger (`_ledger`, imported when the drill
+    runs) and the aliases it moves between, finds what to move (`_pick`), plans it (`_plan`) and adds its own checks
+    (`_judge_move`); the drill reads the ledger's model, job, job parameter and noun from the kit."""
 
     default_fault_s = 5.0
-    model = None  # the ledger's model
-    job_kind = ""
-    job_param = ""  # the job's parameter naming the ledger row
-    what = ""
+    aliases_setting = ""  # the settings list of the aliases the ledger moves units between
+    holder = ""  # one of them, in refusals: "count partition"
+    move = ""  # in refusals: "a bucket migration"
     row_id: int | None = None
 
-    def _start(self) -> int:
-        raise NotImplementedError  # abstract: each drill plans and approves its own kind of move
+    def _ledger(self):
+        raise NotImplementedError  # abstract: the drill's ApprovedLedger
+
+    def _pick(self, aliases: list[str]) -> tuple[str | None, str | None, list[int]]:
+        raise NotImplementedError  # abstract: the source, the target and the units to move, as routed now
+
+    def _plan(self, *, reason: str, actor):
+        raise NotImplementedError  # abstract: the ledger's plan service, for self.units onto self.target
 
     def _judge_move(self, row) -> list[str]:
         return []
 
+    def prepare(self, ctx):
+        ctx.stage.workers_check()
+        self.ledger = self._ledger()
+        aliases = list(getattr(settings, self.aliases_setting))
+        if len(aliases) < 2:
+            raise DrillRefused(f"{self.move} needs two {self.holder}s at least")
+        self.source, self.target, self.units = self._pick(aliases)
+        if not self.units:
+            raise DrillRefused(f"no {self.holder} holds {self.ledger.units_name}")
+
+    def describe(self) -> str:
+        return f"{len(self.units)} {self.ledger.units_name} {self.source} -> {self.target}"
+
+    def _start(self) -> int:
+        from likes_project.audit.services import system_actor
+
+        m = self._plan(reason=f"drill {self.name}", actor=system_actor("drill-planner"))
+        return self.ledger.approve(m.pk, actor=system_actor("drill-approver")).pk
+
     def inject(self, ctx):
 
         self.row_id = self._start()
+        model = self.ledger.model
 
         def started():
-            row = self.model.objects.get(pk=self.row_id)
+            row = model.objects.get(pk=self.row_id)
             return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
 
         row = wait_until(started, timeout_s=60, poll_s=0.05)
         at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
-        return f"{self.what} {self.row_id} ({self.describe()}) killed at {at}: {ctx.stage.workers_kill()}"
+        return f"{self.ledger.noun} {self.row_id} ({self.describe()}) killed at {at}: {ctx.stage.workers_kill()}"
 
     def recover(self, ctx):
 
         restarted = ctx.stage.workers_restart(timeout_s=60)
-        done = wait_until(lambda: self.model.objects.filter(pk=self.row_id, state__in=[
+        model = self.ledger.model
+        done = wait_until(lambda: model.objects.filter(pk=self.row_id, state__in=[
             "RETIRED", "ABORTED", "FAILED"]).first(), timeout_s=240)
-        row = self.model.objects.get(pk=self.row_id)
-        return f"{restarted}; {self.what} {row.pk}: {row.state}" + ("" if done else " (not finished within 240 s)")
+        row = model.objects.get(pk=self.row_id)
+        return (f"{restarted}; {self.ledger.noun} {row.pk}: {row.state}"
+                + ("" if done else " (not finished within 240 s)"))
 
     def judge(self, ctx, fault):
         from likes_project.opsjobs.models import OpsJob
 
         failures = super().judge(ctx, fault)
-        row = self.model.objects.get(pk=self.row_id)
+        what = self.ledger.noun
+        row = self.ledger.model.objects.get(pk=self.row_id)
         if row.state != "RETIRED":
-            failures.append(f"{self.what} {row.pk} ended {row.state}, not RETIRED: {row.error}")
-        jobs = OpsJob.objects.filter(kind=self.job_kind, **{f"params__{self.job_param}": row.pk}).count()
+            failures.append(f"{what} {row.pk} ended {row.state}, not RETIRED: {row.error}")
+        jobs = OpsJob.objects.filter(kind=self.ledger.job_kind, **{f"params__{self.ledger.id_param}": row.pk}).count()
         if jobs < 2:
-            failures.append(f"{self.what} {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
+            failures.append(f"{what} {row.pk} ran in {jobs} job(s): it was not resumed after the kill")
         return failures + self._judge_move(row)
 
 
@@ -373,35 +402,26 @@ class MigrationWorkerKill(_LedgerWorkerKill):
     name = "migration-worker-kill"
     summary = "the workers are SIGKILLed during a bucket migration; it resumes from its ledger and ends RETIRED"
     commands_succeed_while = "the workers running a bucket migration were killed"
-    job_kind, job_param, what = "counting.bucket_migration", "migrationId", "migration"
+    aliases_setting, holder, move = "COUNT_PARTITION_ALIASES", "count partition", "a bucket migration"
 
-    def prepare(self, ctx):
+    def _ledger(self):
+        from counting.services.migration.ledger import LEDGER
+
+        return LEDGER
+
+    def _pick(self, aliases):
         from counting import routing
-        from counting.models import BucketMigration
 
-        ctx.stage.workers_check()
-        self.model = BucketMigration
-        aliases = list(settings.COUNT_PARTITION_ALIASES)
-        if len(aliases) < 2:
-            raise DrillRefused("a bucket migration needs two count partitions at least")
         routing.reset_cache()
         gen = routing.active()
-        self.source = next((a for a in aliases if gen.buckets_on(a)), None)
-        self.target = aliases[-1] if aliases[-1] != self.source else aliases[0]
-        self.buckets = gen.buckets_on(self.source) if self.source else []
-        if not self.buckets:
-            raise DrillRefused("no count partition holds buckets")
+        source = next((a for a in aliases if gen.buckets_on(a)), None)
+        target = aliases[-1] if aliases[-1] != source else aliases[0]
+        return source, target, (gen.buckets_on(source) if source else [])
 
-    def describe(self) -> str:
-        return f"{len(self.buckets)} buckets {self.source} -> {self.target}"
-
-    def _start(self) -> int:
+    def _plan(self, *, reason, actor):
         from counting.services.migration import ledger
-        from likes_project.audit.services import system_actor
 
-        m = ledger.migration_plan(target=self.target, buckets=self.buckets, reason="drill migration-worker-kill",
-                                  actor=system_actor("drill-planner"))
-        return ledger.migration_approve(migration_id=m.pk, actor=system_actor("drill-approver")).pk
+        return ledger.migration_plan(target=self.target, buckets=self.units, reason=reason, actor=actor)
 
     def _judge_move(self, row) -> list[str]:
         from counting import routing
@@ -409,7 +429,7 @@ class MigrationWorkerKill(_LedgerWorkerKill):
 
         routing.reset_cache()
         gen = routing.active()
-        for vb in self.buckets:
+        for vb in self.units:
             owners = [a for a in settings.COUNT_PARTITION_ALIASES if CountRouteFence.objects.using(a).filter(
                 bucket_space_version=gen.space.version, virtual_bucket=vb, route_epoch=gen.routes[vb].epoch,
                 state="ACTIVE").exists()]
@@ -427,35 +447,26 @@ class SlotMoveWorkerKill(_LedgerWorkerKill):
     name = "slot-move-worker-kill"
     summary = "the workers are SIGKILLed during a relation slot move; it resumes from its ledger and ends RETIRED"
     commands_succeed_while = "the workers running a relation slot move were killed"
-    job_kind, job_param, what = "relations.slot_move", "moveId", "slot move"
+    aliases_setting, holder, move = "RELATION_SHARD_ALIASES", "relation shard", "a slot move"
 
-    def prepare(self, ctx):
+    def _ledger(self):
+        from relations.services.slot_moves.ledger import LEDGER
+
+        return LEDGER
+
+    def _pick(self, aliases):
         from relations import routing
-        from relations.models import RelationSlotMove
 
-        ctx.stage.workers_check()
-        self.model = RelationSlotMove
-        aliases = list(settings.RELATION_SHARD_ALIASES)
-        if len(aliases) < 2:
-            raise DrillRefused("a slot move needs two relation shards at least")
         routing.reset_cache()
         contract = routing.active_contract()
-        self.source = next((a for a in aliases if a in contract.slot_aliases), None)
-        self.target = next((a for a in aliases if a != self.source), None)
-        self.slots = [s for s in range(contract.logical_slots) if contract.slot_aliases[s] == self.source]
-        if not self.slots:
-            raise DrillRefused("no relation shard holds slots")
+        source = next((a for a in aliases if a in contract.slot_aliases), None)
+        slots = [s for s in range(contract.logical_slots) if contract.slot_aliases[s] == source]
+        return source, next((a for a in aliases if a != source), None), slots
 
-    def describe(self) -> str:
-        return f"{len(self.slots)} slots {self.source} -> {self.target}"
-
-    def _start(self) -> int:
-        from likes_project.audit.services import system_actor
+    def _plan(self, *, reason, actor):
         from relations.services.slot_moves import ledger
 
-        m = ledger.move_plan(slots=self.slots, target=self.target, reason="drill slot-move-worker-kill",
-                             actor=system_actor("drill-planner"))
-        return ledger.move_approve(move_id=m.pk, actor=system_actor("drill-approver")).pk
+        return ledger.move_plan(slots=self.units, target=self.target, reason=reason, actor=actor)
 
     def recover(self, ctx):
         from relations import routing
@@ -470,7 +481,7 @@ class SlotMoveWorkerKill(_LedgerWorkerKill):
         routing.reset_cache()
         failures = [] if (row.verify_result or {}).get("ok") else [f"slot move {row.pk}: verify {row.verify_result}"]
         contract = routing.active_contract()
-        elsewhere = [s for s in self.slots if contract.slot_aliases[s] != self.target]
+        elsewhere = [s for s in self.units if contract.slot_aliases[s] != self.target]
         if elsewhere:
             failures.append(f"slots {elsewhere[:10]} are not on {self.target} under contract v{contract.version}")
         return failures

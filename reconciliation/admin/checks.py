@@ -8,8 +8,8 @@ from django.contrib import admin
 from django.views.decorators.http import require_http_methods
 
 from likes_project.admin_kit import AdminPage, admin_url, job_form_page
-from likes_project.ledgers.console import json_block
-from reconciliation.admin.common import StatusAdmin, audit_records_link, link, list_text, table
+from likes_project.ledgers.console import json_field
+from reconciliation.admin.common import StatusAdmin, audit_field, link, link_field, list_text, table
 from reconciliation.forms import CheckStartForm
 from reconciliation.jobs import job_for_mode
 from reconciliation.models import CheckRun
@@ -62,13 +62,8 @@ class CheckRunAdmin(StatusAdmin):
         videos = scope.get("videos", [])
         return f"{len(videos)} video(s): {list_text(videos)}"
 
-    @admin.display(description="watermarks")
-    def watermarks_json(self, run: CheckRun) -> str:
-        return json_block(run.watermarks, "run-watermarks")
-
-    @admin.display(description="skipped")
-    def skipped_json(self, run: CheckRun) -> str:
-        return json_block(run.skipped, "run-skipped") if run.skipped else "none"
+    watermarks_json = json_field("watermarks", "run-watermarks", "watermarks")
+    skipped_json = json_field("skipped", "run-skipped", "skipped", empty="none")
 
     @admin.display(description="diffs")
     def diffs_table(self, run: CheckRun) -> str:
@@ -82,14 +77,6 @@ class CheckRunAdmin(StatusAdmin):
                      row_css="run-diff", template="reconciliation/admin/run_diffs.html", run_id=run.pk,
                      every=admin_url("reconciliation_checkdiff_changelist", query={"run__id__exact": run.pk}))
 
-    @admin.display(description="ops job")
-    def job_link(self, run: CheckRun) -> str:
-        return link("opsjobs_opsjob_change", run.job_id)
-
-    @admin.display(description="verifies repair")
-    def repair_link(self, run: CheckRun) -> str:
-        return link("reconciliation_repairrequest_change", run.repair_id)
-
-    @admin.display(description="audit")
-    def audit_link(self, run: CheckRun) -> str:
-        return audit_records_link("check_run", run.pk)
+    job_link = link_field("opsjobs_opsjob_change", "job_id", "ops job")
+    repair_link = link_field("reconciliation_repairrequest_change", "repair_id", "verifies repair")
+    audit_link = audit_field("check_run")

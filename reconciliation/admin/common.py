@@ -1,5 +1,6 @@
-"""What the reconciliation admins share: links to admin pages (`admin_kit.admin_url`), the audit link, the
-status column, a long list in a line, and the tables their pages show (`reconciliation/admin/table.html`)."""
+"""What the reconciliation admins share: links to admin pages (`admin_kit.admin_url`) and the read-only fields
+that show them, the audit link, the status column, a long list in a line, and the tables their pages show
+(`reconciliation/admin/table.html`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,26 @@ def link(name: str, pk, text=None) -> str:
 def audit_records_link(target_type: str, target_id) -> str:
     url = admin_url("audit_auditrecord_changelist", query={"target_type": target_type, "target_id": target_id})
     return format_html('<a href="{}">the audit records of {} {}</a>', url, target_type.replace("_", " "), target_id)
+
+
+def link_field(name: str, attr: str, description: str, *, ordering: str | None = None):
+    """A ModelAdmin's read-only field linking the object's `attr` (an id) to the admin page `name`."""
+
+    @admin.display(description=description, ordering=ordering)
+    def field(self, obj) -> str:
+        return link(name, getattr(obj, attr))
+
+    return field
+
+
+def audit_field(target_type: str):
+    """A ModelAdmin's read-only field linking to the audit records of the object (a `target_type`)."""
+
+    @admin.display(description="audit")
+    def field(self, obj) -> str:
+        return audit_records_link(target_type, obj.pk)
+
+    return field
 
 
 def list_text(items: list[str], shown: int = 5) -> str:

@@ -14,8 +14,8 @@ from django.utils.html import format_html
 
 from likes_project.admin_kit import ReadOnlyAdmin, admin_url, reason_action
 from likes_project.audit.services import admin_actor
-from likes_project.ledgers.console import json_block
-from reconciliation.admin.common import StatusAdmin, audit_records_link, link, table
+from likes_project.ledgers.console import json_field
+from reconciliation.admin.common import StatusAdmin, audit_field, link, link_field, table
 from reconciliation.models import CheckDiff, DiffStatus, DiffTransition
 from reconciliation.services import diffs, repair
 
@@ -90,9 +90,7 @@ class CheckDiffAdmin(StatusAdmin):
     def difference(self, diff: CheckDiff) -> str:
         return f"{diff.actual - diff.expected:+d}"
 
-    @admin.display(description="repair")
-    def repair_link(self, diff: CheckDiff) -> str:
-        return link("reconciliation_repairrequest_change", diff.repair_id)
+    repair_link = link_field("reconciliation_repairrequest_change", "repair_id", "repair")
 
     @admin.display(description="transitions")
     def transitions_table(self, diff: CheckDiff) -> str:
@@ -103,13 +101,8 @@ class CheckDiffAdmin(StatusAdmin):
                      ((f"{t.at:%Y-%m-%d %H:%M:%S}", t.from_status, t.to_status, t.actor, t.reason)
                       for t in transitions), row_css="diff-transition")
 
-    @admin.display(description="evidence")
-    def detail_json(self, diff: CheckDiff) -> str:
-        return json_block(diff.detail, "diff-detail")
-
-    @admin.display(description="audit")
-    def audit_link(self, diff: CheckDiff) -> str:
-        return audit_records_link("diff", diff.pk)
+    detail_json = json_field("detail", "diff-detail", "evidence")
+    audit_link = audit_field("diff")
 
 
 @admin.register(DiffTransition)
@@ -119,6 +112,4 @@ class DiffTransitionAdmin(ReadOnlyAdmin):
     search_fields = ("=diff__id", "=actor")
     ordering = ("-id",)
 
-    @admin.display(description="diff", ordering="diff_id")
-    def diff_link(self, t: DiffTransition) -> str:
-        return link("reconciliation_checkdiff_change", t.diff_id)
+    diff_link = link_field("reconciliation_checkdiff_change", "diff_id", "diff", ordering="diff_id")

@@ -26,8 +26,8 @@ from likes_project.admin_kit import (
 )
 from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
-from likes_project.ledgers.console import json_block
-from reconciliation.admin.common import StatusAdmin, audit_records_link, link, list_text, table
+from likes_project.ledgers.console import json_field
+from reconciliation.admin.common import StatusAdmin, audit_field, link_field, list_text, table
 from reconciliation.forms import FACTS, RepairRequestForm
 from reconciliation.models import AutoRepairSwitch, CheckDiff, RepairRequest
 from reconciliation.services import repair
@@ -161,9 +161,7 @@ class RepairRequestAdmin(StatusAdmin):
         return format_html('<a href="{}" class="repair-snapshot">{}</a>',
                            admin_url("reconciliation_recoverysnapshot_change", snapshot_id), req.params["source"])
 
-    @admin.display(description="parameters (approved by hash)")
-    def params_json(self, req: RepairRequest) -> str:
-        return json_block(req.params, "repair-params")
+    params_json = json_field("params", "repair-params", "parameters (approved by hash)")
 
     @admin.display(description="before / after")
     def before_after(self, req: RepairRequest) -> str:
@@ -180,33 +178,13 @@ class RepairRequestAdmin(StatusAdmin):
             rows += [(video, layer, before.get(layer, "-"), after.get(layer, "-")) for layer in LAYERS]
         return table("repair-before-after", ("video", "layer", "before", "after"), rows, row_css="repair-layer")
 
-    @admin.display(description="before (raw)")
-    def before_json(self, req: RepairRequest) -> str:
-        return json_block(req.before, "repair-before")
-
-    @admin.display(description="after (raw)")
-    def after_json(self, req: RepairRequest) -> str:
-        return json_block(req.after, "repair-after")
-
-    @admin.display(description="watermarks before")
-    def watermarks_before_json(self, req: RepairRequest) -> str:
-        return json_block(req.watermarks_before, "repair-watermarks-before")
-
-    @admin.display(description="watermarks after")
-    def watermarks_after_json(self, req: RepairRequest) -> str:
-        return json_block(req.watermarks_after, "repair-watermarks-after")
-
-    @admin.display(description="result")
-    def result_json(self, req: RepairRequest) -> str:
-        return json_block(req.result, "repair-result")
-
-    @admin.display(description="ops job")
-    def job_link(self, req: RepairRequest) -> str:
-        return link("opsjobs_opsjob_change", req.job_id)
-
-    @admin.display(description="verify run")
-    def verify_link(self, req: RepairRequest) -> str:
-        return link("reconciliation_checkrun_change", req.verify_run_id)
+    before_json = json_field("before", "repair-before", "before (raw)")
+    after_json = json_field("after", "repair-after", "after (raw)")
+    watermarks_before_json = json_field("watermarks_before", "repair-watermarks-before", "watermarks before")
+    watermarks_after_json = json_field("watermarks_after", "repair-watermarks-after", "watermarks after")
+    result_json = json_field("result", "repair-result", "result")
+    job_link = link_field("opsjobs_opsjob_change", "job_id", "ops job")
+    verify_link = link_field("reconciliation_checkrun_change", "verify_run_id", "verify run")
 
     @admin.display(description="diffs")
     def diffs_link(self, req: RepairRequest) -> str:
@@ -216,9 +194,7 @@ class RepairRequestAdmin(StatusAdmin):
         url = admin_url("reconciliation_checkdiff_changelist", query={"repair_id": req.pk})
         return format_html('<a href="{}">{} diff(s): {}</a>', url, len(ids), list_text([str(i) for i in ids]))
 
-    @admin.display(description="audit")
-    def audit_link(self, req: RepairRequest) -> str:
-        return audit_records_link("repair", req.pk)
+    audit_link = audit_field("repair")
 
 
 @admin.register(AutoRepairSwitch)

@@ -19,9 +19,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from likes_project.admin_kit import AdminPage, admin_url, job_form_page, require_permission, start_job_or_message
 from likes_project.errors import DomainError
-from likes_project.ledgers.console import json_block
+from likes_project.ledgers.console import json_field
 from likes_project.opsjobs.models import OpsJob
-from reconciliation.admin.common import StatusAdmin, audit_records_link, link, table
+from reconciliation.admin.common import StatusAdmin, audit_field, link, table
 from reconciliation.forms import SnapshotTakeForm
 from reconciliation.jobs import SNAPSHOT_JOB, SNAPSHOT_PERMISSION, SNAPSHOT_TEST_JOB, SNAPSHOT_VERIFY_JOB
 from reconciliation.models import RecoverySnapshot
@@ -155,13 +155,8 @@ class RecoverySnapshotAdmin(StatusAdmin):
                      ((a.get("kind"), a.get("partition"), a.get("uri"), a.get("rows"), a.get("sha256"),
                        a.get("bytes")) for a in snap.artifacts))
 
-    @admin.display(description="timings (ms)")
-    def timings_json(self, snap: RecoverySnapshot) -> str:
-        return json_block(snap.timings, "snapshot-timings") if snap.timings else "-"
-
-    @admin.display(description="last test-restore")
-    def test_result_json(self, snap: RecoverySnapshot) -> str:
-        return json_block(snap.test_result, "snapshot-test-result") if snap.test_result else "never"
+    timings_json = json_field("timings", "snapshot-timings", "timings (ms)", empty="-")
+    test_result_json = json_field("test_result", "snapshot-test-result", "last test-restore", empty="never")
 
     @admin.display(description="ops jobs")
     def jobs_table(self, snap: RecoverySnapshot) -> str:
@@ -173,6 +168,4 @@ class RecoverySnapshotAdmin(StatusAdmin):
         return table("snapshot-jobs", ("job", "kind", "status", "by", "message"),
                      ((link("opsjobs_opsjob_change", j.pk), j.kind, j.status, j.actor, j.message) for j in shown))
 
-    @admin.display(description="audit")
-    def audit_link(self, snap: RecoverySnapshot) -> str:
-        return audit_records_link("recovery_snapshot", snap.pk)
+    audit_link = audit_field("recovery_snapshot")

@@ -18,20 +18,30 @@ class OutboxStatus(models.TextChoices):
     DEAD = "DEAD"
 
 
-class OutboxEvent(models.Model):
-    """OUTBOX (E-3, consistency-techniques O1). `id` is the shard's `sourceCommitSeq`; `xact_id` is the
-    writing transaction's `pg_current_xact_id()`, which lets the publisher only take rows whose
-    transaction is older than every running one (architecture §4)."""
+class OutboxRecord(models.Model):
+    """An event as the outbox wrote it on its relation shard: its id, identity and payload. The outbox
+    and its archive hold the same event, so they declare it once; an archived row keeps its id."""
 
     db_family = RELATION_SHARD
 
-    id = models.BigAutoField(primary_key=True)
+    id = models.BigIntegerField(primary_key=True)
     event_id = models.UUIDField(unique=True)
     aggregate_key = models.CharField(max_length=96)
     relation_version = models.BigIntegerField()
     event_type = models.CharField(max_length=48)
     schema_version = models.PositiveSmallIntegerField()
     payload = models.JSONField()
+
+    class Meta:
+        abstract = True
+
+
+class OutboxEvent(OutboxRecord):
+    """OUTBOX (E-3, consistency-techniques O1). `id` is the shard's `sourceCommitSeq`; `xact_id` is the
+    writing transaction's `pg_current_xact_id()`, which lets the publisher only take rows whose
+    transaction is older than every running one (architecture §4)."""
+
+    id = models.BigAutoField(primary_key=True)  # the shard's sequence assigns it here; the archive copies it
     xact_id = models.BigIntegerField()
     status = models.CharField(max_length=12, choices=OutboxStatus.choices, default=OutboxStatus.NEW)
     retry_count = models.PositiveIntegerField(default=0)
@@ -68,19 +78,10 @@ class OutboxEvent(models.Model):
         return f"outbox #{self.id} {self.aggregate_key} v{self.relation_version} {self.status}"
 
 
-class OutboxArchive(models.Model):
+class OutboxArchive(OutboxRecord):
     """Published outbox rows past the retention window (OUT-7, O8): kept for audit and replay, out of
     the publisher's hot table. Moved in chunks by a beat job."""
 
-    db_family = RELATION_SHARD
-
-    id = models.BigIntegerField(primary_key=True)
-    event_id = models.UUIDField(unique=True)
-    aggregate_key = models.CharField(max_length=96)
-    relation_version = models.BigIntegerField()
-    event_type = models.CharField(max_length=48)
-    schema_version = models.PositiveSmallIntegerField()
-    payload = models.JSONField()
     stream_key = models.CharField(max_length=64)
     stream_entry_id = models.CharField(max_length=32)
     created_at = models.DateTimeField()

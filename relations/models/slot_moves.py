@@ -7,6 +7,7 @@ from django.db.models import Q
 
 from likes_project.db_routers import RELATION_SHARD
 from likes_project.ledgers.model import TERMINAL, ApprovedLedgerModel, LedgerState
+from likes_project.model_kit import requester_not_approver
 
 SlotMoveState = LedgerState  # the approved-ledger kit's states (likes_project.ledgers.model)
 
@@ -30,8 +31,7 @@ class RelationSlotMove(ApprovedLedgerModel):
             ("approve_relationslotmove", "Can approve, resume or abort a relation slot move"),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(approved_by="") | ~Q(approved_by=models.F("requested_by")),
-                                   name="slot_move_not_approved_by_requester"),
+            requester_not_approver("slot_move"),
             models.CheckConstraint(condition=~Q(source_alias=models.F("target_alias")),
                                    name="slot_move_source_not_target"),
         ]

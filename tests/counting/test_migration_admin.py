@@ -13,9 +13,6 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -26,7 +23,7 @@ from counting.services.migration import ledger
 from likes_project.audit.models import AuditRecord
 from likes_project.audit.services import Actor
 from likes_project.opsjobs.models import OpsJob
-from tests.reconciliation.helpers import roles_ensure
+from tests.reconciliation.helpers import audits, logged_in, shown_messages
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
@@ -38,20 +35,6 @@ PLANNER = Actor(name="mig-planner", channel="cli")
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def logged_in(username: str, *groups: str, superuser: bool = False):
-    """A staff user in the console's role groups (reconciliation 0002, 0003 and counting 0007's
-    permissions, made again where needed; idempotent), and a client logged in as them."""
-    roles_ensure()
-    User = get_user_model()
-    user = (User.objects.create_superuser(username, password="pw") if superuser else
-            User.objects.create_user(username, password="pw", is_staff=True))
-    user.groups.add(*Group.objects.filter(name__in=groups))
-    assert user.groups.count() == len(groups)
-    client = Client()
-    client.force_login(user)
-    return user, client
 
 
 def planned(buckets: str = "0-3", *, actor: Actor = PLANNER) -> BucketMigration:
@@ -73,14 +56,6 @@ def resume_url(m_id) -> str:
 
 def abort_url(m_id) -> str:
     return reverse("admin:counting_migration_abort", args=[m_id])
-
-
-def audits(action: str, **filters) -> list[AuditRecord]:
-    return list(AuditRecord.objects.filter(action=action, **filters).order_by("id"))
-
-
-def shown_messages(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]]
 
 
 def migration_jobs() -> list[OpsJob]:

@@ -8,8 +8,6 @@ the ledger and the audit log."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from counting import routing
@@ -18,11 +16,10 @@ from counting.services.migration import ledger
 from likes_project.audit.models import AuditRecord
 from likes_project.opsjobs.models import OpsJob
 from tests import browser
-from tests.browser import log_in, path_is
-from tests.reconciliation.helpers import roles_ensure
+from tests.browser import console_user, field, log_in, path_is
+from tests.reconciliation.helpers import LIVE_STORES, roles_ensure
 
-pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-3"
@@ -32,16 +29,9 @@ TARGET = "cnt_02"
 
 
 def operator(username: str, *groups: str):
-    """A staff user with a password (they log in through the form) in the console's role groups (made
-    again after a transactional test's flush removed them)."""
+    """A console user in the role groups `groups` (made again after a transactional test's flush removed them)."""
     roles_ensure()
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(*Group.objects.filter(name__in=groups))
-    return user
-
-
-def field(page, name: str):
-    return page.locator(f".field-{name} .readonly")
+    return console_user(username, PASSWORD, *groups)
 
 
 def test_an_operator_plans_a_migration_and_another_operator_approves_it(open_page):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import IntegrityError, connections, transaction
+from django.urls import reverse
 
 from counting.models import VideoDisplayCount
 from counting.risk import services
@@ -27,8 +28,8 @@ CHECKER = Actor(name="risk-checker", channel="cli")
 
 
 def risk_roles() -> None:
-    """The risk permissions of counting/risk/migrations/0002_roles.py (a transactional test's flush empties
-    the groups; the migration's own function puts them back), after the roles of the other migrations."""
+    """The risk permissions of counting/risk/migrations/0002_roles.py, after the roles of the other migrations, as
+    the migrations' own functions make them (idempotent: the test databases already hold them)."""
     import importlib
 
     from django.apps import apps as django_apps
@@ -337,3 +338,27 @@ def test_the_console_requests_approves_and_restores_with_permissions_and_audit(m
     assert ("risk.approve", "risk-approver", "applied") in actions
     assert ("risk.restore.request", "risk-operator", "applied") in actions
     assert viewer.get(reverse("admin:risk_riskdecision_changelist")).status_code == 200
+
+
+def test_the_console_rejects_with_a_reason_and_a_refused_step_says_why(make_user, make_video):
+    """Reject on a decision's page: a reason first, an approver's permission, then REJECTED with its audit; a
+    step the service refuses (rejecting twice, an unknown decision) says its code and goes back, writing nothing."""
+    _author, _honest, ring = ring_video(make_user, make_video, "rk-reject", honest=1, ring=2)
+    d = services.risk_hide_request(actor=MAKER, video_id="rk-reject", usernames=[u.username for u in ring],
+                                   reason="ring", evidence="one device")
+    _viewer_user, viewer = console("reject-viewer", "likes-viewer")
+    _approver_user, approver = console("reject-approver", "likes-approver")
+    reject_url = reverse("admin:risk_reject", args=[d.pk])
+    assert viewer.post(reject_url, {"reason": "no ring"}).status_code == 403
+    assert approver.post(reject_url, {"reason": " "}).status_code == 200  # the form again: a reason first
+    done = approver.post(reject_url, {"reason": "no ring"})
+    assert done.status_code == 302 and done["Location"] == reverse("admin:risk_riskdecision_change", args=[d.pk])
+    d = services.risk_get(d.pk)
+    assert (d.status, d.rejected_by, d.error) == ("REJECTED", "reject-approver", "no ring")
+    again = approver.post(reject_url, {"reason": "twice"}, follow=True)
+    assert "was not rejected" in again.content.decode() and services.risk_get(d.pk).error == "no ring"
+    unknown = approver.post(reverse("admin:risk_reject", args=[999999]), {"reason": "none"})
+    assert unknown["Location"] == reverse("admin:risk_riskdecision_changelist")
+    actions = list(AuditRecord.objects.filter(target_type="risk_decision", target_id=str(d.pk))
+                   .values_list("action", "actor", "outcome"))
+    assert actions.count(("risk.reject", "reject-approver", "applied")) == 1  # the refused ones wrote nothing

@@ -10,19 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from counting.risk.models import RiskDecision
 from likes_project.opsjobs.services import job_run_inline
 from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, field, log_in, path_is
 from tests.counting.test_risk import ring_video, risk_roles
-from tests.reconciliation.helpers import displayed
+from tests.reconciliation.helpers import LIVE_STORES, displayed
 
-pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-risk"
@@ -33,13 +30,7 @@ SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 
 def staff(username: str, *groups: str):
     risk_roles()
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(*Group.objects.filter(name__in=groups))
-    return user
-
-
-def field(page, name: str):
-    return page.locator(f".field-{name} .readonly")
+    return console_user(username, PASSWORD, *groups)
 
 
 def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_count_back(open_page, make_user,

@@ -5,13 +5,9 @@ next verification shows it BROKEN at that row's seq. The last page is saved as d
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
-from django.apps import apps as django_apps
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.db import connections, transaction
 from playwright.sync_api import expect
 
@@ -20,12 +16,11 @@ from likes_project.audit.models import AuditChainVerification, AuditRecord
 from likes_project.audit.services import audit_record, chain_checkpoint_write
 from likes_project.opsjobs.models import OpsJob
 from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, log_in, path_is
 from tests.factories import TEST_ACTOR, run_jobs
-from tests.reconciliation.helpers import roles_ensure
+from tests.reconciliation.helpers import LIVE_STORES, roles_ensure
 
-pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-audit"
@@ -36,11 +31,8 @@ TABLE = AuditRecord._meta.db_table
 
 def operator(username: str, group: str):
     """A staff user in one of the console's role groups (made again after a transactional test's flush)."""
-    roles_ensure()
-    importlib.import_module("likes_project.audit.migrations.0004_chain_roles").roles(django_apps, None)
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(Group.objects.get(name=group))
-    return user
+    roles_ensure()  # the chain's roles too (likes_project.audit 0004 is among its migrations)
+    return console_user(username, PASSWORD, group)
 
 
 def start_verification(page) -> OpsJob:

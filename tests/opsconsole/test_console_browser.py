@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
-from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
+from django_celery_beat.models import PeriodicTask, PeriodicTasks
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 from rest_framework.authtoken.models import Token
@@ -27,6 +27,8 @@ from relations.services.commands import relation_set_state
 from tests import browser
 from tests.browser import log_in, path_is
 from tests.factories import grant, make_user, make_video, run_jobs
+from tests.opsconsole.helpers import liker_of_videos
+from tests.reconciliation.helpers import audits
 from tests.relations.helpers import relation_row
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
@@ -44,10 +46,6 @@ def operator(username: str, *perms: str):
     user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
     grant(user, *perms)
     return user
-
-
-def audits(action: str) -> list[AuditRecord]:
-    return list(AuditRecord.objects.filter(action=action).order_by("id"))
 
 
 def row_cell(page, header: str):
@@ -178,14 +176,6 @@ def test_an_issued_token_key_is_shown_once_and_never_again(open_page):
 # --- c. disabling a periodic task, with a reason -------------------------------------------------
 
 
-@pytest.fixture
-def beat_tasks():
-    every_5s = IntervalSchedule.objects.create(every=5, period=IntervalSchedule.SECONDS)
-    sweep = PeriodicTask.objects.create(name="ops-jobs-sweep", task="opsjobs.sweep", interval=every_5s)
-    publish = PeriodicTask.objects.create(name="publish-outbox", task="relations.publish_all", interval=every_5s)
-    return sweep, publish
-
-
 def enabled(*tasks) -> list[bool]:
     return [PeriodicTask.objects.get(pk=t.pk).enabled for t in tasks]
 
@@ -274,10 +264,7 @@ def test_an_operator_disables_a_periodic_task_with_a_reason(open_page, beat_task
 
 
 def test_account_deletion_shows_its_job_progress_and_success(open_page, settings):
-    author, doomed = make_user(), make_user()
-    videos = [make_video(f"br-del-{i}", author).video_id for i in range(6)]
-    for i, video_id in enumerate(videos):
-        relation_set_state(user_id=doomed.pk, video_id=video_id, desired_state="LIKED", operation_id=f"br-del-{i}")
+    doomed, videos = liker_of_videos("br-del", 6)
     settings.OPS_JOB_SLICE_S = 0  # one chunk per slice
     settings.ACCOUNT_DELETE_CHUNK = 2
     op = operator("br-deleter", "relations.change_accountstatus")

@@ -13,6 +13,7 @@ from likes_project.opsjobs.tasks import run_job_task
 from relations.models import AccountStatus, RelationCacheGeneration
 from relations.services.commands import relation_set_state
 from tests.factories import staff_client
+from tests.opsconsole.helpers import liker_of_videos
 from tests.relations.helpers import relation_row
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
@@ -39,13 +40,10 @@ def slices_until_done(job_id: int) -> list[int]:
     raise AssertionError("the job did not finish")
 
 
-def test_account_deletion_answers_at_once_and_its_job_progresses(staff, make_user, make_video, settings):
+def test_account_deletion_answers_at_once_and_its_job_progresses(staff, settings):
     user, client = staff
     grant(user, "change_accountstatus")
-    author, doomed = make_user(), make_user()
-    videos = [make_video(f"ja-{i}", author).video_id for i in range(6)]
-    for i, video_id in enumerate(videos):
-        relation_set_state(user_id=doomed.pk, video_id=video_id, desired_state="LIKED", operation_id=f"ja-{i}")
+    doomed, videos = liker_of_videos("ja", 6)
     settings.OPS_JOB_SLICE_S = 0  # one chunk per slice
     settings.ACCOUNT_DELETE_CHUNK = 2
 
@@ -110,7 +108,7 @@ def test_a_job_is_visible_to_who_may_start_it_and_to_nobody_else(staff, make_use
     assert client.get("/admin/opsjobs/opsjob/").status_code == 200
 
 
-def test_a_command_with_async_leaves_the_job_to_the_workers_and_follows_it(make_user, make_video):
+def test_a_command_with_async_leaves_the_job_to_the_workers_and_follows_it():
     """`--async` starts the job and only follows it: here the test plays the worker, in another thread."""
     import io
     import threading
@@ -118,10 +116,7 @@ def test_a_command_with_async_leaves_the_job_to_the_workers_and_follows_it(make_
     from django.core.management import call_command
     from django.db import connections
 
-    author, doomed = make_user(), make_user()
-    for i in range(3):
-        make_video(f"jc-{i}", author)
-        relation_set_state(user_id=doomed.pk, video_id=f"jc-{i}", desired_state="LIKED", operation_id=f"jc-{i}")
+    doomed, _videos = liker_of_videos("jc", 3)
     out, err = io.StringIO(), io.StringIO()
 
     def command():

@@ -24,16 +24,13 @@ from likes_project.api_tokens import token_fingerprint
 from likes_project.audit.models import AuditRecord
 from opsconsole.admin import ApiTokenAdmin, PeriodicTaskAdmin
 from tests.factories import grant, make_user, staff_client
+from tests.reconciliation.helpers import audits
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 TASKS_URL = "/admin/django_celery_beat/periodictask/"
 TOKENS_URL = "/admin/authtoken/tokenproxy/"
 SWEEP_QUEUE = "maintenance"  # where CELERY_TASK_ROUTES sends opsjobs.sweep
-
-
-def audits(action: str) -> list[AuditRecord]:
-    return list(AuditRecord.objects.filter(action=action).order_by("id"))
 
 
 def test_our_admins_replace_the_packages_own():
@@ -43,14 +40,6 @@ def test_our_admins_replace_the_packages_own():
 
 
 # --- Celery beat ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def beat():
-    every_5s = IntervalSchedule.objects.create(every=5, period=IntervalSchedule.SECONDS)
-    sweep = PeriodicTask.objects.create(name="ops-jobs-sweep", task="opsjobs.sweep", interval=every_5s)
-    publish = PeriodicTask.objects.create(name="publish-outbox", task="relations.publish_all", interval=every_5s)
-    return sweep, publish
 
 
 def act(client, action: str, tasks, reason: str | None = None):
@@ -87,8 +76,8 @@ def broker_queue():
             channel.queue_purge(SWEEP_QUEUE)
 
 
-def test_view_permission_alone_cannot_enable_disable_or_run_a_task(beat, broker_queue):
-    sweep, publish = beat
+def test_view_permission_alone_cannot_enable_disable_or_run_a_task(beat_tasks, broker_queue):
+    sweep, publish = beat_tasks
     viewer, client = staff_client("beat-viewer")
     grant(viewer, "django_celery_beat.view_periodictask")
     listing = client.get(TASKS_URL)
@@ -115,8 +104,8 @@ def test_view_permission_alone_cannot_enable_disable_or_run_a_task(beat, broker_
     assert PeriodicTask.objects.get(pk=sweep.pk).task == "opsjobs.sweep"
 
 
-def test_change_permission_disables_and_enables_with_a_reason_audited(beat):
-    sweep, publish = beat
+def test_change_permission_disables_and_enables_with_a_reason_audited(beat_tasks):
+    sweep, publish = beat_tasks
     operator, client = staff_client("beat-operator")
     grant(operator, "django_celery_beat.view_periodictask", "django_celery_beat.change_periodictask")
     assert "disable_tasks" in client.get(TASKS_URL).content.decode()
@@ -144,7 +133,7 @@ def test_change_permission_disables_and_enables_with_a_reason_audited(beat):
         ("ops-jobs-sweep", "applied"), ("publish-outbox", "unchanged")]
 
 
-def test_a_disabled_task_stays_disabled_when_beat_syncs_the_schedule_from_code(beat):
+def test_a_disabled_task_stays_disabled_when_beat_syncs_the_schedule_from_code(beat_tasks):
     """Why only enable / disable / run now are offered: beat's start-up sync (what
     `DatabaseScheduler.setup_schedule` does for each CELERY_BEAT_SCHEDULE entry) rewrites an entry's
     task and schedule, but keeps `enabled`."""
@@ -152,7 +141,7 @@ def test_a_disabled_task_stays_disabled_when_beat_syncs_the_schedule_from_code(b
     from opsconsole.services_beat import periodic_tasks_set_enabled
     from tests.factories import TEST_ACTOR
 
-    sweep, _publish = beat
+    sweep, _publish = beat_tasks
     periodic_tasks_set_enabled(ids=[sweep.pk], enabled=False, actor=TEST_ACTOR, reason="test")
     PeriodicTask.objects.filter(pk=sweep.pk).update(task="edited.in.the.database")
     ModelEntry.from_entry("ops-jobs-sweep", app=app, task="opsjobs.sweep", schedule=5.0)
@@ -160,8 +149,8 @@ def test_a_disabled_task_stays_disabled_when_beat_syncs_the_schedule_from_code(b
     assert (synced.task, synced.enabled) == ("opsjobs.sweep", False)
 
 
-def test_run_now_sends_the_task_once_and_is_audited(beat, broker_queue):
-    sweep, _publish = beat
+def test_run_now_sends_the_task_once_and_is_audited(beat_tasks, broker_queue):
+    sweep, _publish = beat_tasks
     operator, client = staff_client("beat-runner")
     grant(operator, "django_celery_beat.view_periodictask", "django_celery_beat.change_periodictask")
     assert act(client, "run_tasks_now", [sweep]).status_code == 200  # the reason form first
@@ -174,8 +163,8 @@ def test_run_now_sends_the_task_once_and_is_audited(beat, broker_queue):
     assert enabled(sweep) == [True]  # its schedule is untouched
 
 
-def test_run_now_of_a_task_the_service_does_not_define_sends_nothing(beat, broker_queue):
-    sweep, _publish = beat
+def test_run_now_of_a_task_the_service_does_not_define_sends_nothing(beat_tasks, broker_queue):
+    sweep, _publish = beat_tasks
     stray = PeriodicTask.objects.create(name="stray", task="no.such.task", interval=sweep.interval)
     operator, client = staff_client("beat-runner")
     grant(operator, "django_celery_beat.view_periodictask", "django_celery_beat.change_periodictask")
@@ -185,8 +174,8 @@ def test_run_now_of_a_task_the_service_does_not_define_sends_nothing(beat, broke
     assert broker_queue() == [] and AuditRecord.objects.count() == 0
 
 
-def test_schedules_are_read_only_even_for_a_superuser(admin_client, beat):
-    sweep, _publish = beat
+def test_schedules_are_read_only_even_for_a_superuser(admin_client, beat_tasks):
+    sweep, _publish = beat_tasks
     interval = sweep.interval
     for model in ("intervalschedule", "crontabschedule", "solarschedule", "clockedschedule", "periodictask"):
         assert admin_client.get(reverse(f"admin:django_celery_beat_{model}_changelist")).status_code == 200

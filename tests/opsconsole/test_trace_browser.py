@@ -6,25 +6,20 @@ publisher and the three consumers. The last page is saved as docs/console/trace.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
-from django.apps import apps as django_apps
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from relations import routing
 from relations.models import OutboxEvent
 from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, log_in, path_is
 from tests.counting.helpers import consume_everything, publish_all
 from tests.factories import ApiClientFactory, make_user, make_video, put_like
-from tests.reconciliation.helpers import roles_ensure
+from tests.reconciliation.helpers import LIVE_STORES, roles_ensure
 
-pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-trace"
@@ -34,12 +29,8 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console" / "trace.p
 
 def viewer(username: str):
     """A likes-viewer with a password (the roles made again after a transactional test's flush)."""
-    roles_ensure()
-    importlib.import_module("likes_project.eventlog.migrations.0004_console_roles_view_checkpoints").roles(
-        django_apps, None)
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(Group.objects.get(name="likes-viewer"))
-    return user
+    roles_ensure()  # viewing checkpoints too (the event log's 0004 is among its migrations)
+    return console_user(username, PASSWORD, "likes-viewer")
 
 
 def test_a_viewer_traces_an_operation_and_follows_it_to_the_count_receipt(open_page):

@@ -12,13 +12,16 @@ import threading
 import uuid
 
 import psycopg
+import pytest
 from django.apps import apps as django_apps
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
 from django.db.models import F
+from django.test import Client
 from django.utils import timezone
 
 from counting import routing as count_routing
@@ -26,6 +29,7 @@ from counting import selectors as count_selectors
 from counting.models import LikeCountProjection, VideoDisplayCount, VideoLikeCountVbucket
 from counting.services import snapshots
 from likes_project import l1cache
+from likes_project.audit.models import AuditRecord
 from likes_project.audit.services import Actor
 from likes_project.opsjobs.services import job_run_inline, job_start
 from reconciliation.jobs import SNAPSHOT_JOB, job_for_mode
@@ -38,6 +42,12 @@ from tests.factories import make_user, put_like
 from tests.relations.helpers import cmd, total
 
 OPERATOR = Actor(name="tests-operator", channel="cli")
+
+# The database marks of a module whose tests drive the stores from other threads too (a `Background` worker,
+# a live server's): every alias, committed for real, and the connections those threads opened closed after
+# each test. A module names its pass markers beside them: `pytestmark = [pytest.mark.topology, *LIVE_STORES]`.
+LIVE_STORES = (pytest.mark.django_db(databases="__all__", transaction=True),
+               pytest.mark.usefixtures("close_db_connections"))
 
 
 def liked_video(make_user, make_video, video_id: str, likes: int):
@@ -135,6 +145,14 @@ def displayed(video_id: str) -> int:
     snapshots.display_snapshot_refresh()
     l1cache.clear_all()
     return count_selectors.display_count_get(video_id=video_id).display_count
+
+
+def counts_match_the_facts(videos) -> None:
+    """Each video's displayed count equals its LIKED facts, and an exact run over every video PASSES."""
+    for v in videos:
+        assert displayed(v) == len(facts_liked(v)), v
+    run = run_check("exact", all_videos=True)
+    assert run.status == "PASSED", (run.status, run.refused_because)
 
 
 def projection_rows(video_id: str) -> dict[int, tuple[str, int, object]]:
@@ -245,6 +263,30 @@ ROLE_MIGRATIONS = [
     ("counting.risk.migrations.0002_roles", "roles"),
     ("relations.migrations.0014_slot_moves", "roles"),
 ]
+
+
+def logged_in(username: str, *groups: str, superuser: bool = False):
+    """A staff user (or a superuser) in the console's role groups (ensured first; idempotent), and a test
+    client logged in as them."""
+    roles_ensure()
+    User = get_user_model()
+    user = (User.objects.create_superuser(username, password="pw") if superuser else
+            User.objects.create_user(username, password="pw", is_staff=True))
+    user.groups.add(*Group.objects.filter(name__in=groups))
+    assert user.groups.count() == len(groups)
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+def audits(action: str, **filters) -> list[AuditRecord]:
+    """The audit records of `action` (narrowed by `filters`), oldest first."""
+    return list(AuditRecord.objects.filter(action=action, **filters).order_by("id"))
+
+
+def shown_messages(response) -> list[str]:
+    """The messages framework's messages a console response shows."""
+    return [str(m) for m in response.context["messages"]]
 
 
 def member_of(group: str, username: str | None = None):

@@ -17,6 +17,7 @@ from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckDiff, CheckRun, DiffTransition, RepairRequest
 from tests.factories import TEST_ACTOR
 from tests.reconciliation.helpers import (
+    LIVE_STORES,
     api_liked_video,
     bucket_add,
     job_worker,
@@ -24,8 +25,7 @@ from tests.reconciliation.helpers import (
     member_of,
 )
 
-pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology, *LIVE_STORES]
 
 REPORT_KEYS = {"runId", "mode", "status", "checked", "diffs", "diffsFixed", "watermarks", "skipped"}
 WATERMARK_KEYS = {"sourceShards", "offsetVector", "bucketSpaceVersion", "generation", "manifestId"}

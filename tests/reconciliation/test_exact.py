@@ -21,6 +21,7 @@ from tests.counting.helpers import drain, lease_expire
 from tests.factories import TEST_ACTOR
 from tests.reconciliation.helpers import (
     APPROVER,
+    LIVE_STORES,
     REQUESTER,
     Background,
     api_like,
@@ -36,8 +37,7 @@ from tests.reconciliation.helpers import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.topology, pytest.mark.schema, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology, pytest.mark.schema, *LIVE_STORES]
 
 GLOBAL_KEY = 1280000594  # write_barrier._GLOBAL_NS: a shard's global key; +1 is the per-video namespace
 

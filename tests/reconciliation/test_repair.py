@@ -20,6 +20,7 @@ from reconciliation.services import diffs, repair
 from tests.counting.helpers import drain
 from tests.reconciliation.helpers import (
     APPROVER,
+    LIVE_STORES,
     OPERATOR,
     REQUESTER,
     Background,
@@ -38,8 +39,7 @@ from tests.reconciliation.helpers import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology, *LIVE_STORES]
 
 REC7 = {"sourceShards", "offsetVector", "bucketSpaceVersion", "generation", "manifestId"}
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 from django.apps import apps as django_apps
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from counting import selectors
@@ -21,7 +19,7 @@ from likes_project.audit.models import AuditRecord
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckDiff, CheckRun, RepairRequest
 from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, field, log_in, path_is
 from tests.factories import make_user, make_video
 from tests.reconciliation.helpers import bucket_add, liked_video, run_check
 
@@ -40,13 +38,7 @@ def operator(username: str, *groups: str):
     """A staff user with a password (they log in through the form) in the console's role groups (those
     of reconciliation 0002, made again after a transactional test's flush removed them)."""
     importlib.import_module("reconciliation.migrations.0002_roles").roles(django_apps, None)
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(*Group.objects.filter(name__in=groups))
-    return user
-
-
-def field(page, name: str):
-    return page.locator(f".field-{name} .readonly")
+    return console_user(username, PASSWORD, *groups)
 
 
 def routed_sum(video_id: str) -> int:

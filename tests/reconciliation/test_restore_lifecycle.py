@@ -26,14 +26,14 @@ from tests import drills
 from tests.counting.helpers import lease_expire
 from tests.reconciliation.helpers import (
     APPROVER,
+    LIVE_STORES,
     OPERATOR,
     REQUESTER,
     api_liked_video,
 )
 from tests.reconciliation.helpers import snapshot_take as _take
 
-pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology, *LIVE_STORES]
 
 
 # --- the restore on the generation lifecycle (issue 29 §6) ---------------------------------------------

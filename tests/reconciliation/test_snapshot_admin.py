@@ -14,8 +14,6 @@ import re
 import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.test import Client
 from django.urls import reverse
 
 from likes_project.audit.models import AuditRecord
@@ -25,7 +23,7 @@ from likes_project.opsjobs.services import job_run_inline
 from reconciliation.admin import RecoverySnapshotAdmin
 from reconciliation.models import RecoverySnapshot, RepairRequest
 from reconciliation.services import repair
-from tests.reconciliation.helpers import roles_ensure
+from tests.reconciliation.helpers import audits, logged_in, shown_messages
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
@@ -36,20 +34,6 @@ SHA = "ab" * 32
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def logged_in(username: str, *groups: str, superuser: bool = False):
-    """A staff user in the console's role groups: those of reconciliation 0002 and 0003, made again where
-    a flush removed them (idempotent)."""
-    roles_ensure()
-    User = get_user_model()
-    user = (User.objects.create_superuser(username, password="pw") if superuser else
-            User.objects.create_user(username, password="pw", is_staff=True))
-    user.groups.add(*Group.objects.filter(name__in=groups))
-    assert user.groups.count() == len(groups)
-    client = Client()
-    client.force_login(user)
-    return user, client
 
 
 def snapshot_row(status: str = "SEALED", **fields) -> RecoverySnapshot:
@@ -86,14 +70,6 @@ def drill_url(snap_id) -> str:
 
 def job_url(job) -> str:
     return reverse("admin:opsjobs_opsjob_change", args=[job.pk])
-
-
-def audits(action: str, **filters) -> list[AuditRecord]:
-    return list(AuditRecord.objects.filter(action=action, **filters).order_by("id"))
-
-
-def shown_messages(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]]
 
 
 def act(client, action: str, snaps, **extra):

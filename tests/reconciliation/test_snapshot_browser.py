@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from counting import routing as count_routing
@@ -21,12 +19,11 @@ from likes_project.opsjobs.models import OpsJob
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckRun, RecoverySnapshot, RepairRequest
 from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, field, log_in, path_is
 from tests.factories import make_user, make_video
-from tests.reconciliation.helpers import liked_video, projection_delete, projection_rows, roles_ensure
+from tests.reconciliation.helpers import LIVE_STORES, liked_video, projection_delete, projection_rows, roles_ensure
 
-pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
-              pytest.mark.usefixtures("close_db_connections")]
+pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
 debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 PASSWORD = "browser-pw-2"
@@ -37,16 +34,9 @@ LIKES = 3
 
 
 def operator(username: str, *groups: str):
-    """A staff user with a password (they log in through the form) in the console's role groups (those
-    of reconciliation 0002 and 0003, made again after a transactional test's flush removed them)."""
+    """A console user in the role groups `groups` (made again after a transactional test's flush removed them)."""
     roles_ensure()
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(*Group.objects.filter(name__in=groups))
-    return user
-
-
-def field(page, name: str):
-    return page.locator(f".field-{name} .readonly")
+    return console_user(username, PASSWORD, *groups)
 
 
 def test_an_operator_takes_a_snapshot_and_restores_from_it_with_a_second_operators_approval(open_page):

@@ -34,10 +34,26 @@ def video(make_user, make_video):
     return make_video("pub-v", make_user())
 
 
-def test_publish_records_the_stream_position_and_the_commit_sequence(make_user, video):
+def _pending_like(make_user, video) -> str:
+    """A new user's like of `video`, waiting in its shard's outbox; returns that shard's alias."""
     user = make_user()
     like(user, video.video_id)
-    alias = routing.alias_for_user(user.pk)
+    return routing.alias_for_user(user.pk)
+
+
+def _publish_raising(monkeypatch, error: type[Exception], message: str):
+    """Every stream publish raises `error(message)` from now on; returns the real one (to put back when Redis is)."""
+    real = streams.publish_pipeline
+
+    def publish_pipeline(events):
+        raise error(message)
+
+    monkeypatch.setattr(streams, "publish_pipeline", publish_pipeline)
+    return real
+
+
+def test_publish_records_the_stream_position_and_the_commit_sequence(make_user, video):
+    alias = _pending_like(make_user, video)
     report = outbox.outbox_publish_batch(alias=alias, holder="p1")
     assert (report.claimed, report.sent) == (1, 1)
     (row,) = rows(alias)
@@ -128,11 +144,8 @@ def test_a_transaction_that_commits_late_with_a_smaller_id_is_still_published(ma
 
 
 def test_a_publish_timeout_is_uncertain_then_retried(make_user, video, monkeypatch):
-    user = make_user()
-    like(user, video.video_id)
-    alias = routing.alias_for_user(user.pk)
-    real = streams.publish_pipeline
-    monkeypatch.setattr(streams, "publish_pipeline", lambda events: (_ for _ in ()).throw(RedisTimeoutError("t")))
+    alias = _pending_like(make_user, video)
+    real = _publish_raising(monkeypatch, RedisTimeoutError, "t")
     report = outbox.outbox_publish_batch(alias=alias, holder="p")
     assert report.uncertain == 1
     (row,) = rows(alias)
@@ -147,11 +160,8 @@ def test_a_publish_timeout_is_uncertain_then_retried(make_user, video, monkeypat
 
 
 def test_a_refused_connection_is_retried_forever_and_never_dead(make_user, video, monkeypatch):
-    user = make_user()
-    like(user, video.video_id)
-    alias = routing.alias_for_user(user.pk)
-    real = streams.publish_pipeline
-    monkeypatch.setattr(streams, "publish_pipeline", lambda e: (_ for _ in ()).throw(RedisConnectionError("no")))
+    alias = _pending_like(make_user, video)
+    real = _publish_raising(monkeypatch, RedisConnectionError, "no")
     statuses = []
     for _ in range(15):  # far past the old ten-attempt limit
         OutboxEvent.objects.using(alias).update(next_retry_at=timezone.now())
@@ -186,9 +196,7 @@ def test_backoff_grows_with_jitter_and_a_cap():
 
 
 def test_an_expired_claim_returns_to_the_publishers(make_user, video):
-    user = make_user()
-    like(user, video.video_id)
-    alias = routing.alias_for_user(user.pk)
+    alias = _pending_like(make_user, video)
     assert len(outbox.outbox_claim(alias=alias, holder="died", limit=10)) == 1  # then the worker dies
     assert outbox.outbox_claim(alias=alias, holder="other", limit=10) == []
     OutboxEvent.objects.using(alias).update(claim_expires_at=timezone.now() - dt.timedelta(seconds=1))

@@ -44,6 +44,24 @@ def _other(alias: str) -> str:
     return next(a for a in settings.RELATION_SHARD_ALIASES if a != alias)
 
 
+def _user_and_video(make_user, make_video):
+    """A user, a video of theirs, and where the contract places the user: (user, video id, shard, slot)."""
+    user = make_user()
+    video = make_video(f"v-slot-{user.pk}", user).video_id
+    return (user, video, *routing.placement(user.pk))
+
+
+def _user_in_another_slot(make_user, alias: str, slot: int):
+    """A new user the contract places on the shard `alias`, in a slot other than `slot`."""
+    return next(u for u in (make_user() for _ in range(50)) if routing.placement(u.pk)[0] == alias
+                and routing.placement(u.pk)[1] != slot)
+
+
+def _contract_places(slot: int, alias: str) -> None:
+    """A move's switch as `default` records it: the active contract places `slot` on the shard `alias`."""
+    RelationShardSlot.objects.filter(contract_version=routing.active_contract().version, slot=slot).update(alias=alias)
+
+
 def test_the_slot_in_sql_is_the_contracts_slot(write_path):
     if write_path == "python":
         # The module's autouse fixture runs every test on both write paths; this one runs no command, so its
@@ -65,9 +83,7 @@ def test_the_slot_in_sql_is_the_contracts_slot(write_path):
 
 
 def test_a_shard_that_no_longer_owns_the_slot_sends_the_command_where_the_contract_points(make_user, make_video):
-    user = make_user()
-    video = make_video(f"v-slot-{user.pk}", user).video_id
-    source, slot = routing.placement(user.pk)
+    user, video, source, slot = _user_and_video(make_user, make_video)
     target = _other(source)
     relation_set_state(user_id=user.pk, video_id=video, desired_state=LIKED, operation_id="op-1")
     # The switch of a move, as this process has not seen it yet: the contract in `default` points at the target,
@@ -78,7 +94,7 @@ def test_a_shard_that_no_longer_owns_the_slot_sends_the_command_where_the_contra
     src_rel.save(using=target)
     src_cmd.save(using=target)
     _fence(source, slot, "MOVED_OUT")
-    RelationShardSlot.objects.filter(contract_version=routing.active_contract().version, slot=slot).update(alias=target)
+    _contract_places(slot, target)
     assert routing.alias_for_user(user.pk) == source  # this process's contract is stale
 
     out = relation_set_state(user_id=user.pk, video_id=video, desired_state=UNLIKED, operation_id="op-2")
@@ -97,9 +113,7 @@ def test_a_shard_that_no_longer_owns_the_slot_sends_the_command_where_the_contra
 def test_a_slot_nobody_owns_refuses_within_the_pause_bound_and_writes_nothing(make_user, make_video):
     """Counter-example of the one above: the shard says MOVED_OUT but the contract still points at it (a
     cutover that crashed before its switch): the command gets 503 `write_barrier` after the bound."""
-    user = make_user()
-    video = make_video(f"v-slot-{user.pk}", user).video_id
-    alias, slot = routing.placement(user.pk)
+    user, video, alias, slot = _user_and_video(make_user, make_video)
     _fence(alias, slot, "MOVED_OUT")
     with pytest.raises(write_barrier.WriteBarrierHeld):
         relation_set_state(user_id=user.pk, video_id=video, desired_state=LIKED, operation_id="op-1")
@@ -108,11 +122,8 @@ def test_a_slot_nobody_owns_refuses_within_the_pause_bound_and_writes_nothing(ma
 
 
 def test_a_cutovers_exclusive_slot_lock_holds_that_slot_only(make_user, make_video):
-    user = make_user()
-    video = make_video(f"v-slot-{user.pk}", user).video_id
-    alias, slot = routing.placement(user.pk)
-    other = next(u for u in (make_user() for _ in range(50)) if routing.placement(u.pk)[0] == alias
-                 and routing.placement(u.pk)[1] != slot)
+    user, video, alias, slot = _user_and_video(make_user, make_video)
+    other = _user_in_another_slot(make_user, alias, slot)
     holder = connections.create_connection(alias)
     try:
         with holder.cursor() as cursor:
@@ -130,11 +141,8 @@ def test_a_cutovers_exclusive_slot_lock_holds_that_slot_only(make_user, make_vid
 
 
 def test_capture_records_the_keys_of_capturing_slots_only(make_user, make_video):
-    user = make_user()
-    video = make_video(f"v-slot-{user.pk}", user).video_id
-    alias, slot = routing.placement(user.pk)
-    bystander = next(u for u in (make_user() for _ in range(50)) if routing.placement(u.pk)[0] == alias
-                     and routing.placement(u.pk)[1] != slot)
+    user, video, alias, slot = _user_and_video(make_user, make_video)
+    bystander = _user_in_another_slot(make_user, alias, slot)
     _fence(alias, slot, "CAPTURING", move_id=7)
     relation_set_state(user_id=user.pk, video_id=video, desired_state=LIKED, operation_id="op-1")
     relation_set_state(user_id=bystander.pk, video_id=video, desired_state=LIKED, operation_id="op-2")
@@ -150,9 +158,7 @@ def test_capture_records_the_keys_of_capturing_slots_only(make_user, make_video)
 
 
 def test_a_row_counts_only_on_the_shard_that_owns_its_user(make_user, make_video):
-    user = make_user()
-    video = make_video(f"v-slot-{user.pk}", user).video_id
-    source, slot = routing.placement(user.pk)
+    user, video, source, slot = _user_and_video(make_user, make_video)
     target = _other(source)
     relation_set_state(user_id=user.pk, video_id=video, desired_state=LIKED, operation_id="op-1")
     copy = LikeRelation.objects.using(source).get(user_id=user.pk)
@@ -172,7 +178,7 @@ def test_a_row_counts_only_on_the_shard_that_owns_its_user(make_user, make_video
 
     assert (counted(source), counted(target)) == (1, 0)
     # after the switch the same rows count on the target only
-    RelationShardSlot.objects.filter(contract_version=routing.active_contract().version, slot=slot).update(alias=target)
+    _contract_places(slot, target)
     RelationSlotState.objects.using(source).filter(slot=slot).update(state="MOVED_OUT")
     assert (counted(source), counted(target)) == (0, 1)
     # counter-example: without the shard's slot states both copies count

@@ -7,14 +7,13 @@ never changed."""
 from __future__ import annotations
 
 from counting.risk import services
-from likes_project.audit.services import cli_actor_resolve
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
-from likes_project.errors import DomainError
+from likes_project.cli import OperatorCommand, add_json_argument
 
 
-class Command(DomainCommand):
+class Command(OperatorCommand):
     help = ("Request a risk hide of some users' relations with one video (reason and evidence kept; another "
             "operator approves it with risk_approve).")
+    noun, permission = "risk", services.REQUEST_PERMISSION
 
     def add_arguments(self, parser):
         parser.add_argument("--video", required=True, help="The video id.")
@@ -25,15 +24,15 @@ class Command(DomainCommand):
         parser.add_argument("--actor", required=True, help="The requesting operator's username.")
         add_json_argument(parser)
 
-    def run(self, *args, **options):
-        try:
-            actor = cli_actor_resolve(username=options["actor"], permission=services.REQUEST_PERMISSION)
-            users = list(options["user"])
-            if options["users_file"]:
-                users += services.usernames_read(options["users_file"])
-            decision = services.risk_hide_request(actor=actor, video_id=options["video"], usernames=users,
-                                                  reason=options["reason"], evidence=options["evidence"])
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, services.risk_report(decision),
-             f"risk {decision.pk}: hide {len(decision.user_ids)} users on {decision.video_id}, {decision.status}")
+    def act(self, options, actor):
+        users = list(options["user"])
+        if options["users_file"]:
+            users += services.usernames_read(options["users_file"])
+        return services.risk_hide_request(actor=actor, video_id=options["video"], usernames=users,
+                                          reason=options["reason"], evidence=options["evidence"])
+
+    def result(self, decision):
+        return services.risk_report(decision)
+
+    def line(self, decision):
+        return f"{self.name(decision)}: hide {len(decision.user_ids)} users on {decision.video_id}, {decision.status}"

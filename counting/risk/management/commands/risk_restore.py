@@ -6,13 +6,12 @@ Requests restoring an applied risk hide: a new decision over the same users, app
 from __future__ import annotations
 
 from counting.risk import services
-from likes_project.audit.services import cli_actor_resolve
-from likes_project.cli import DomainCommand, add_json_argument, emit, refuse
-from likes_project.errors import DomainError
+from likes_project.cli import OperatorCommand, add_json_argument
 
 
-class Command(DomainCommand):
+class Command(OperatorCommand):
     help = "Request the restore of an applied risk hide (another operator approves it with risk_approve)."
+    noun, permission = "risk", services.REQUEST_PERMISSION
 
     def add_arguments(self, parser):
         parser.add_argument("risk_id", type=int, metavar="ID", help="The hide decision to restore.")
@@ -21,12 +20,13 @@ class Command(DomainCommand):
         parser.add_argument("--actor", required=True, help="The requesting operator's username.")
         add_json_argument(parser)
 
-    def run(self, *args, **options):
-        try:
-            actor = cli_actor_resolve(username=options["actor"], permission=services.REQUEST_PERMISSION)
-            decision = services.risk_restore_request(actor=actor, decision_id=options["risk_id"],
-                                                     reason=options["reason"], evidence=options["evidence"])
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        emit(self, options, services.risk_report(decision),
-             f"risk {decision.pk}: restore of {decision.restores} ({len(decision.user_ids)} users), {decision.status}")
+    def act(self, options, actor):
+        return services.risk_restore_request(actor=actor, decision_id=options["risk_id"], reason=options["reason"],
+                                             evidence=options["evidence"])
+
+    def result(self, decision):
+        return services.risk_report(decision)
+
+    def line(self, decision):
+        return (f"{self.name(decision)}: restore of {decision.restores} ({len(decision.user_ids)} users), "
+                f"{decision.status}")
