@@ -29,7 +29,7 @@ from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html
-from django.views.decorators.http import require_http_methods, require_safe
+from django.views.decorators.http import require_safe
 
 from counting import routing, selectors
 from counting.models import (
@@ -54,10 +54,10 @@ from counting.services.reverse.rebuild import REBUILD_PERMISSION as REBUILD_REVE
 from counting.services.snapshots import count_refresh_switch_set
 from likes_project.admin_kit import (
     AdminPage,
+    JobForm,
     PauseReasonForm,
     PauseSwitchAdmin,
     ReadOnlyAdmin,
-    job_form_page,
     render_page,
     require_permission,
     start_job_or_message,
@@ -111,21 +111,16 @@ class CountCacheGenerationAdmin(ReadOnlyAdmin):
         return start_job_or_message(request, self.admin_site, kind=COUNT_CACHE_REBUILD_JOB, params={})
 
 
-class ReverseRebuildForm(forms.Form):
+class ReverseRebuildForm(JobForm):
+    title, submit, permission = "Rebuild the reverse index", "Start the rebuild", REBUILD_REVERSE_PERMISSION
+    intro = ("Builds the who-liked index into a new generation with R reverse shards (the projector writes it "
+             "from its creation on), verifies it against the relation facts and switches to it; the old "
+             "generation's cursors then answer 410. A failure leaves the current generation ACTIVE.")
     shards = forms.IntegerField(label="Reverse shards (R)", min_value=1, max_value=1024,
                                 help_text="R of the new generation; the hash contract stays the ACTIVE one's.")
 
-
-@require_http_methods(["GET", "POST"])
-def reverse_rebuild_view(request, *, admin_site):
-    return job_form_page(
-        request, admin_site, form_class=ReverseRebuildForm, permission=REBUILD_REVERSE_PERMISSION,
-        title="Rebuild the reverse index", submit="Start the rebuild",
-        intro="Builds the who-liked index into a new generation with R reverse shards (the projector writes it "
-              "from its creation on), verifies it against the relation facts and switches to it; the old "
-              "generation's cursors then answer 410. A failure leaves the current generation ACTIVE.",
-        start=lambda data: (REVERSE_REBUILD_JOB, {"shards": data["shards"]}, ""),
-    )
+    def start(self):
+        return REVERSE_REBUILD_JOB, {"shards": self.cleaned_data["shards"]}, ""
 
 
 @admin.register(ReverseIndexGeneration)
@@ -134,8 +129,7 @@ class ReverseIndexGenerationAdmin(ReadOnlyAdmin):
                     "created_at", "activated_at", "finished_at", "failure_reason")
     list_filter = ("status",)
     ordering = ("-generation",)
-    pages = [AdminPage("rebuild/", reverse_rebuild_view, name="counting_reverse_rebuild",
-                       title="Rebuild the reverse index", permission=REBUILD_REVERSE_PERMISSION)]
+    pages = [ReverseRebuildForm.page("rebuild/", "counting_reverse_rebuild")]
 
 
 @admin.register(VideoRetirement)

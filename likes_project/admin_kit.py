@@ -22,6 +22,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
 from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.http import require_http_methods
 
 from likes_project.errors import DomainError
 
@@ -340,20 +341,34 @@ def query_initial(request, form_class) -> dict:
     return {name: request.GET[name] for name in form_class.base_fields if name in request.GET}
 
 
-def job_form_page(request, admin_site, *, form_class, permission: str, title: str, intro: str, submit: str,
-                  start: Callable[[dict], tuple[str, dict, str]]):
-    """A console page whose form starts an ops job: GET shows the form; a valid POST starts the job
-    (`start(cleaned_data)` names its kind, params and target) and shows the job's page. Nothing long
-    runs in the request."""
-    require_permission(request, permission)
-    form = form_class(request.POST if request.method == "POST" else None, initial=query_initial(request, form_class))
-    if form.is_valid():
-        kind, params, target = start(form.cleaned_data)
-        response = start_job_or_message(request, admin_site, kind=kind, params=params, target=target)
-        if response is not None:
-            return response
-    return render_page(request, admin_site, "admin_kit/form_page.html", title=title, form=form, intro=intro,
-                       submit=submit)
+class JobForm(forms.Form):
+    """A console form whose valid POST starts an ops job. The class is its whole page: `title`, the `submit`
+    button, the `intro` above the fields, the `permission` the page checks, and `start()`, which names the
+    job's kind, params and target from `cleaned_data`. `Form.page(route, name)` is the page to list in a
+    ModelAdmin's `pages`: GET shows the form, a valid POST starts the job and shows the job's page; nothing
+    long runs in the request."""
+
+    title = submit = intro = permission = ""
+
+    def start(self) -> tuple[str, dict, str]:
+        raise NotImplementedError
+
+    @classmethod
+    def page(cls, route: str, name: str, **options) -> AdminPage:
+        @require_http_methods(["GET", "POST"])
+        def view(request, *, admin_site):
+            require_permission(request, cls.permission)
+            form = cls(request.POST if request.method == "POST" else None, initial=query_initial(request, cls))
+            if form.is_valid():
+                kind, params, target = form.start()
+                response = start_job_or_message(request, admin_site, kind=kind, params=params, target=target)
+                if response is not None:
+                    return response
+            return render_page(request, admin_site, "admin_kit/form_page.html", title=cls.title, form=form,
+                               intro=cls.intro, submit=cls.submit)
+
+        view.__name__ = view.__qualname__ = f"{cls.__name__}_page"
+        return AdminPage(route, view, name=name, title=cls.title, permission=cls.permission, **options)
 
 
 def service_form_page(request, admin_site, *, form_class, permission: str, title: str, intro: str, submit: str,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from django import forms
 
-from likes_project.admin_kit import ReasonForm
+from likes_project.admin_kit import JobForm, ReasonForm
 from likes_project.errors import DomainError
+from reconciliation.jobs import SNAPSHOT_JOB, SNAPSHOT_PERMISSION, job_for_mode
 from reconciliation.models import RecoverySnapshot, RunMode, SnapshotStatus
 from reconciliation.services import checks
 from reconciliation.services.repair import SNAPSHOT_SOURCE
@@ -43,8 +44,15 @@ class VideoLinesField(forms.CharField):
         return video_lines(super().to_python(value))
 
 
-class CheckStartForm(forms.Form):
-    """A check of some videos or of all of them; `cleaned_data["scope"]` is the normalized scope."""
+class CheckStartForm(JobForm):
+    """A check of some videos or of all of them, started as an ops job (the job's page follows);
+    `cleaned_data["scope"]` is the normalized scope."""
+
+    title, submit, permission = "Start a check", "Start the check", checks.RUN_PERMISSION
+    intro = ("Proves the counts of the videos named (or of all videos) at recorded watermarks, as an ops job on the "
+             "workers; its page shows the progress and the run's verdict. Disagreements become diffs to triage. "
+             "An exact check holds a short write barrier on its videos; if the barrier cannot be held it is "
+             "REFUSED, never PASSED.")
 
     mode = forms.ChoiceField(choices=RunMode.choices, help_text=(
         "identity: projection rows = buckets = display; coverage: every relation fact is in the projection, "
@@ -63,6 +71,10 @@ class CheckStartForm(forms.Form):
                                         "Give either some videos or All videos, not both.", code="invalid_scope")
         cleaned["scope"] = _scope_or_error(videos=videos, all_videos=all_videos)
         return cleaned
+
+    def start(self):
+        mode = self.cleaned_data["mode"]
+        return job_for_mode(mode), {"mode": mode, "scope": self.cleaned_data["scope"]}, f"{mode} check"
 
 
 FACTS = "facts"
@@ -128,5 +140,14 @@ class RepairRequestForm(ReasonForm):
         return cleaned
 
 
-class SnapshotTakeForm(ReasonForm):
-    """Why a recovery snapshot is taken now (its audit record and its row keep it)."""
+class SnapshotTakeForm(ReasonForm, JobForm):
+    """Why a recovery snapshot is taken now (its audit record and its row keep it); the snapshot job starts."""
+
+    title, submit, permission = "Take a snapshot", "Take the snapshot", SNAPSHOT_PERMISSION
+    intro = ("Takes a recovery snapshot of the whole count projection, as an ops job on the workers: dispatch on "
+             "every count partition stops for a moment while the exact cut of the event log is read (its length "
+             "is recorded), then both tables of every partition are dumped from that cut, read back and checked. "
+             "It is SEALED only if every check holds; otherwise FAILED, with the reason.")
+
+    def start(self):
+        return SNAPSHOT_JOB, {"reason": self.cleaned_data["reason"]}, ""

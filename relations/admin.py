@@ -19,11 +19,11 @@ from django.views.decorators.http import require_http_methods
 
 from likes_project.admin_kit import (
     AdminPage,
+    JobForm,
     ReadOnlyAdmin,
     RuntimeSwitchAdmin,
     ServiceWriteAdmin,
     adopt_stored_row,
-    job_form_page,
     service_form_page,
     start_job_or_message,
 )
@@ -379,26 +379,44 @@ class UsernameForm(forms.Form):
         return user
 
 
-class AccountDeleteForm(UsernameForm):
+class LikesExportForm(UsernameForm, JobForm):
+    """/admin/relations/likes-export/: starts the export job; the file is downloaded from its page."""
+
+    title, submit, permission = "Export a user's likes", "Export likes", EXPORT_PERMISSION
+    intro = ("Exports every video the user likes, exactly as of one database snapshot (JSON lines; the first line "
+             "holds the as-of time), as a job; download the file from the job's page when it is done. Taken-down, "
+             "deleted and unknown videos are included with listed: false. The export is recorded in the audit log.")
+
+    def start(self):
+        user = self.cleaned_data["username"]
+        return LIKES_EXPORT, {"user_id": user.pk, "username": user.username, "destination": "admin download"}, \
+            f"user:{user.pk}"
+
+
+class AccountDeleteForm(UsernameForm, JobForm):
+    """/admin/relations/account-delete/: marks the account deleted at once and starts the job that withdraws
+    its likes."""
+
+    title, submit, permission = "Delete an account's likes", "Delete account", ACCOUNT_DELETE_PERMISSION
+    intro = ("Marks the account deleted at once (hidden from every list, login and API token disabled), then a job "
+             "withdraws every like it holds with a versioned unlike; counts and likers lists follow through the "
+             "projectors. Re-running it is harmless. The deletion is recorded in the audit log.")
     confirm = forms.BooleanField(label="I understand this cannot be undone",
                                  help_text="The account is disabled at once and every like it holds is withdrawn.")
 
-
-@require_http_methods(["GET", "POST"])
-def likes_export_view(request, *, admin_site):
-    """/admin/relations/likes-export/: starts the export job; the file is downloaded from its page."""
-    return job_form_page(
-        request, admin_site, form_class=UsernameForm, permission=EXPORT_PERMISSION, title="Export a user's likes",
-        submit="Export likes",
-        intro="Exports every video the user likes, exactly as of one database snapshot (JSON lines; the first line "
-              "holds the as-of time), as a job; download the file from the job's page when it is done. Taken-down, "
-              "deleted and unknown videos are included with listed: false. The export is recorded in the audit log.",
-        start=lambda data: (LIKES_EXPORT, {"user_id": data["username"].pk, "username": data["username"].username,
-                                           "destination": "admin download"}, f"user:{data['username'].pk}"),
-    )
+    def start(self):
+        user = self.cleaned_data["username"]
+        return ACCOUNT_DELETE, {"user_id": user.pk, "username": user.username}, f"user:{user.pk}"
 
 
-class LikersExportForm(forms.Form):
+class LikersExportForm(JobForm):
+    """/admin/relations/likers-export/: starts the export of a video's likers (a purpose is required); the
+    file is downloaded from the job's page, and every download is audited."""
+
+    title, submit, permission = "Export a video's likers", "Export likers", LIKERS_EXPORT_PERMISSION
+    intro = ("Exports every account that likes the video (JSON lines), each relation shard exact as of its own "
+             "snapshot, as a job. Liker identities are not public because the count is: state why you need the "
+             "list. The export, its purpose and every download of the file are recorded in the audit log.")
     video_id = forms.CharField(label="Video id", max_length=64)
     purpose = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 2}),
                               help_text="Why the list is exported: recorded in the audit log with the export.")
@@ -409,35 +427,10 @@ class LikersExportForm(forms.Form):
         except DomainError as exc:
             raise forms.ValidationError(exc.message, code=exc.code) from None
 
-
-@require_http_methods(["GET", "POST"])
-def likers_export_view(request, *, admin_site):
-    """/admin/relations/likers-export/: starts the export of a video's likers (a purpose is required);
-    the file is downloaded from the job's page, and every download is audited."""
-    return job_form_page(
-        request, admin_site, form_class=LikersExportForm, permission=LIKERS_EXPORT_PERMISSION,
-        title="Export a video's likers", submit="Export likers",
-        intro="Exports every account that likes the video (JSON lines), each relation shard exact as of its own "
-              "snapshot, as a job. Liker identities are not public because the count is: state why you need the "
-              "list. The export, its purpose and every download of the file are recorded in the audit log.",
-        start=lambda data: (LIKERS_EXPORT, {"video_id": data["video_id"], "purpose": data["purpose"].strip(),
-                                            "destination": "admin download"}, f"video:{data['video_id']}"),
-    )
-
-
-@require_http_methods(["GET", "POST"])
-def account_delete_view(request, *, admin_site):
-    """/admin/relations/account-delete/: marks the account deleted at once and starts the job that
-    withdraws its likes."""
-    return job_form_page(
-        request, admin_site, form_class=AccountDeleteForm, permission=ACCOUNT_DELETE_PERMISSION,
-        title="Delete an account's likes", submit="Delete account",
-        intro="Marks the account deleted at once (hidden from every list, login and API token disabled), then a job "
-              "withdraws every like it holds with a versioned unlike; counts and likers lists follow through the "
-              "projectors. Re-running it is harmless. The deletion is recorded in the audit log.",
-        start=lambda data: (ACCOUNT_DELETE, {"user_id": data["username"].pk, "username": data["username"].username},
-                            f"user:{data['username'].pk}"),
-    )
+    def start(self):
+        video_id = self.cleaned_data["video_id"]
+        return LIKERS_EXPORT, {"video_id": video_id, "purpose": self.cleaned_data["purpose"].strip(),
+                               "destination": "admin download"}, f"video:{video_id}"
 
 
 @admin.register(AccountStatus)
@@ -448,12 +441,9 @@ class AccountStatusAdmin(ReadOnlyAdmin):
     list_filter = ("status",)
     search_fields = ("=user_id",)
     pages = [
-        AdminPage("likes-export/", likes_export_view, name="relations_likes_export", title="Export a user's likes",
-                  permission=EXPORT_PERMISSION, app_level=True),
-        AdminPage("likers-export/", likers_export_view, name="relations_likers_export",
-                  title="Export a video's likers", permission=LIKERS_EXPORT_PERMISSION, app_level=True),
-        AdminPage("account-delete/", account_delete_view, name="relations_account_delete",
-                  title="Delete an account's likes", permission=ACCOUNT_DELETE_PERMISSION, app_level=True),
+        LikesExportForm.page("likes-export/", "relations_likes_export", app_level=True),
+        LikersExportForm.page("likers-export/", "relations_likers_export", app_level=True),
+        AccountDeleteForm.page("account-delete/", "relations_account_delete", app_level=True),
     ]
 
 

@@ -10,7 +10,7 @@ test-restore); `common` holds what they share, and the HTML of their tables is i
 registers them all; their public names stay importable from here.
 """
 
-from reconciliation.admin.checks import DIFFS_SHOWN, CheckRunAdmin, check_start_view
+from reconciliation.admin.checks import DIFFS_SHOWN, CheckRunAdmin
 from reconciliation.admin.common import StatusAdmin
 from reconciliation.admin.diffs import CheckDiffAdmin, DiffTransitionAdmin
 from reconciliation.admin.repairs import (
@@ -21,7 +21,6 @@ from reconciliation.admin.repairs import (
 )
 from reconciliation.admin.snapshots import (
     RecoverySnapshotAdmin,
-    snapshot_take_view,
     snapshot_test_restore_view,
     snapshot_verify_view,
 )
@@ -35,10 +34,8 @@ __all__ = [
     "RecoverySnapshotAdmin",
     "RepairRequestAdmin",
     "StatusAdmin",
-    "check_start_view",
     "repair_approve_view",
     "repair_request_view",
-    "snapshot_take_view",
     "snapshot_test_restore_view",
     "snapshot_verify_view",
 ]

@@ -5,32 +5,14 @@ the job's page; nothing runs in the request."""
 from __future__ import annotations
 
 from django.contrib import admin
-from django.views.decorators.http import require_http_methods
 
-from likes_project.admin_kit import AdminPage, admin_url, job_form_page
+from likes_project.admin_kit import admin_url
 from likes_project.ledgers.console import json_field
 from reconciliation.admin.common import StatusAdmin, audit_field, link, link_field, list_text, table
 from reconciliation.forms import CheckStartForm
-from reconciliation.jobs import job_for_mode
 from reconciliation.models import CheckRun
-from reconciliation.services.checks import RUN_PERMISSION
 
 DIFFS_SHOWN = 100  # diffs listed on a run's page (the rest are one link away)
-
-
-@require_http_methods(["GET", "POST"])
-def check_start_view(request, *, admin_site):
-    """The form that starts a check as an ops job (the job's page follows it)."""
-    return job_form_page(
-        request, admin_site, form_class=CheckStartForm, permission=RUN_PERMISSION, title="Start a check",
-        submit="Start the check",
-        intro="Proves the counts of the videos named (or of all videos) at recorded watermarks, as an ops job on the "
-              "workers; its page shows the progress and the run's verdict. Disagreements become diffs to triage. "
-              "An exact check holds a short write barrier on its videos; if the barrier cannot be held it is "
-              "REFUSED, never PASSED.",
-        start=lambda data: (job_for_mode(data["mode"]), {"mode": data["mode"], "scope": data["scope"]},
-                            f"{data['mode']} check"),
-    )
 
 
 @admin.register(CheckRun)
@@ -48,8 +30,7 @@ class CheckRunAdmin(StatusAdmin):
                        "repair_link", "audit_link")
     change_list_template = "reconciliation/admin/checkrun_change_list.html"
     change_form_template = "reconciliation/admin/checkrun_change_form.html"
-    pages = [AdminPage("start/", check_start_view, name="reconciliation_check_start", title="Start a check",
-                       permission=RUN_PERMISSION)]
+    pages = [CheckStartForm.page("start/", "reconciliation_check_start")]
 
     @admin.display(description="scope")
     def scope_text(self, run: CheckRun) -> str:

@@ -15,31 +15,17 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
 from django.utils.html import format_html
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_POST
 
-from likes_project.admin_kit import AdminPage, admin_url, job_form_page, require_permission, start_job_or_message
+from likes_project.admin_kit import AdminPage, admin_url, require_permission, start_job_or_message
 from likes_project.errors import DomainError
 from likes_project.ledgers.console import json_field
 from likes_project.opsjobs.models import OpsJob
 from reconciliation.admin.common import StatusAdmin, audit_field, link, table
 from reconciliation.forms import SnapshotTakeForm
-from reconciliation.jobs import SNAPSHOT_JOB, SNAPSHOT_PERMISSION, SNAPSHOT_TEST_JOB, SNAPSHOT_VERIFY_JOB
+from reconciliation.jobs import SNAPSHOT_PERMISSION, SNAPSHOT_TEST_JOB, SNAPSHOT_VERIFY_JOB
 from reconciliation.models import RecoverySnapshot
 from reconciliation.services.recovery.snapshot import snapshot_get
-
-
-@require_http_methods(["GET", "POST"])
-def snapshot_take_view(request, *, admin_site):
-    """The form that starts the snapshot job (the job's page follows it)."""
-    return job_form_page(
-        request, admin_site, form_class=SnapshotTakeForm, permission=SNAPSHOT_PERMISSION, title="Take a snapshot",
-        submit="Take the snapshot",
-        intro="Takes a recovery snapshot of the whole count projection, as an ops job on the workers: dispatch on "
-              "every count partition stops for a moment while the exact cut of the event log is read (its length "
-              "is recorded), then both tables of every partition are dumped from that cut, read back and checked. "
-              "It is SEALED only if every check holds; otherwise FAILED, with the reason.",
-        start=lambda data: (SNAPSHOT_JOB, {"reason": data["reason"]}, ""),
-    )
 
 
 def _snapshot_job(request, admin_site, snapshot_id, *, kind: str):
@@ -92,8 +78,7 @@ class RecoverySnapshotAdmin(StatusAdmin):
     change_list_template = "reconciliation/admin/recoverysnapshot_change_list.html"
     change_form_template = "reconciliation/admin/recoverysnapshot_change_form.html"
     pages = [
-        AdminPage("take/", snapshot_take_view, name="reconciliation_snapshot_take", title="Take a snapshot",
-                  permission=SNAPSHOT_PERMISSION),
+        SnapshotTakeForm.page("take/", "reconciliation_snapshot_take"),
         AdminPage("<int:snapshot_id>/verify/", snapshot_verify_view, name="reconciliation_snapshot_verify",
                   title="Verify a snapshot", permission=SNAPSHOT_PERMISSION, listed=False),
         AdminPage("<int:snapshot_id>/test-restore/", snapshot_test_restore_view,
