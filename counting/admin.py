@@ -172,14 +172,14 @@ class RoutingTableAdmin(ReadOnlyAdmin):
 
 @admin.register(CountRouteManifestItem)
 class CountRouteManifestItemAdmin(RoutingTableAdmin):
-    list_display = ("manifest_id", "virtual_bucket", "physical_partition", "route_epoch")
+    list_display = fields = ("manifest_id", "virtual_bucket", "physical_partition", "route_epoch")
     list_filter = ("manifest_id", "physical_partition")
     ordering = ("manifest_id", "virtual_bucket")
 
 
 @admin.register(CountBucketRoute)
 class CountBucketRouteAdmin(RoutingTableAdmin):
-    list_display = ("bucket_space_version", "virtual_bucket", "physical_partition", "route_epoch")
+    list_display = fields = ("bucket_space_version", "virtual_bucket", "physical_partition", "route_epoch")
     list_filter = ("bucket_space_version", "physical_partition")
     ordering = ("bucket_space_version", "virtual_bucket")
 

@@ -46,6 +46,7 @@ class PauseSwitch(models.Model):
     switch_audit: ClassVar[tuple[str, str]] = ("switch.", "switch")
     switch_default_key: ClassVar[str] = ""  # the key when none is given ("" : a key is required)
     switch_key_help: ClassVar[str] = "a key"
+    switch_states: ClassVar[tuple[str, str]] = ("paused", "running")  # how a row names its state: set, clear
 
     paused = models.BooleanField(default=False)
     reason = models.CharField(max_length=256, blank=True, default="")
@@ -54,6 +55,9 @@ class PauseSwitch(models.Model):
 
     class Meta:
         abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.pk}: {self.switch_states[0 if self.paused else 1]}"
 
     @classmethod
     def switch_key_choices(cls) -> list[str] | None:
@@ -95,6 +99,9 @@ class GlobalPauseSwitch(PauseSwitch):
 
     class Meta:
         abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.switch_kind}: {self.switch_states[0 if self.paused else 1]}"
 
     @classmethod
     def switch_key_choices(cls) -> list[str]:

@@ -282,9 +282,7 @@ class AutoRepairSwitch(GlobalPauseSwitch):
     switch_kind = "auto-repair"
     switch_audit = ("reconcile.auto_repair_", "reconciliation")
     switch_key_help = "no key (every check run)"
+    switch_states = ("paused", "on")
 
     class Meta:
         verbose_name, verbose_name_plural = "auto-repair switch", "auto-repair switches"
-
-    def __str__(self) -> str:
-        return f"auto-repair: {'paused' if self.paused else 'on'}"

@@ -31,11 +31,9 @@ class CountRefreshSwitch(PauseSwitch):
     """Per-video switch that pauses display refreshes (spec §8.6)."""
 
     switch_kind, switch_audit, switch_key_help = "refresh", ("count.refresh", "video"), "a video id"  # issue 14 §3
+    switch_states = ("refresh paused", "refresh on")
     video_id = models.CharField(max_length=64, primary_key=True)
     paused = models.BooleanField(default=True)
-
-    def __str__(self) -> str:
-        return f"{self.video_id}: refresh {'paused' if self.paused else 'on'}"
 
 
 class CountCacheGeneration(GenerationModel):

@@ -86,11 +86,19 @@ class CountRouteManifest(models.Model):
         return f"manifest {self.pk} ({self.status}, {self.row_count} buckets)"
 
 
-class CountRouteManifestItem(models.Model):
-    manifest_id = models.BigIntegerField()
+class BucketRoute(models.Model):
+    """Where one virtual bucket lives: its physical partition, and the route epoch that fences its writers."""
+
     virtual_bucket = models.PositiveIntegerField()
     physical_partition = models.CharField(max_length=32)
     route_epoch = models.PositiveIntegerField()
+
+    class Meta:
+        abstract = True
+
+
+class CountRouteManifestItem(BucketRoute):
+    manifest_id = models.BigIntegerField()
 
     class Meta:
         constraints = [
@@ -101,13 +109,10 @@ class CountRouteManifestItem(models.Model):
         return f"manifest {self.manifest_id} vb {self.virtual_bucket} -> {self.physical_partition} e{self.route_epoch}"
 
 
-class CountBucketRoute(models.Model):
+class CountBucketRoute(BucketRoute):
     """COUNT_BUCKET_ROUTE (E-11): materialised current route, rebuilt from the active manifest."""
 
     bucket_space_version = models.PositiveIntegerField()
-    virtual_bucket = models.PositiveIntegerField()
-    physical_partition = models.CharField(max_length=32)
-    route_epoch = models.PositiveIntegerField()
 
     class Meta:
         constraints = [

@@ -40,17 +40,26 @@ class ReverseIndexGeneration(GenerationModel):
         return f"reverse index generation {self.generation} ({self.status}, R={self.shards})"
 
 
-class LikeReverseProjection(models.Model):
-    """LIKE_REVERSE_PROJECTION (REV-1): the version and state the reverse index has seen per
-    (generation, video, user), tombstones included. `liked_at` is the stateChangedAt of the LIKED
-    version that created the current sort entry (null when not liked). Lives on count partition
-    `placement[reverse_shard]`, next to its sort entry (REV-3)."""
+class ReverseRow(models.Model):
+    """What every row of the reverse index names: the index generation, the video and the user who liked it.
+    The rows live on the count partitions (REV-3)."""
 
     db_family = COUNT_PARTITION
 
     generation = models.PositiveIntegerField()
     video_id = models.CharField(max_length=64)
     user_id = models.BigIntegerField()
+
+    class Meta:
+        abstract = True
+
+
+class LikeReverseProjection(ReverseRow):
+    """LIKE_REVERSE_PROJECTION (REV-1): the version and state the reverse index has seen per
+    (generation, video, user), tombstones included. `liked_at` is the stateChangedAt of the LIKED
+    version that created the current sort entry (null when not liked). Lives on count partition
+    `placement[reverse_shard]`, next to its sort entry (REV-3)."""
+
     relation_version = models.BigIntegerField()
     state = models.CharField(max_length=8, choices=RELATION_STATES)
     liked_at = models.DateTimeField(null=True)
@@ -69,17 +78,12 @@ class LikeReverseProjection(models.Model):
         return f"g{self.generation} {self.video_id}<-{self.user_id} {self.state} v{self.relation_version}"
 
 
-class LikeReverseSort(models.Model):
+class LikeReverseSort(ReverseRow):
     """LIKE_REVERSE_SORT (REV-1): one entry per currently liked (generation, video, user), keyed
     `(generation, video_id, reverse_shard, liked_at DESC, user_id)` for the newest-first k-way merge."""
 
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    video_id = models.CharField(max_length=64)
     reverse_shard = models.PositiveIntegerField()
     liked_at = models.DateTimeField()
-    user_id = models.BigIntegerField()
 
     class Meta:
         db_table = "relations_likereversesort"
@@ -104,21 +108,13 @@ class ReverseEventReceipt(EventReceipt):
         ]
 
 
-
-
-
-class LikeReverseRecent(models.Model):
+class LikeReverseRecent(ReverseRow):
     """The "recent likers" summary (REV-10): per count partition, the newest `RECENT_KEEP` liked
     (generation, video, user) rows of that partition's reverse shards, maintained by the reverse projector
     in the same local transaction as the sort entries (insert on LIKED, delete on unlike/tombstone/move,
     refill from the partition's sort entries when a kept row leaves, pruned to the newest K). `/likers/recent`
     reads the K newest rows of every partition and merges them; it never reads LIKE_REVERSE_SORT."""
 
-    db_family = COUNT_PARTITION
-
-    generation = models.PositiveIntegerField()
-    video_id = models.CharField(max_length=64)
-    user_id = models.BigIntegerField()
     liked_at = models.DateTimeField()
 
     class Meta:

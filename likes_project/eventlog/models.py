@@ -105,9 +105,6 @@ class ConsumerSwitch(PauseSwitch):
     def switch_owns_key(cls, key: str) -> bool:
         return ":" not in key
 
-    def __str__(self) -> str:
-        return f"{self.consumer}: {'paused' if self.paused else 'running'}"
-
 
 class ConsumerPartitionSwitch(PauseSwitch):
     """Runtime switch: pause one consumer's dispatch on one stream partition (issue 14 §3, DEG-2); its
@@ -140,9 +137,6 @@ class ConsumerPartitionSwitch(PauseSwitch):
     def switch_fields(cls, key: str) -> dict:
         consumer, partition = key.rsplit(":", 1)
         return {"consumer": consumer, "partition": int(partition)}
-
-    def __str__(self) -> str:
-        return f"{self.key}: {'paused' if self.paused else 'running'}"
 
 
 class DeadLetterStatus(models.TextChoices):

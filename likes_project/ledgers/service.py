@@ -84,8 +84,10 @@ class ApprovedLedger(ABC):
     job_kind: str
     job_target: str  # the job's target: "relation slot move 3"
     executor: str  # the system actor the job runs as
+    # The model's own permissions (its Meta declares them): "<app>.plan_<model>" and "<app>.approve_<model>", the
+    # latter for approve, resume and abort.
     plan_permission: str
-    approve_permission: str  # approve, resume, abort
+    approve_permission: str
     plan_lock: int  # the advisory lock that serialises plans and approvals
     units_name: str  # "buckets", "slots"
     # The refusals, one class each, made for every subclass from its `code` (`ledger_errors`): SlotMoveNotFound
@@ -100,6 +102,9 @@ class ApprovedLedger(ABC):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        meta = cls.model._meta
+        cls.plan_permission = f"{meta.app_label}.plan_{meta.model_name}"
+        cls.approve_permission = f"{meta.app_label}.approve_{meta.model_name}"
         cls.not_found, cls.overlap, cls.state_conflict, cls.waiting, cls.refused = ledger_errors(cls)
 
     # --- hooks --------------------------------------------------------------------------------------------

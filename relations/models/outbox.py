@@ -114,6 +114,3 @@ class OutboxPublisherSwitch(PauseSwitch):
         from django.conf import settings
 
         return list(settings.RELATION_SHARD_ALIASES)
-
-    def __str__(self) -> str:
-        return f"publisher of {self.shard}: {'paused' if self.paused else 'running'}"

@@ -56,9 +56,7 @@ class LikesReadOnlySwitch(GlobalPauseSwitch):
     switch_kind = "read-only"
     switch_audit = ("likes.read_only_", "likes")
     switch_key_help = "no key (the whole service)"
+    switch_states = ("SET", "off")
 
     class Meta:
         verbose_name, verbose_name_plural = "read-only switch", "read-only switches"
-
-    def __str__(self) -> str:
-        return f"likes read-only: {'SET' if self.paused else 'off'}"

@@ -333,7 +333,8 @@ def test_every_edge_of_the_transition_table():
 def test_the_commands_plan_approve_show(capsys, django_user_model):
     from tests.factories import grant
 
-    for name, perm in (("slot-planner", ledger.PLAN_PERMISSION), ("slot-approver", ledger.APPROVE_PERMISSION)):
+    for name, perm in (("slot-planner", "relations.plan_relationslotmove"),
+                       ("slot-approver", "relations.approve_relationslotmove")):
         grant(django_user_model.objects.create_user(name), perm)
     three = ",".join(map(str, _slots_of(SOURCE)[:3]))
     call_command("relation_slot_move_plan", "--slots", three, "--to", TARGET, "--reason", "scale out",
@@ -356,11 +357,12 @@ def test_the_console_plans_approves_shows_and_aborts_with_permissions_and_a_seco
 
     plan_url = "/admin/relations/relationslotmove/plan/"
     planner, planner_client = staff_client("console-planner")
-    grant(planner, ledger.PLAN_PERMISSION, ledger.APPROVE_PERMISSION, "relations.view_relationslotmove")
+    grant(planner, "relations.plan_relationslotmove", "relations.approve_relationslotmove",
+          "relations.view_relationslotmove")
     viewer, viewer_client = staff_client("console-viewer")
     grant(viewer, "relations.view_relationslotmove")
     approver, approver_client = staff_client("console-approver")
-    grant(approver, ledger.APPROVE_PERMISSION, "relations.view_relationslotmove")
+    grant(approver, "relations.approve_relationslotmove", "relations.view_relationslotmove")
 
     assert viewer_client.post(plan_url, {"slots": "0", "target": TARGET, "reason": "x"}).status_code == 403
     refused = planner_client.post(plan_url, {"slots": "0-3", "target": TARGET, "reason": "x"})

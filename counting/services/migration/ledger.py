@@ -28,8 +28,6 @@ from likes_project.ledgers.runner import LedgerRunner
 from likes_project.ledgers.service import ApprovedLedger
 from likes_project.ranges import parse_ranges, ranges_label
 
-PLAN_PERMISSION = "counting.plan_bucketmigration"
-APPROVE_PERMISSION = "counting.approve_bucketmigration"
 MIGRATION_JOB = "counting.bucket_migration"
 EXECUTOR = "bucket-migration"
 BEFORE_CAS = BEFORE_SWITCH  # the route CAS is a migration's switch
@@ -39,7 +37,6 @@ class BucketMigrations(ApprovedLedger):
     model = BucketMigration
     noun, code, target_type, id_param = "migration", "migration", "bucket_migration", "migrationId"
     job_kind, job_target, executor = MIGRATION_JOB, "bucket migration", EXECUTOR
-    plan_permission, approve_permission = PLAN_PERMISSION, APPROVE_PERMISSION
     plan_lock = 0x4C4B4D47  # "LKMG"
     units_name = "buckets"
 

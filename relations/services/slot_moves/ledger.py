@@ -27,8 +27,6 @@ from relations import routing
 from relations.models import RelationSlotMove
 from relations.services.slot_moves import rows
 
-PLAN_PERMISSION = "relations.plan_relationslotmove"
-APPROVE_PERMISSION = "relations.approve_relationslotmove"
 MOVE_JOB = "relations.slot_move"
 EXECUTOR = "relation-slot-move"
 
@@ -37,7 +35,6 @@ class SlotMoves(ApprovedLedger):
     model = RelationSlotMove
     noun, code, target_type, id_param = "slot move", "slot_move", "relation_slot_move", "moveId"
     job_kind, job_target, executor = MOVE_JOB, "relation slot move", EXECUTOR
-    plan_permission, approve_permission = PLAN_PERMISSION, APPROVE_PERMISSION
     plan_lock = 0x4C4B534D  # "LKSM"
     units_name = "slots"
 
