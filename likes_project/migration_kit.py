@@ -190,3 +190,31 @@ def group_permissions_grant(apps, *, group: str, permissions: list[tuple[str, st
         ct, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
         perm, _ = Permission.objects.get_or_create(content_type=ct, codename=codename, defaults={"name": name})
         role.permissions.add(perm)
+
+
+# What a migration that grants permissions to roles depends on (the auth and contenttypes tables it writes).
+ROLE_DEPENDENCIES = [("auth", "0012_alter_user_first_name_max_length"), ("contenttypes", "0002_remove_content_type_name")]
+CONSOLE_ROLES = ("likes-viewer", "likes-operator", "likes-approver")
+
+
+def console_roles(view: list, *, operate: list = (), approve: list = ()):
+    """The RunPython function of a migration that grants the console's roles new permissions (each
+    `(app_label, model, codename, name)`): likes-viewer `view`, likes-operator `view` and `operate`,
+    likes-approver `view` and `approve` (a second person approves what an operator requests)."""
+
+    def roles(apps, schema_editor):
+        group_permissions_grant(apps, group="likes-viewer", permissions=list(view))
+        group_permissions_grant(apps, group="likes-operator", permissions=[*view, *operate])
+        group_permissions_grant(apps, group="likes-approver", permissions=[*view, *approve])
+
+    return roles
+
+
+def pause_switch_fields() -> list:
+    """The columns every runtime switch has (`likes_project.switches.PauseSwitch`), before its key."""
+    return [
+        ("paused", models.BooleanField(default=False)),
+        ("reason", models.CharField(blank=True, default="", max_length=256)),
+        ("updated_by", models.CharField(blank=True, default="", max_length=150)),
+        ("updated_at", models.DateTimeField(auto_now=True)),
+    ]

@@ -28,6 +28,7 @@ LAUNCH_ARGS = [
 ]
 # How long one auto-waiting expectation or action may wait (generous: a loaded 2-core machine).
 WAIT_MS = 20_000
+PASSWORD = "browser-pw"  # every console user's password in the browser tests (they log in through the form)
 
 
 def require_chromium() -> None:
@@ -91,7 +92,7 @@ def path_is(path: str):
     return lambda url: urlsplit(url).path == path
 
 
-def log_in(page, username: str, password: str, *, next_path: str = "/admin/") -> None:
+def log_in(page, username: str, password: str = PASSWORD, *, next_path: str = "/admin/") -> None:
     """Through the admin's own login form, as an operator does: open a console page, get the login
     form, submit it, land on the page."""
     page.goto(next_path)
@@ -102,10 +103,25 @@ def log_in(page, username: str, password: str, *, next_path: str = "/admin/") ->
     page.wait_for_url(path_is(next_path))
 
 
-def console_user(username: str, password: str, *groups: str):
-    """A staff user with a password (they log in through the form) in the console's role groups `groups`,
-    which must exist (a transactional test's flush removes them: ensure them first)."""
-    user = get_user_model().objects.create_user(username, password=password, is_staff=True)
+def page_as(open_page, username: str, password: str = PASSWORD, *, next_path: str = "/admin/"):
+    """A page of its own browser context, logged in as `username` through the form, on `next_path`."""
+    page = open_page()
+    log_in(page, username, password, next_path=next_path)
+    return page
+
+
+def submit(page, label: str) -> None:
+    """Press the form's submit button labelled `label`."""
+    page.locator(f"input[type=submit][value='{label}']").click()
+
+
+def console_user(username: str, *groups: str):
+    """A staff user with the password PASSWORD (they log in through the form) in the console's role groups
+    `groups`, which the migrations make (put back here as the migrations' own functions make them)."""
+    from tests.reconciliation.helpers import roles_ensure
+
+    roles_ensure()
+    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
     found = Group.objects.filter(name__in=groups)
     assert len(found) == len(groups), (groups, found)
     user.groups.add(*found)

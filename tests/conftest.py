@@ -18,6 +18,9 @@ from relations.models import RelationCacheGeneration
 from relations.services.relation_cache import cache_generations_mirror
 from tests import factories, flush, passes, testdb
 
+# The browser's fixtures (debian_chromium, open_page) for every module that drives the console in Chromium.
+pytest_plugins = ["tests.browser"]
+
 flush.install()
 
 UNCLASSIFIED = pytest.StashKey[list]()

@@ -23,7 +23,7 @@ from bench.harness.phases import pgbench
 from bench.harness.pool import Gunicorn, Pool
 from bench.harness.report import fmt, md_table, pct, pooled, ratio, resources_table
 from bench.harness.roles import CommandMix
-from bench.harness.sampler import ResourceSampler, merge
+from bench.harness.sampler import ResourceSampler, merge, sampled
 from bench.harness.seed import HOT_VIDEO, NAIVE_VIDEO_TABLE, flush_redis, prepare, reset_state
 
 NAME = "command"
@@ -77,12 +77,8 @@ def measure_once(pool: Pool, sampler: ResourceSampler, args, *, layer: str, naiv
              "seed": args.seed * 1000 + i, "key_prefix": f"b{run_id}{int(naive)}{workload[0]}{layer[0]}{i}",
              "t_start": t_start, "t_measure": t_measure, "t_end": t_end, "settings": settings or {}}
             for i in range(n)]
-    sampler.start(t_measure, t_end, labels=pool.labels("bench clients"),
-                  parents={server.proc.pid: "gunicorn workers"} if server else None)
-    try:
-        results = pool.run(jobs, timeout=(t_end - time.time()) + 90)
-    finally:
-        resources = sampler.stop()
+    results, resources = sampled(sampler, lambda: pool.run(jobs, timeout=(t_end - time.time()) + 90),
+                                 pool.labels("bench clients"), window=(t_measure, t_end), server=server)
     errors, kinds, sizes = pooled(results, "errors", "kinds", "sizes")
     part = {k: sum(r[k] for r in results) for k in ("ok", "changed", "replayed")}
     part.update(errors=errors, kinds=kinds, sizes=sizes, resources=resources,

@@ -151,9 +151,13 @@ def merge(items: list[dict]) -> dict:
                    sum(i.get("samples", 0) for i in items))
 
 
-def sampled(sampler: ResourceSampler, fn, labels: dict[int, str] | None = None):
-    """fn() with the sampler over it; (its result, the resources)."""
-    sampler.start(time.time(), time.time() + 24 * 3600, labels=labels)
+def sampled(sampler: ResourceSampler, fn, labels: dict[int, str] | None = None, *,
+            window: tuple[float, float] | None = None, server=None):
+    """fn() with the sampler over it: over `window` (t0, t1; a measured window that starts after the warm-up),
+    else from now until fn returns; with `server` (a harness Gunicorn), its workers are named as such.
+    (fn's result, the resources)."""
+    t0, t1 = window or (time.time(), time.time() + 24 * 3600)
+    sampler.start(t0, t1, labels=labels, parents={server.proc.pid: "gunicorn workers"} if server else None)
     try:
         out = fn()
     finally:

@@ -18,7 +18,7 @@ from bench.harness import checks, driver, seed
 from bench.harness.phases import ROLE, Layout, Session, drain_jobs, drain_wait
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pair, pct, pooled, ratio, resources_table
-from bench.harness.sampler import ResourceSampler
+from bench.harness.sampler import ResourceSampler, sampled
 from bench.projection import naive
 
 NAME = "projection"
@@ -91,11 +91,8 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
     pool.submit(layout.probe, {**times, "role": ROLE + "probe", "videos": probe_videos, "user_id": probe_user,
                                "interval_s": args.probe_interval, "poll_s": args.probe_poll, "settings": job_settings,
                                "timeout_s": args.probe_timeout, "key_prefix": f"probe{run_id}{workload[0]}"})
-    sampler.start(t_measure, t_end, labels=layout.labels(pool))
-    try:
-        cmd = pool.collect(layout.commands, timeout=(t_end - time.time()) + 120)
-    finally:
-        resources = sampler.stop()
+    cmd, resources = sampled(sampler, lambda: pool.collect(layout.commands, timeout=(t_end - time.time()) + 120),
+                             layout.labels(pool), window=(t_measure, t_end))
     probe = pool.collect([layout.probe], timeout=(t_end - time.time()) + args.probe_timeout + 60)[layout.probe]
     if pipeline == "loops":  # the loops run on until nothing is pending
         loops = s.pipeline_stop()

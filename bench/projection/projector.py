@@ -14,7 +14,7 @@ from bench.harness.driver import BENCH_DIR
 from bench.harness.phases import backlog_events, drain_jobs, expected_liked, pgbench, publish
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
-from bench.harness.sampler import ResourceSampler
+from bench.harness.sampler import ResourceSampler, sampled
 from bench.harness.seed import reset_count, streams_reset
 from bench.projection import naive
 
@@ -49,11 +49,8 @@ def drain(pool: Pool, sampler, *, variant: str, procs: int, events: int, expecte
     connections.close_all()
     start_at = time.time() + 0.5
     jobs = drain_jobs("count" if variant == "ours" else naive.FACTORY, procs, start_at=start_at, max_s=MAX_DRAIN_S)
-    sampler.start(start_at, start_at + MAX_DRAIN_S, labels=pool.labels("projectors"))
-    try:
-        res = pool.run(jobs, timeout=MAX_DRAIN_S + 60)
-    finally:
-        resources = sampler.stop()
+    res, resources = sampled(sampler, lambda: pool.run(jobs, timeout=MAX_DRAIN_S + 60), pool.labels("projectors"),
+                             window=(start_at, start_at + MAX_DRAIN_S))
     ends = [r["t_last_progress"] for r in res if r["t_last_progress"]]
     elapsed = max(max(ends, default=start_at) - start_at, 1e-3)
     got = checks.bucket_sums(videos=sorted(expected)) if variant == "ours" else naive.counts(sorted(expected))

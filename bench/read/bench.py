@@ -15,7 +15,7 @@ from pathlib import Path
 from bench.harness import driver, seed
 from bench.harness.pool import Gunicorn, Pool
 from bench.harness.report import fmt, md_table, pct, pooled, resources_table
-from bench.harness.sampler import ResourceSampler, merge
+from bench.harness.sampler import ResourceSampler, merge, sampled
 from bench.read.pages import LIST_PREFIX, run_list, run_rebuild
 
 NAME = "read"
@@ -124,12 +124,8 @@ def measure(ctx: dict, *, layer: str, case: str) -> dict:
              "feed": args.feed, "batch": args.batch, "counts": data["counts"], "t_start": t_start,
              "t_measure": t_measure, "t_end": t_end, "seed": args.seed * 1000 + i + 97 * ctx["window"]}
             for i in range(n)]
-    sampler.start(t_measure, t_end, labels=pool.labels("bench clients"),
-                  parents={server.proc.pid: "gunicorn workers"} if server else None)
-    try:
-        results = pool.run(jobs, timeout=(t_end - time.time()) + 90)
-    finally:
-        resources = sampler.stop()
+    results, resources = sampled(sampler, lambda: pool.run(jobs, timeout=(t_end - time.time()) + 90),
+                                 pool.labels("bench clients"), window=(t_measure, t_end), server=server)
     errors, io, sources = pooled(results, "errors", "io", "count_sources")
     part = {k: sum(r[k] for r in results) for k in ("ok", "wrong", "hits", "misses")}
     part.update(errors=errors, io=io, sources=sources, resources=resources,

@@ -4,21 +4,17 @@ import pgtrigger.compiler
 import pgtrigger.migrations
 from django.db import migrations, models
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import console_roles
 
 _COUNT = {"family": "count_partition"}
 _SEQ = "count_change_seq"
 
 
-def roles(apps, schema_editor):
-    # Operators plan migrations; approvers approve, resume and abort them (another person, as with repairs).
-    view = ("counting", "bucketmigration", "view_bucketmigration", "Can view bucket migration")
-    group_permissions_grant(apps, group="likes-operator", permissions=[
-        ("counting", "bucketmigration", "plan_bucketmigration", "Can plan a virtual-bucket migration"), view])
-    group_permissions_grant(apps, group="likes-approver", permissions=[
-        ("counting", "bucketmigration", "approve_bucketmigration",
-         "Can approve, resume or abort a virtual-bucket migration"), view])
-    group_permissions_grant(apps, group="likes-viewer", permissions=[view])
+# Operators plan migrations; approvers approve, resume and abort them (another person, as with repairs).
+VIEW = [("counting", "bucketmigration", "view_bucketmigration", "Can view bucket migration")]
+PLAN = [("counting", "bucketmigration", "plan_bucketmigration", "Can plan a virtual-bucket migration")]
+APPROVE = [("counting", "bucketmigration", "approve_bucketmigration", "Can approve, resume or abort a virtual-bucket migration")]
+roles = console_roles(VIEW, operate=PLAN, approve=APPROVE)
 
 
 class Migration(migrations.Migration):

@@ -3,23 +3,20 @@
 
 from django.db import migrations, models
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import ROLE_DEPENDENCIES, console_roles
 
 DASHBOARD = [("opsconsole", "consolepermission", "view_dashboard",
               "Can see the pipeline's health on the console's front page")]
 
 
-def grant(apps, schema_editor):
-    for role in ("likes-viewer", "likes-operator", "likes-approver"):
-        group_permissions_grant(apps, group=role, permissions=DASHBOARD)
+grant = console_roles(DASHBOARD)
 
 
 class Migration(migrations.Migration):
 
     dependencies = [
         ("opsconsole", "0003_redact_token_log_entries"),
-        ("auth", "0012_alter_user_first_name_max_length"),
-        ("contenttypes", "0002_remove_content_type_name"),
+        *ROLE_DEPENDENCIES,
     ]
 
     operations = [

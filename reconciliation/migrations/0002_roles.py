@@ -4,7 +4,7 @@ likes-approver also approves another operator's repair. Superusers hold every pe
 
 from django.db import migrations
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import ROLE_DEPENDENCIES, console_roles
 
 VIEW = [
     ("reconciliation", "checkrun", "view_checkrun", "Can view check run"),
@@ -33,17 +33,13 @@ APPROVE = [
 ]
 
 
-def roles(apps, schema_editor):
-    group_permissions_grant(apps, group="likes-viewer", permissions=VIEW)
-    group_permissions_grant(apps, group="likes-operator", permissions=VIEW + OPERATE)
-    group_permissions_grant(apps, group="likes-approver", permissions=VIEW + APPROVE)
+roles = console_roles(VIEW, operate=OPERATE, approve=APPROVE)
 
 
 class Migration(migrations.Migration):
     dependencies = [
         ("reconciliation", "0001_initial"),
-        ("auth", "0012_alter_user_first_name_max_length"),
-        ("contenttypes", "0002_remove_content_type_name"),
+        *ROLE_DEPENDENCIES,
     ]
 
     operations = [migrations.RunPython(roles, migrations.RunPython.noop)]

@@ -2,20 +2,12 @@
 
 from django.db import migrations, models
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import console_roles
 
-
-def roles(apps, schema_editor):
-    # Operators take, verify and test-restore snapshots; a restore itself is a repair (approved).
-    group_permissions_grant(apps, group="likes-operator", permissions=[
-        ("reconciliation", "recoverysnapshot", "create_snapshot",
-         "Can take, verify and test-restore recovery snapshots"),
-        ("reconciliation", "recoverysnapshot", "view_recoverysnapshot", "Can view recovery snapshot")])
-    group_permissions_grant(apps, group="likes-viewer", permissions=[
-        ("reconciliation", "recoverysnapshot", "view_recoverysnapshot", "Can view recovery snapshot")])
-    group_permissions_grant(apps, group="likes-approver", permissions=[
-        ("reconciliation", "recoverysnapshot", "view_recoverysnapshot", "Can view recovery snapshot")])
-
+# Operators take, verify and test-restore snapshots; a restore itself is a repair (approved).
+roles = console_roles([("reconciliation", "recoverysnapshot", "view_recoverysnapshot", "Can view recovery snapshot")],
+                      operate=[("reconciliation", "recoverysnapshot", "create_snapshot",
+                                "Can take, verify and test-restore recovery snapshots")])
 
 
 class Migration(migrations.Migration):

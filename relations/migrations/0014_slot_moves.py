@@ -11,20 +11,16 @@
 
 from django.db import migrations, models
 
-from likes_project.migration_kit import group_permissions_grant, sql_file
+from likes_project.migration_kit import console_roles, sql_file
 
 _SHARD = {"family": "relation_shard"}
 
 
-def roles(apps, schema_editor):
-    # Operators plan slot moves; approvers approve, resume and abort them (another person, as with migrations).
-    view = ("relations", "relationslotmove", "view_relationslotmove", "Can view relation slot move")
-    group_permissions_grant(apps, group="likes-operator", permissions=[
-        ("relations", "relationslotmove", "plan_relationslotmove", "Can plan a relation slot move"), view])
-    group_permissions_grant(apps, group="likes-approver", permissions=[
-        ("relations", "relationslotmove", "approve_relationslotmove",
-         "Can approve, resume or abort a relation slot move"), view])
-    group_permissions_grant(apps, group="likes-viewer", permissions=[view])
+# Operators plan slot moves; approvers approve, resume and abort them (another person, as with migrations).
+VIEW = [("relations", "relationslotmove", "view_relationslotmove", "Can view relation slot move")]
+PLAN = [("relations", "relationslotmove", "plan_relationslotmove", "Can plan a relation slot move")]
+APPROVE = [("relations", "relationslotmove", "approve_relationslotmove", "Can approve, resume or abort a relation slot move")]
+roles = console_roles(VIEW, operate=PLAN, approve=APPROVE)
 
 SLOT_OF = sql_file("relations", "likes_slot_of.v1.sql")
 

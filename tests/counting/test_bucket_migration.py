@@ -25,20 +25,9 @@ from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.opsjobs.services import job_run_inline
 from tests.counting.helpers import drain
 from tests.metrics_helpers import METRICS_TOKEN
-from tests.reconciliation.helpers import (
-    APPROVER,
-    LIVE_STORES,
-    REQUESTER,
-    Background,
-    api_like,
-    api_liked_video,
-    counts_match_the_facts,
-    displayed,
-    facts_liked,
-    sql,
-)
+from tests.reconciliation import helpers as live
 
-pytestmark = [pytest.mark.topology, *LIVE_STORES]
+pytestmark = [pytest.mark.topology, *live.LIVE_STORES]
 
 S = MigrationState
 
@@ -54,8 +43,8 @@ def _gen():
 
 def _run(buckets, target: str, *, reason: str = "test") -> BucketMigration:
     """Plan (requester), approve (another operator), run its job here to its end."""
-    m = ledger.migration_plan(target=target, buckets=buckets, reason=reason, actor=REQUESTER)
-    m = ledger.migration_approve(migration_id=m.pk, actor=APPROVER)
+    m = ledger.migration_plan(target=target, buckets=buckets, reason=reason, actor=live.REQUESTER)
+    m = ledger.migration_approve(migration_id=m.pk, actor=live.APPROVER)
     job_run_inline(m.job_id)
     return ledger.migration_get(m.pk)
 
@@ -75,15 +64,15 @@ def _authorities(buckets: list[int]) -> dict[int, list[str]]:
 
 def _exact_everywhere(videos: list[str]) -> None:
     drain()
-    counts_match_the_facts(videos)
+    live.counts_match_the_facts(videos)
 
 
 def _traffic(api, users, videos):
     def body():
         for i, u in enumerate(users):
-            assert api_like(api, u, videos[i % len(videos)]).status_code == 200
+            assert live.api_like(api, u, videos[i % len(videos)]).status_code == 200
             drain()
-    return Background(body)
+    return live.Background(body)
 
 
 # --- configuration -----------------------------------------------------------------------------------
@@ -117,7 +106,7 @@ def test_half_the_buckets_move_to_the_new_partition_under_commands_and_back_agai
     throughout and after, every video's count equals the acknowledged likes exactly."""
     videos = [f"mig-out-{i}" for i in range(4)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 6)
+        live.api_liked_video(api, make_user, make_video, v, 6)
     gen = _gen()
     half = list(range(gen.space.virtual_buckets // 2))
     sources = {vb: gen.routes[vb].partition for vb in half}
@@ -153,7 +142,7 @@ def test_scale_in_drains_a_partition_onto_the_other_and_its_copy_is_deleted_afte
     settings.BUCKET_MIGRATION_RETENTION_S = 0
     videos = [f"mig-in-{i}" for i in range(3)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 5)
+        live.api_liked_video(api, make_user, make_video, v, 5)
     on_01 = _gen().buckets_on("cnt_01")
     before = VideoLikeCountVbucket.objects.using("cnt_01").filter(virtual_bucket__in=on_01).count()
     assert before > 0
@@ -165,12 +154,12 @@ def test_scale_in_drains_a_partition_onto_the_other_and_its_copy_is_deleted_afte
 
 
 def test_the_source_copy_is_kept_through_the_retention(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "mig-keep", 4)
+    live.api_liked_video(api, make_user, make_video, "mig-keep", 4)
     on_01 = _gen().buckets_on("cnt_01")
     m = _run(on_01[:64], "cnt_02")
     assert m.state == S.RETIRED and m.source_cleaned_at is None and m.source_cleanup_after > m.verified_at
     assert protocol.migrations_cleanup_due() == []
-    assert ledger.migration_resume(migration_id=m.pk, actor=APPROVER).job_id != m.job_id  # retention: a no-op run
+    assert ledger.migration_resume(migration_id=m.pk, actor=live.APPROVER).job_id != m.job_id  # retention: a no-op run
 
 
 # --- the projector at the cutover (T23) ---------------------------------------------------------------
@@ -188,11 +177,11 @@ def test_the_projector_is_refused_at_the_drained_source_and_its_checkpoint_stays
     def during_cutover(m, point):
         if point != "cutover_draining" or seen:
             return
-        assert api_like(api, user, video.video_id).status_code == 200
+        assert live.api_like(api, user, video.video_id).status_code == 200
         drain()  # the group for the drained bucket is refused: ROUTE_EPOCH_MISMATCH, nothing acked
         seen["checkpoints"] = checkpoints_get("count")
-        seen["projected"] = sql(source, "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk])
-        seen["target"] = sql("cnt_02", "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk])
+        seen["projected"] = live.sql(source, "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk])
+        seen["target"] = live.sql("cnt_02", "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk])
 
     protocol.RUNNER.step_hook = during_cutover
     try:
@@ -202,8 +191,8 @@ def test_the_projector_is_refused_at_the_drained_source_and_its_checkpoint_stays
     assert m.state == S.RETIRED, m.error
     assert seen["projected"] == 0 and seen["target"] == 0
     drain()  # the route is refreshed and the event applies at the target
-    assert displayed(video.video_id) == 1 == len(facts_liked(video.video_id))
-    assert sql("cnt_02", "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk]) == 1
+    assert live.displayed(video.video_id) == 1 == len(live.facts_liked(video.video_id))
+    assert live.sql("cnt_02", "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s", [user.pk]) == 1
     assert checkpoints_get("count") != seen["checkpoints"]  # it advanced only once the group committed
 
 
@@ -217,14 +206,14 @@ def test_a_late_old_epoch_write_after_the_switch_is_refused_and_applied_at_the_t
 
     video = make_video("mig-late", make_user())
     user = make_user()
-    assert api_like(api, user, video.video_id).status_code == 200
+    assert live.api_like(api, user, video.video_id).status_code == 200
     drain()
     stale = _gen()
     vb = count_routing.virtual_bucket(stale.space, video.video_id, user.pk)
     source = stale.routes[vb].partition
     m = _run(stale.buckets_on(source), "cnt_02")
     assert m.state == S.RETIRED, m.error
-    assert api_like(api, user, video.video_id, "UNLIKED").status_code == 200
+    assert live.api_like(api, user, video.video_id, "UNLIKED").status_code == 200
     from tests.counting.helpers import publish_all
 
     publish_all()
@@ -233,10 +222,10 @@ def test_a_late_old_epoch_write_after_the_switch_is_refused_and_applied_at_the_t
     first, late = entries[0], entries[-1]
     refused = apply_entries(stale, [late], consumer="count", partition=late.partition, token=1 << 40)
     assert isinstance(refused.failed[late.entry_id], RouteEpochMismatch)
-    assert sql(source, "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s AND projected_state = "
+    assert live.sql(source, "SELECT 1 FROM counting_likecountprojection WHERE user_id = %s AND projected_state = "
                        "'UNLIKED'", [user.pk]) == 0
     drain()  # the live consumer: routes refreshed, applied at the target
-    assert displayed(video.video_id) == 0 == len(facts_liked(video.video_id))
+    assert live.displayed(video.video_id) == 0 == len(live.facts_liked(video.video_id))
     replay = apply_entries(_gen(), [first], consumer="count", partition=first.partition, token=1 << 41)
     assert replay.stale == 1 and not replay.failed  # the old like, replayed late, changes nothing
 
@@ -252,18 +241,18 @@ def test_the_display_snapshot_never_reads_the_old_copy_with_routes_cached_before
 
     video = make_video("mig-display", make_user())
     for _ in range(3):
-        assert api_like(api, make_user(), video.video_id).status_code == 200
+        assert live.api_like(api, make_user(), video.video_id).status_code == 200
     drain()
     snapshots.display_snapshot_refresh()
     stale = _gen()
     m = _run(list(range(stale.space.virtual_buckets)), "cnt_02")  # every bucket: the late like lands on one
     assert m.state == S.RETIRED, m.error
     late = make_user()
-    assert api_like(api, late, video.video_id).status_code == 200
+    assert live.api_like(api, late, video.video_id).status_code == 200
     drain()  # applied at the target
     count_routing._ACTIVE._value = (time.monotonic(), stale)  # this process still holds the old routes
     snapshots.display_snapshot_refresh()
-    assert displayed(video.video_id) == 4 == len(facts_liked(video.video_id))
+    assert live.displayed(video.video_id) == 4 == len(live.facts_liked(video.video_id))
 
 
 def test_like_unlike_relike_across_a_scale_out_keep_one_virtual_bucket(api, make_user, make_video):
@@ -272,12 +261,12 @@ def test_like_unlike_relike_across_a_scale_out_keep_one_virtual_bucket(api, make
     user = make_user()
     gen = _gen()
     vb = count_routing.virtual_bucket(gen.space, video.video_id, user.pk)
-    assert api_like(api, user, video.video_id).status_code == 200
+    assert live.api_like(api, user, video.video_id).status_code == 200
     drain()
 
     def unlike_mid_copy(m, at):
         if at == "catch_up" and m.catchup_passes == 1:
-            assert api_like(api, user, video.video_id, "UNLIKED").status_code == 200
+            assert live.api_like(api, user, video.video_id, "UNLIKED").status_code == 200
             drain()
 
     protocol.RUNNER.step_hook = unlike_mid_copy
@@ -286,7 +275,7 @@ def test_like_unlike_relike_across_a_scale_out_keep_one_virtual_bucket(api, make
     finally:
         protocol.RUNNER.step_hook = None
     assert m.state == S.RETIRED, m.error
-    assert api_like(api, user, video.video_id).status_code == 200  # re-like after the move
+    assert live.api_like(api, user, video.video_id).status_code == 200  # re-like after the move
     drain()
     rows = [r for a in settings.COUNT_PARTITION_ALIASES for r in sql_rows(
         a, "SELECT virtual_bucket, projected_state, projected_version FROM counting_likecountprojection WHERE "
@@ -294,7 +283,7 @@ def test_like_unlike_relike_across_a_scale_out_keep_one_virtual_bucket(api, make
     assert {r[0] for r in rows} == {vb}  # on the source's kept copy and the target: the same bucket
     assert sql_rows("cnt_02", "SELECT projected_state, projected_version FROM counting_likecountprojection WHERE "
                               "user_id = %s", [user.pk]) == [("LIKED", 3)]
-    assert displayed(video.video_id) == 1
+    assert live.displayed(video.video_id) == 1
 
 
 def sql_rows(alias: str, statement: str, params: list) -> list[tuple]:
@@ -315,7 +304,7 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
     settings.BUCKET_MIGRATION_COPY_CHUNK = 3  # several copy chunks, so "copy" crashes mid-step
     videos = [f"mig-crash-{point}-{i}" for i in range(2)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 6)
+        live.api_liked_video(api, make_user, make_video, v, 6)
     moving = _gen().buckets_on("cnt_00")
     crashed = []
 
@@ -333,7 +322,7 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
         owners = _authorities(moving)
         assert all(len(v) == 1 for v in owners.values()), owners
         _exact_everywhere(videos)
-        m = ledger.migration_resume(migration_id=m.pk, actor=APPROVER)
+        m = ledger.migration_resume(migration_id=m.pk, actor=live.APPROVER)
         job_run_inline(m.job_id)
     finally:
         protocol.RUNNER.step_hook = None
@@ -348,10 +337,10 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
 
 def test_an_overlapping_migration_is_refused_and_a_disjoint_one_is_not():
     on_00 = _gen().buckets_on("cnt_00")
-    first = ledger.migration_plan(target="cnt_02", buckets=on_00[:10], reason="first", actor=REQUESTER)
+    first = ledger.migration_plan(target="cnt_02", buckets=on_00[:10], reason="first", actor=live.REQUESTER)
     with pytest.raises(ledger.LEDGER.overlap):
-        ledger.migration_plan(target="cnt_02", buckets=on_00[5:15], reason="overlap", actor=REQUESTER)
-    other = ledger.migration_plan(target="cnt_02", buckets=on_00[10:20], reason="disjoint", actor=REQUESTER)
+        ledger.migration_plan(target="cnt_02", buckets=on_00[5:15], reason="overlap", actor=live.REQUESTER)
+    other = ledger.migration_plan(target="cnt_02", buckets=on_00[10:20], reason="disjoint", actor=live.REQUESTER)
     assert BucketMigration.objects.count() == 2 and other.pk != first.pk
 
 
@@ -364,25 +353,25 @@ def test_bad_plans_are_refused_with_a_code_and_write_nothing():
              ({"target": "cnt_00", "buckets": str(on_00[0])}, "already_on_target")]
     for kwargs, code in cases:
         with pytest.raises(Exception) as info:
-            ledger.migration_plan(reason="x", actor=REQUESTER, **kwargs)
+            ledger.migration_plan(reason="x", actor=live.REQUESTER, **kwargs)
         assert getattr(info.value, "code", None) == code, (kwargs, info.value)
     assert BucketMigration.objects.count() == 0
 
 
 def test_the_requester_cannot_approve_and_the_database_refuses_it_too():
-    m = ledger.migration_plan(target="cnt_02", buckets="0-3", reason="x", actor=REQUESTER)
+    m = ledger.migration_plan(target="cnt_02", buckets="0-3", reason="x", actor=live.REQUESTER)
     with pytest.raises(ledger.SelfApproval):
-        ledger.migration_approve(migration_id=m.pk, actor=REQUESTER)
+        ledger.migration_approve(migration_id=m.pk, actor=live.REQUESTER)
     with pytest.raises(IntegrityError), transaction.atomic():
-        BucketMigration.objects.filter(pk=m.pk).update(approved_by=REQUESTER.name)
+        BucketMigration.objects.filter(pk=m.pk).update(approved_by=live.REQUESTER.name)
     assert ledger.migration_get(m.pk).state == S.AWAITING_APPROVAL
 
 
 def test_an_abort_before_the_cas_gives_the_source_back_and_one_after_it_is_refused(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "mig-abort", 5)
+    live.api_liked_video(api, make_user, make_video, "mig-abort", 5)
     moving = _gen().buckets_on("cnt_01")
-    m = ledger.migration_plan(target="cnt_02", buckets=moving, reason="x", actor=REQUESTER)
-    m = ledger.migration_approve(migration_id=m.pk, actor=APPROVER)
+    m = ledger.migration_plan(target="cnt_02", buckets=moving, reason="x", actor=live.REQUESTER)
+    m = ledger.migration_approve(migration_id=m.pk, actor=live.APPROVER)
     stop = {}
 
     def halt(mig, at):
@@ -396,7 +385,7 @@ def test_an_abort_before_the_cas_gives_the_source_back_and_one_after_it_is_refus
     finally:
         protocol.RUNNER.step_hook = None
     assert ledger.migration_get(m.pk).state == S.CUTOVER
-    m = ledger.migration_abort(migration_id=m.pk, actor=APPROVER, reason="not now")
+    m = ledger.migration_abort(migration_id=m.pk, actor=live.APPROVER, reason="not now")
     assert m.state == S.ABORTED
     assert _authorities(moving) == {vb: ["cnt_01"] for vb in moving}
     assert VideoLikeCountVbucket.objects.using("cnt_02").count() == 0
@@ -404,7 +393,7 @@ def test_an_abort_before_the_cas_gives_the_source_back_and_one_after_it_is_refus
     done = _run(moving, "cnt_02")
     assert done.state == S.RETIRED
     with pytest.raises(ledger.LEDGER.state_conflict) as info:
-        ledger.migration_abort(migration_id=done.pk, actor=APPROVER, reason="too late")
+        ledger.migration_abort(migration_id=done.pk, actor=live.APPROVER, reason="too late")
     assert info.value.code == "migration_past_cutover"
 
 
@@ -413,7 +402,7 @@ def test_an_abort_before_the_cas_gives_the_source_back_and_one_after_it_is_refus
 
 def test_verify_finds_a_target_that_lost_a_row_and_the_migration_waits_for_a_repair(api, make_user, make_video):
     """The protection removed: a target row lost between the cutover and VERIFY is found, never passed."""
-    api_liked_video(api, make_user, make_video, "mig-verify", 6)
+    live.api_liked_video(api, make_user, make_video, "mig-verify", 6)
     moving = _gen().buckets_on("cnt_00")
 
     def lose_a_row(m, at):
@@ -442,9 +431,9 @@ def test_every_edge_of_the_transition_table():
                                            requested_by="a")
         if to in ledger.TRANSITIONS[frm]:
             with transaction.atomic():
-                assert ledger.transition(m, to, actor=APPROVER).state == to, (frm, to)
+                assert ledger.transition(m, to, actor=live.APPROVER).state == to, (frm, to)
             assert AuditRecord.objects.filter(action=f"bucket_migration.{to.lower()}", target_id=str(m.pk)).exists()
         else:
             with pytest.raises(ledger.LEDGER.refused):
-                ledger.transition(m, to, actor=APPROVER)
+                ledger.transition(m, to, actor=live.APPROVER)
             assert BucketMigration.objects.get(pk=m.pk).state == frm, (frm, to)

@@ -42,20 +42,10 @@ def planned(buckets: str = "0-3", *, actor: Actor = PLANNER) -> BucketMigration:
     return ledger.migration_plan(target=TARGET, buckets=buckets, reason="scale out", actor=actor)
 
 
-def page_url(m) -> str:
-    return reverse("admin:counting_bucketmigration_change", args=[m.pk])
-
-
-def approve_url(m_id) -> str:
-    return reverse("admin:counting_migration_approve", args=[m_id])
-
-
-def resume_url(m_id) -> str:
-    return reverse("admin:counting_migration_resume", args=[m_id])
-
-
-def abort_url(m_id) -> str:
-    return reverse("admin:counting_migration_abort", args=[m_id])
+def page_url(page: str, m_id: int) -> str:
+    """The console URL of migration `m_id`'s `page`: its change page, or approve, resume or abort."""
+    return reverse("admin:counting_bucketmigration_change" if page == "change" else f"admin:counting_migration_{page}",
+                   args=[m_id])
 
 
 def migration_jobs() -> list[OpsJob]:
@@ -74,7 +64,7 @@ def test_the_ledger_is_on_the_console_site_and_read_only_even_for_a_superuser():
     m = planned()
     _su, client = logged_in("mig-super", superuser=True)
     assert client.get(reverse("admin:counting_bucketmigration_add")).status_code == 403
-    assert client.post(page_url(m), {"state": "RETIRED"}).status_code == 403
+    assert client.post(page_url("change", m.pk), {"state": "RETIRED"}).status_code == 403
     assert client.post(reverse("admin:counting_bucketmigration_delete", args=[m.pk]),
                        {"post": "yes"}).status_code == 403
     assert state_of(m) == "AWAITING_APPROVAL"
@@ -104,7 +94,7 @@ def test_the_list_and_the_page_show_the_plan_progress_and_the_report():
     assert "mig-planner" in text and "mig-approver" in text
     assert PLAN_URL not in text  # a viewer may not plan
 
-    page = client.get(page_url(m))
+    page = client.get(page_url("change", m.pk))
     assert page.status_code == 200
     body = page.content.decode()
     for css in ("migration-copy-cursor", "migration-baseline", "migration-final-watermark", "migration-verify",
@@ -123,10 +113,10 @@ def test_a_viewer_can_neither_plan_approve_resume_nor_abort_and_nothing_changes(
     before = AuditRecord.objects.count()
     assert client.get(PLAN_URL).status_code == 403
     assert client.post(PLAN_URL, {"target": TARGET, "buckets": "8-9", "reason": "x"}).status_code == 403
-    assert client.post(approve_url(m.pk)).status_code == 403
-    assert client.post(resume_url(m.pk)).status_code == 403
-    assert client.get(abort_url(m.pk)).status_code == 403
-    assert client.post(abort_url(m.pk), {"reason": "x"}).status_code == 403
+    assert client.post(page_url("approve", m.pk)).status_code == 403
+    assert client.post(page_url("resume", m.pk)).status_code == 403
+    assert client.get(page_url("abort", m.pk)).status_code == 403
+    assert client.post(page_url("abort", m.pk), {"reason": "x"}).status_code == 403
     assert list(BucketMigration.objects.values_list("pk", "state")) == [(m.pk, "AWAITING_APPROVAL")]
     assert migration_jobs() == [] and AuditRecord.objects.count() == before
 
@@ -135,16 +125,16 @@ def test_an_operator_may_plan_but_not_approve_or_abort():
     m = planned()
     _op, client = logged_in("mig-op", "likes-operator")
     assert client.get(PLAN_URL).status_code == 200
-    assert client.post(approve_url(m.pk)).status_code == 403
-    assert client.post(abort_url(m.pk), {"reason": "x"}).status_code == 403
+    assert client.post(page_url("approve", m.pk)).status_code == 403
+    assert client.post(page_url("abort", m.pk), {"reason": "x"}).status_code == 403
     assert state_of(m) == "AWAITING_APPROVAL" and migration_jobs() == []
 
 
 def test_the_buttons_answer_post_only():
     m = planned()
     _approver, client = logged_in("mig-approver", "likes-approver")
-    assert client.get(approve_url(m.pk)).status_code == 405
-    assert client.get(resume_url(m.pk)).status_code == 405
+    assert client.get(page_url("approve", m.pk)).status_code == 405
+    assert client.get(page_url("resume", m.pk)).status_code == 405
     assert state_of(m) == "AWAITING_APPROVAL" and migration_jobs() == []
 
 
@@ -164,7 +154,7 @@ def test_an_operator_plans_a_migration_through_the_form():
 
     resp = client.post(PLAN_URL, {"target": TARGET, "buckets": "0-3", "reason": "  scale out onto cnt_02 "})
     m = BucketMigration.objects.get()
-    assert resp.status_code == 302 and resp.url == page_url(m)
+    assert resp.status_code == 302 and resp.url == page_url("change", m.pk)
     assert (m.state, m.buckets, m.target_partition, m.reason) == (
         "AWAITING_APPROVAL", [0, 1, 2, 3], TARGET, "scale out onto cnt_02")
     assert (m.requested_by, m.requested_channel, m.approved_by, m.job_id) == (op.username, "admin", "", None)
@@ -223,11 +213,11 @@ def test_the_requester_cannot_approve_their_own_migration():
     both, client = logged_in("mig-both", "likes-operator", "likes-approver")
     client.post(PLAN_URL, {"target": TARGET, "buckets": "0-3", "reason": "scale out"})
     m = BucketMigration.objects.get()
-    page = client.get(page_url(m)).content.decode()
+    page = client.get(page_url("change", m.pk)).content.decode()
     assert "migration-approve-form" in page and 'class="migration-own"' in page  # offered, with the warning
 
-    resp = client.post(approve_url(m.pk), follow=True)
-    assert resp.status_code == 200 and resp.redirect_chain == [(page_url(m), 302)]
+    resp = client.post(page_url("approve", m.pk), follow=True)
+    assert resp.status_code == 200 and resp.redirect_chain == [(page_url("change", m.pk), 302)]
     [error] = shown_messages(resp)
     assert f"Migration {m.pk} was not approved (self_approval)" in error and "another operator must" in error
     m.refresh_from_db()
@@ -240,12 +230,12 @@ def test_the_requester_cannot_approve_their_own_migration():
 def test_another_approver_approves_and_the_system_job_is_started_not_run():
     m = planned()
     approver, client = logged_in("mig-approver", "likes-approver")
-    page = client.get(page_url(m)).content.decode()
+    page = client.get(page_url("change", m.pk)).content.decode()
     assert "migration-approve-form" in page and "migration-resume-form" not in page
     assert 'class="migration-own"' not in page
 
-    resp = client.post(approve_url(m.pk))
-    assert resp.status_code == 302 and resp.url == page_url(m)
+    resp = client.post(page_url("approve", m.pk))
+    assert resp.status_code == 302 and resp.url == page_url("change", m.pk)
     m.refresh_from_db()
     [job] = migration_jobs()
     assert (m.state, m.approved_by, m.job_id) == ("PREPARE", approver.username, job.pk)
@@ -262,17 +252,17 @@ def test_another_approver_approves_and_the_system_job_is_started_not_run():
     assert reverse("admin:opsjobs_opsjob_change", args=[job.pk]) in body
     assert '<span class="state-code">PREPARE</span>' in body
     assert "migration-approve-form" not in body and "migration-resume-form" in body
-    assert f'href="{abort_url(m.pk)}"' in body
+    assert f'href="{page_url("abort", m.pk)}"' in body
     assert '<meta http-equiv="refresh" content="2">' in body  # its job is not finished
 
-    again = client.post(approve_url(m.pk), follow=True)  # a second approval: refused, nothing more started
+    again = client.post(page_url("approve", m.pk), follow=True)  # a second approval: refused, nothing more started
     assert any("(migration_not_awaiting_approval)" in msg for msg in shown_messages(again))
     assert len(migration_jobs()) == 1
 
 
 def test_approving_a_migration_that_does_not_exist_is_a_message_not_a_500():
     _approver, client = logged_in("mig-ghost", "likes-approver")
-    for url in (approve_url(99999), resume_url(99999), abort_url(99999)):
+    for url in (page_url("approve", 99999), page_url("resume", 99999), page_url("abort", 99999)):
         resp = client.post(url, {"reason": "x"}, follow=True)
         assert resp.status_code == 200
         assert resp.redirect_chain == [(LEDGER_URL, 302)]
@@ -286,9 +276,9 @@ def test_approving_a_migration_that_does_not_exist_is_a_message_not_a_500():
 def test_resume_is_refused_while_the_migration_awaits_approval():
     m = planned()
     _approver, client = logged_in("mig-approver", "likes-approver")
-    assert "migration-resume-form" not in client.get(page_url(m)).content.decode()  # not offered
-    resp = client.post(resume_url(m.pk), follow=True)
-    assert resp.status_code == 200 and resp.redirect_chain == [(page_url(m), 302)]
+    assert "migration-resume-form" not in client.get(page_url("change", m.pk)).content.decode()  # not offered
+    resp = client.post(page_url("resume", m.pk), follow=True)
+    assert resp.status_code == 200 and resp.redirect_chain == [(page_url("change", m.pk), 302)]
     [error] = shown_messages(resp)
     assert f"Migration {m.pk} was not resumed (migration_not_resumable)" in error
     assert "AWAITING_APPROVAL; there is nothing to resume" in error
@@ -299,16 +289,16 @@ def test_resume_is_refused_while_the_migration_awaits_approval():
 def test_resume_is_refused_while_its_job_is_queued_and_starts_a_new_job_once_it_stopped():
     m = planned()
     _approver, client = logged_in("mig-approver", "likes-approver")
-    client.post(approve_url(m.pk))
+    client.post(page_url("approve", m.pk))
     [job] = migration_jobs()
-    resp = client.post(resume_url(m.pk), follow=True)
+    resp = client.post(page_url("resume", m.pk), follow=True)
     assert any(f"(migration_running): migration {m.pk} is being run by job {job.pk}" in msg
                for msg in shown_messages(resp))
     assert len(migration_jobs()) == 1
 
     OpsJob.objects.filter(pk=job.pk).update(status="FAILED", finished_at=timezone.now())  # its worker gave up
     BucketMigration.objects.filter(pk=m.pk).update(error="its job stopped")
-    resp = client.post(resume_url(m.pk), follow=True)
+    resp = client.post(page_url("resume", m.pk), follow=True)
     m.refresh_from_db()
     [_old, new] = migration_jobs()
     assert (m.state, m.job_id, m.error, new.status) == ("PREPARE", new.pk, "", "QUEUED")
@@ -324,26 +314,26 @@ def test_an_approver_aborts_a_migration_before_its_cutover_with_a_reason(approve
     m = planned()
     approver, client = logged_in("mig-approver", "likes-approver")
     if approved:
-        client.post(approve_url(m.pk))
+        client.post(page_url("approve", m.pk))
         assert state_of(m) == "PREPARE"
     was = state_of(m)
-    assert f'href="{abort_url(m.pk)}"' in client.get(page_url(m)).content.decode()
+    assert f'href="{page_url("abort", m.pk)}"' in client.get(page_url("change", m.pk)).content.decode()
 
-    form = client.get(abort_url(m.pk))
+    form = client.get(page_url("abort", m.pk))
     assert form.status_code == 200 and "migration-abort-form" in form.content.decode()
-    empty = client.post(abort_url(m.pk), {"reason": "  "})
+    empty = client.post(page_url("abort", m.pk), {"reason": "  "})
     assert empty.status_code == 200 and empty.context["form"].errors["reason"]
     assert state_of(m) == was
 
-    resp = client.post(abort_url(m.pk), {"reason": "wrong partition"}, follow=True)
-    assert resp.redirect_chain == [(page_url(m), 302)]
+    resp = client.post(page_url("abort", m.pk), {"reason": "wrong partition"}, follow=True)
+    assert resp.redirect_chain == [(page_url("change", m.pk), 302)]
     assert any(f"Aborted migration {m.pk} (it was {was})" in msg for msg in shown_messages(resp))
     m.refresh_from_db()
     assert (m.state, m.abort_reason) == ("ABORTED", "wrong partition") and m.finished_at is not None
     [record] = audits("bucket_migration.aborted")
     assert (record.actor, record.channel, record.params["reason"]) == (approver.username, "admin", "wrong partition")
     body = resp.content.decode()
-    assert f'href="{abort_url(m.pk)}"' not in body and "migration-resume-form" not in body  # finished
+    assert f'href="{page_url("abort", m.pk)}"' not in body and "migration-resume-form" not in body  # finished
 
 
 def test_abort_after_the_cutover_is_refused_with_a_message():
@@ -351,12 +341,12 @@ def test_abort_after_the_cutover_is_refused_with_a_message():
     BucketMigration.objects.filter(pk=m.pk).update(state="VERIFY", approved_by="mig-other",
                                                    target_manifest_id=m.source_manifest_id + 1)
     _approver, client = logged_in("mig-approver", "likes-approver")
-    page = client.get(page_url(m)).content.decode()
-    assert f'href="{abort_url(m.pk)}"' not in page and "migration-resume-form" in page
+    page = client.get(page_url("change", m.pk)).content.decode()
+    assert f'href="{page_url("abort", m.pk)}"' not in page and "migration-resume-form" in page
 
-    assert "plan a reverse migration" in client.get(abort_url(m.pk)).content.decode()
-    resp = client.post(abort_url(m.pk), {"reason": "too late"}, follow=True)
-    assert resp.redirect_chain == [(page_url(m), 302)]
+    assert "plan a reverse migration" in client.get(page_url("abort", m.pk)).content.decode()
+    resp = client.post(page_url("abort", m.pk), {"reason": "too late"}, follow=True)
+    assert resp.redirect_chain == [(page_url("change", m.pk), 302)]
     [error] = shown_messages(resp)
     assert f"Migration {m.pk} was not aborted (migration_past_cutover)" in error
     assert state_of(m) == "VERIFY" and audits("bucket_migration.aborted") == []
@@ -390,8 +380,8 @@ def test_the_vbuckets_page_shows_each_buckets_route_and_the_unfinished_migration
     body = resp.content.decode()
     assert f'<td class="route-epoch">{gen.routes[vb_moved].epoch}</td>' in body
     assert f'<td class="route-partition">{gen.routes[vb_moved].partition}</td>' in body
-    assert f'href="{page_url(m)}"' in body and f'href="{page_url(other)}"' not in body
-    assert f'href="{page_url(done)}"' not in body
+    assert f'href="{page_url("change", m.pk)}"' in body and f'href="{page_url("change", other.pk)}"' not in body
+    assert f'href="{page_url("change", done.pk)}"' not in body
 
     ledger.migration_abort(migration_id=m.pk, actor=PLANNER, reason="tests")
     again = client.get(VBUCKETS_URL, {"video_id": "vid-mig"})

@@ -15,40 +15,30 @@ from counting.models import BucketMigration
 from counting.services.migration import ledger
 from likes_project.audit.models import AuditRecord
 from likes_project.opsjobs.models import OpsJob
-from tests import browser
-from tests.browser import console_user, field, log_in, path_is
-from tests.reconciliation.helpers import LIVE_STORES, roles_ensure
+from tests.browser import console_user, field, page_as, path_is, submit
+from tests.reconciliation.helpers import LIVE_STORES
 
 pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-3"
 LEDGER_URL = "/admin/counting/bucketmigration/"
 PLAN_URL = "/admin/counting/bucketmigration/plan/"
 TARGET = "cnt_02"
 
 
-def operator(username: str, *groups: str):
-    """A console user in the role groups `groups` (made again after a transactional test's flush removed them)."""
-    roles_ensure()
-    return console_user(username, PASSWORD, *groups)
-
-
 def test_an_operator_plans_a_migration_and_another_operator_approves_it(open_page):
     gen = routing.active()
     assert gen.buckets_on(TARGET) == [] and {gen.routes[vb].partition for vb in range(4)} <= {"cnt_00", "cnt_01"}
-    a = operator("br-mig-a", "likes-operator")
-    b = operator("br-mig-b", "likes-approver")
+    a = console_user("br-mig-a", "likes-operator")
+    b = console_user("br-mig-b", "likes-approver")
 
     # --- A plans it from the console: the ledger row's page follows, waiting for approval -------------
-    page_a = open_page()
-    log_in(page_a, a.username, PASSWORD, next_path=LEDGER_URL)
+    page_a = page_as(open_page, a.username, next_path=LEDGER_URL)
     page_a.locator(".object-tools a", has_text="Plan a migration").click()
     page_a.wait_for_url(path_is(PLAN_URL))
     page_a.locator("#id_target").select_option(TARGET)
     page_a.locator("#id_buckets").fill("0-3")
     page_a.locator("#id_reason").fill("scale out onto cnt_02")
-    page_a.locator("input[type=submit][value='Plan the migration']").click()
+    submit(page_a, "Plan the migration")
     m = BucketMigration.objects.get()
     row_path = f"{LEDGER_URL}{m.pk}/change/"
     page_a.wait_for_url(path_is(row_path))
@@ -61,8 +51,7 @@ def test_an_operator_plans_a_migration_and_another_operator_approves_it(open_pag
     assert not OpsJob.objects.exists()
 
     # --- B approves it: PREPARE, and the system's job is started (not run here) ------------------------
-    page_b = open_page()
-    log_in(page_b, b.username, PASSWORD, next_path=row_path)
+    page_b = page_as(open_page, b.username, next_path=row_path)
     expect(field(page_b, "state_code")).to_have_text("AWAITING_APPROVAL")
     page_b.locator("#migration-approve-form input[type=submit]").click()
     page_b.wait_for_url(path_is(row_path))

@@ -18,7 +18,7 @@ from likes_project.errors import DomainError
 from likes_project.opsjobs.services import job_run_inline
 from relations.models import LikeRelation, UserPrivacy
 from tests.counting.helpers import drain_all
-from tests.reconciliation.helpers import displayed, member_of, run_check
+from tests.reconciliation.helpers import displayed, member_of, roles_ensure, run_check
 from tests.relations.helpers import cmd
 
 pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
@@ -27,23 +27,10 @@ MAKER = Actor(name="risk-maker", channel="cli")
 CHECKER = Actor(name="risk-checker", channel="cli")
 
 
-def risk_roles() -> None:
-    """The risk permissions of counting/risk/migrations/0002_roles.py, after the roles of the other migrations, as
-    the migrations' own functions make them (idempotent: the test databases already hold them)."""
-    import importlib
-
-    from django.apps import apps as django_apps
-
-    from tests.reconciliation.helpers import roles_ensure
-
-    roles_ensure()
-    importlib.import_module("counting.risk.migrations.0002_roles").roles(django_apps, None)
-
-
 def member(group: str):
     from django.contrib.auth.models import Group
 
-    risk_roles()
+    roles_ensure()
     user = member_of(group)
     user.groups.add(Group.objects.get(name=group))
     return user
@@ -274,7 +261,7 @@ def console(username: str, *groups: str):
     from django.contrib.auth.models import Group
     from django.test import Client
 
-    risk_roles()
+    roles_ensure()
     user = get_user_model().objects.create_user(username, password="pw", is_staff=True)
     user.groups.add(*Group.objects.filter(name__in=groups))
     client = Client()

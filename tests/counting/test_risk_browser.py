@@ -14,42 +14,33 @@ from playwright.sync_api import expect
 
 from counting.risk.models import RiskDecision
 from likes_project.opsjobs.services import job_run_inline
-from tests import browser
-from tests.browser import console_user, field, log_in, path_is
-from tests.counting.test_risk import ring_video, risk_roles
+from tests.browser import console_user, field, page_as, path_is, submit
+from tests.counting.test_risk import ring_video
 from tests.reconciliation.helpers import LIVE_STORES, displayed
 
 pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-risk"
 LEDGER_URL = "/admin/risk/riskdecision/"
 REQUEST_URL = "/admin/risk/riskdecision/request/"
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
-
-
-def staff(username: str, *groups: str):
-    risk_roles()
-    return console_user(username, PASSWORD, *groups)
 
 
 def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_count_back(open_page, make_user,
                                                                                         make_video):
     _author, _honest, ring = ring_video(make_user, make_video, "rkb-ring", honest=4, ring=3)
     assert displayed("rkb-ring") == 7
-    a = staff("br-risk-a", "likes-operator")
-    b = staff("br-risk-b", "likes-approver")
+    a = console_user("br-risk-a", "likes-operator")
+    b = console_user("br-risk-b", "likes-approver")
 
     # --- A requests the hide: the decision's page follows, waiting for approval ------------------------
-    page_a = open_page()
-    log_in(page_a, a.username, PASSWORD, next_path=LEDGER_URL)
+    page_a = page_as(open_page, a.username, next_path=LEDGER_URL)
     page_a.locator(".object-tools a", has_text="Request a risk hide").click()
     page_a.wait_for_url(path_is(REQUEST_URL))
     page_a.locator("#id_video").fill("rkb-ring")
     page_a.locator("#id_users").fill("\n".join(u.username for u in ring))
     page_a.locator("#id_reason").fill("a ring of fake accounts")
     page_a.locator("#id_evidence").fill("one device fingerprint, accounts created within a minute")
-    page_a.locator("input[type=submit][value='Request the hide']").click()
+    submit(page_a, "Request the hide")
     hide = RiskDecision.objects.get()
     hide_path = f"{LEDGER_URL}{hide.pk}/change/"
     page_a.wait_for_url(path_is(hide_path))
@@ -59,8 +50,7 @@ def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_co
     assert (hide.requested_by, hide.status) == (a.username, "AWAITING_APPROVAL")
 
     # --- B approves it; the system's job applies it; the count drops by the ring ------------------------
-    page_b = open_page()
-    log_in(page_b, b.username, PASSWORD, next_path=hide_path)
+    page_b = page_as(open_page, b.username, next_path=hide_path)
     page_b.locator("#risk-approve-form input[type=submit]").click()
     page_b.wait_for_url(path_is(hide_path))
     expect(page_b.locator(".messagelist .success")).to_contain_text(f"Approved risk decision {hide.pk}")
@@ -79,7 +69,7 @@ def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_co
     page_a.goto(page_a.url)
     page_a.locator(".object-tools a.risk-restore").click()
     page_a.locator("#id_reason").fill("appeal accepted")
-    page_a.locator("input[type=submit][value='Request the restore']").click()
+    submit(page_a, "Request the restore")
     restore = RiskDecision.objects.get(kind="RESTORE")
     restore_path = f"{LEDGER_URL}{restore.pk}/change/"
     page_a.wait_for_url(path_is(restore_path))

@@ -15,24 +15,15 @@ from likes_project.audit.jobs import VERIFY_JOB
 from likes_project.audit.models import AuditChainVerification, AuditRecord
 from likes_project.audit.services import audit_record, chain_checkpoint_write
 from likes_project.opsjobs.models import OpsJob
-from tests import browser
-from tests.browser import console_user, log_in, path_is
+from tests.browser import console_user, page_as, path_is
 from tests.factories import TEST_ACTOR, run_jobs
-from tests.reconciliation.helpers import LIVE_STORES, roles_ensure
+from tests.reconciliation.helpers import LIVE_STORES
 
 pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-audit"
 CHAIN_URL = "/admin/audit/auditrecord/chain/"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console" / "audit-chain.png"
 TABLE = AuditRecord._meta.db_table
-
-
-def operator(username: str, group: str):
-    """A staff user in one of the console's role groups (made again after a transactional test's flush)."""
-    roles_ensure()  # the chain's roles too (likes_project.audit 0004 is among its migrations)
-    return console_user(username, PASSWORD, group)
 
 
 def start_verification(page) -> OpsJob:
@@ -54,17 +45,15 @@ def test_an_operator_verifies_the_chain_and_sees_an_edited_row(open_page):
             audit_record(actor=TEST_ACTOR, action="test.browser", target_type="test", target_id=f"b-{n}",
                          params={"n": n})
     checkpoint = chain_checkpoint_write()
-    op = operator("br-audit-op", "likes-operator")
-    viewer = operator("br-audit-viewer", "likes-viewer")
+    op = console_user("br-audit-op", "likes-operator")
+    viewer = console_user("br-audit-viewer", "likes-viewer")
 
     # a viewer sees the state, without the form
-    page_v = open_page()
-    log_in(page_v, viewer.username, PASSWORD, next_path=CHAIN_URL)
+    page_v = page_as(open_page, viewer.username, next_path=CHAIN_URL)
     expect(page_v.locator("#chain-verdict")).to_have_text("Never verified.")
     expect(page_v.locator("#chain-verify-form")).to_have_count(0)
 
-    page = open_page()
-    log_in(page, op.username, PASSWORD, next_path=CHAIN_URL)
+    page = page_as(open_page, op.username, next_path=CHAIN_URL)
     expect(page.locator("#chain-head")).to_contain_text(f"seq {checkpoint.seq}")
     expect(page.locator("#chain-head")).to_contain_text(f"{checkpoint.pk}: seq {checkpoint.seq}")
 

@@ -24,17 +24,14 @@ from likes_project.opsjobs.tasks import run_job_task
 from relations import routing
 from relations.models import AccountStatus
 from relations.services.commands import relation_set_state
-from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import PASSWORD, log_in, page_as, path_is, submit
 from tests.factories import grant, make_user, make_video, run_jobs
 from tests.opsconsole.helpers import liker_of_videos
 from tests.reconciliation.helpers import audits
 from tests.relations.helpers import relation_row
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-1"
 LOOKUP_URL = "/admin/opsconsole/auditrecord/lookup/"
 TASKS_URL = "/admin/django_celery_beat/periodictask/"
 TOKENS_URL = "/admin/authtoken/tokenproxy/"
@@ -76,7 +73,7 @@ def test_an_operator_logs_in_and_looks_up_a_relation_made_through_the_service(op
     looker.refresh_from_db()
     assert looker.last_login is None
 
-    log_in(page, looker.username, PASSWORD, next_path=LOOKUP_URL)
+    log_in(page, looker.username, next_path=LOOKUP_URL)
     expect(page.locator("#user-tools")).to_contain_text(looker.username)
     looker.refresh_from_db()
     assert looker.last_login is not None and Session.objects.count() == 1
@@ -111,8 +108,7 @@ def test_an_operator_logs_in_and_looks_up_a_relation_made_through_the_service(op
 
 def test_without_the_lookup_permission_the_page_is_refused(open_page):
     staff = operator("br-no-lookup")
-    page = open_page()
-    log_in(page, staff.username, PASSWORD)
+    page = page_as(open_page, staff.username)
     response = page.goto(LOOKUP_URL)
     assert response.status == 403
     expect(page.locator("#lookup-results")).to_have_count(0)
@@ -124,13 +120,12 @@ def test_without_the_lookup_permission_the_page_is_refused(open_page):
 def test_an_issued_token_key_is_shown_once_and_never_again(open_page):
     target = make_user("br-tok-target")
     issuer = operator("br-issuer", "authtoken.view_token", "authtoken.add_token")
-    page = open_page()
-    log_in(page, issuer.username, PASSWORD, next_path=TOKENS_URL)
+    page = page_as(open_page, issuer.username, next_path=TOKENS_URL)
     page.get_by_role("link", name="Add Token").click()
     page.wait_for_url(path_is(f"{TOKENS_URL}add/"))
     page.locator("#id_username").fill(target.username)
     page.locator("#id_reason").fill("browser test partner")
-    page.locator("input[type=submit][value='Issue token']").click()
+    submit(page, "Issue token")
 
     shown = page.locator("#api-token-key")
     expect(shown).to_be_visible()
@@ -187,8 +182,7 @@ def task_row(page, name: str):
 def test_a_viewer_gets_no_disable_action_and_a_forged_one_changes_nothing(open_page, beat_tasks):
     sweep, publish = beat_tasks
     viewer = operator("br-beat-viewer", "django_celery_beat.view_periodictask")
-    page = open_page()
-    log_in(page, viewer.username, PASSWORD, next_path=TASKS_URL)
+    page = page_as(open_page, viewer.username, next_path=TASKS_URL)
     expect(task_row(page, "ops-jobs-sweep")).to_have_count(1)
     expect(task_row(page, "publish-outbox")).to_have_count(1)
     expect(page.locator("option[value=disable_tasks]")).to_have_count(0)
@@ -226,8 +220,7 @@ def test_a_viewer_gets_no_disable_action_and_a_forged_one_changes_nothing(open_p
 def test_an_operator_disables_a_periodic_task_with_a_reason(open_page, beat_tasks):
     sweep, publish = beat_tasks
     op = operator("br-beat-operator", "django_celery_beat.view_periodictask", "django_celery_beat.change_periodictask")
-    page = open_page()
-    log_in(page, op.username, PASSWORD, next_path=TASKS_URL)
+    page = page_as(open_page, op.username, next_path=TASKS_URL)
 
     def ask_to_disable_sweep():
         task_row(page, "ops-jobs-sweep").locator("input[name=_selected_action]").check()
@@ -268,12 +261,11 @@ def test_account_deletion_shows_its_job_progress_and_success(open_page, settings
     settings.OPS_JOB_SLICE_S = 0  # one chunk per slice
     settings.ACCOUNT_DELETE_CHUNK = 2
     op = operator("br-deleter", "relations.change_accountstatus")
-    page = open_page()
-    log_in(page, op.username, PASSWORD, next_path=ACCOUNT_DELETE_URL)
+    page = page_as(open_page, op.username, next_path=ACCOUNT_DELETE_URL)
 
     page.locator("#id_username").fill(doomed.username)
     page.locator("#id_confirm").check()
-    page.locator("input[type=submit][value='Delete account']").click()
+    submit(page, "Delete account")
     page.wait_for_url(re.compile(r"/admin/opsjobs/opsjob/\d+/change/$"))
     job = OpsJob.objects.get()
     assert page.url.endswith(f"/admin/opsjobs/opsjob/{job.pk}/change/")

@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from likes_project import switches
@@ -18,23 +16,13 @@ from likes_project.observability import gauges_refresh
 from likes_project.opsjobs.models import OpsJob
 from opsconsole import dashboard
 from reconciliation.models import CheckRun
-from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, page_as, path_is
 from tests.factories import run_jobs
-from tests.reconciliation.helpers import liked_video, roles_ensure
+from tests.reconciliation.helpers import liked_video
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-1"
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
-
-
-def member(username: str, group: str):
-    roles_ensure()
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(Group.objects.get(name=group))
-    return user
 
 
 def test_the_front_page_then_a_videos_panel_then_a_check_from_it(open_page, make_user, make_video):
@@ -44,10 +32,9 @@ def test_the_front_page_then_a_videos_panel_then_a_check_from_it(open_page, make
                               target_type="consumer")
     gauges_refresh()
     dashboard.gauge_history_sample()
-    member("fp-operator", "likes-operator")
+    console_user("fp-operator", "likes-operator")
 
-    page = open_page()
-    log_in(page, "fp-operator", PASSWORD)
+    page = page_as(open_page, "fp-operator")
     expect(page.locator("#panel-switches")).to_contain_text("reverse shard maintenance")
     expect(page.locator("#panel-switches")).to_contain_text("fp-oncall")
     for key in ("outbox", "lag", "dead_letters", "diffs", "repairs", "jobs", "verdicts"):

@@ -165,5 +165,6 @@ def test_every_migration_that_grants_a_role_is_replayed_by_the_tests():
     root = Path(__file__).resolve().parents[2]
     granting = {str(p.relative_to(root).with_suffix("")).replace("/", ".")
                 for p in root.glob("**/migrations/*.py")
-                if ".venv" not in p.parts and "group_permissions_grant(" in p.read_text()}
+                if ".venv" not in p.parts and any(grant in p.read_text() for grant in
+                                                   ("group_permissions_grant(", "console_roles("))}
     assert granting == {module for module, _function in ROLE_MIGRATIONS}

@@ -11,41 +11,26 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from likes_project.audit.models import AuditRecord
 from relations.models import LikeCommand, LikesReadOnlySwitch, OutboxEvent
-from tests import browser
-from tests.browser import log_in, path_is
+from tests.browser import console_user, page_as, path_is
 from tests.factories import ApiClientFactory, make_user, make_video, put_like
-from tests.reconciliation.helpers import roles_ensure
 from tests.relations.helpers import assert_error, body_of, total
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "switch-pw-1"
 CHANGELIST = "/admin/relations/likesreadonlyswitch/"
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "console" / "read-only.png"
 
 
-def operator(username: str):
-    """A likes-operator who logs in through the form."""
-    roles_ensure()
-    user = get_user_model().objects.create_user(username, password=PASSWORD, is_staff=True)
-    user.groups.add(Group.objects.get(name="likes-operator"))
-    return user
-
-
 def test_an_operator_sets_read_only_in_the_console_a_like_is_refused_then_lifted_it_succeeds(open_page):
-    ops = operator("sw-operator")
+    ops = console_user("sw-operator", "likes-operator")
     video = make_video("sw-br-v", make_user())
     liker = make_user()
     client = ApiClientFactory().as_user(liker)
-    page = open_page()
-    log_in(page, ops.username, PASSWORD, next_path=CHANGELIST)
+    page = page_as(open_page, ops.username, next_path=CHANGELIST)
 
     # set it: the add form of the switch, with a reason
     page.locator("#content-main a.addlink").click()
@@ -93,11 +78,8 @@ def test_an_operator_sets_read_only_in_the_console_a_like_is_refused_then_lifted
 
 
 def test_without_the_switch_permission_the_console_offers_no_way_to_set_it(open_page):
-    viewer = get_user_model().objects.create_user("sw-viewer", password=PASSWORD, is_staff=True)
-    roles_ensure()
-    viewer.groups.add(Group.objects.get(name="likes-viewer"))
-    page = open_page()
-    log_in(page, viewer.username, PASSWORD, next_path=CHANGELIST)
+    viewer = console_user("sw-viewer", "likes-viewer")
+    page = page_as(open_page, viewer.username, next_path=CHANGELIST)
     expect(page.locator("#content-main a.addlink")).to_have_count(0)
     assert page.goto(f"{CHANGELIST}add/").status == 403
     assert not LikesReadOnlySwitch.objects.exists()

@@ -13,24 +13,15 @@ from playwright.sync_api import expect
 
 from relations import routing
 from relations.models import OutboxEvent
-from tests import browser
-from tests.browser import console_user, log_in, path_is
+from tests.browser import console_user, page_as, path_is
 from tests.counting.helpers import consume_everything, publish_all
 from tests.factories import ApiClientFactory, make_user, make_video, put_like
-from tests.reconciliation.helpers import LIVE_STORES, roles_ensure
+from tests.reconciliation.helpers import LIVE_STORES
 
 pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-trace"
 TRACE_URL = "/admin/opsconsole/trace/"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console" / "trace.png"
-
-
-def viewer(username: str):
-    """A likes-viewer with a password (the roles made again after a transactional test's flush)."""
-    roles_ensure()  # viewing checkpoints too (the event log's 0004 is among its migrations)
-    return console_user(username, PASSWORD, "likes-viewer")
 
 
 def test_a_viewer_traces_an_operation_and_follows_it_to_the_count_receipt(open_page):
@@ -40,10 +31,9 @@ def test_a_viewer_traces_an_operation_and_follows_it_to_the_count_receipt(open_p
     publish_all()
     consume_everything()
     row = OutboxEvent.objects.using(routing.alias_for_user(liker.pk)).get(aggregate_key=f"{liker.pk}:br-trace-v")
-    looker = viewer("br-trace-viewer")
+    looker = console_user("br-trace-viewer", "likes-viewer")
 
-    page = open_page()
-    log_in(page, looker.username, PASSWORD, next_path=TRACE_URL)
+    page = page_as(open_page, looker.username, next_path=TRACE_URL)
     page.locator("#id_operation").fill("br-trace-op")
     page.locator("#trace-form input[type=submit]").click()
     count = page.locator("#consumer-count")

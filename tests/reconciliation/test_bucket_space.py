@@ -15,40 +15,29 @@ from likes_project.opsjobs.services import job_run_inline, job_start
 from reconciliation.jobs import BUCKET_SPACE_JOB
 from reconciliation.services.recovery import bucket_space
 from tests.counting.helpers import drain
-from tests.reconciliation.helpers import (
-    LIVE_STORES,
-    OPERATOR,
-    REQUESTER,
-    Background,
-    api_like,
-    api_liked_video,
-    counts_match_the_facts,
-    facts_liked,
-    manage,
-    member_of,
-)
+from tests.reconciliation import helpers as live
 
-pytestmark = [pytest.mark.topology, pytest.mark.schema, *LIVE_STORES]
+pytestmark = [pytest.mark.topology, pytest.mark.schema, *live.LIVE_STORES]
 
 
 def test_a_bucket_space_switch_under_live_load_gives_the_same_counts_in_both_generations(
         api, make_user, make_video):
     videos = [f"bs-{i}" for i in range(4)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 5)
+        live.api_liked_video(api, make_user, make_video, v, 5)
     users = [make_user() for _ in range(16)]
     unliker = users[0]
 
     def traffic():
         for i, u in enumerate(users):
-            assert api_like(api, u, videos[i % len(videos)]).status_code == 200
+            assert live.api_like(api, u, videos[i % len(videos)]).status_code == 200
             drain()
-        assert api_like(api, unliker, videos[0], "UNLIKED").status_code == 200
+        assert live.api_like(api, unliker, videos[0], "UNLIKED").status_code == 200
         drain()
 
     old = count_routing.load_generation()
-    during = Background(traffic)
-    job = job_run_inline(job_start(kind=BUCKET_SPACE_JOB, actor=OPERATOR, params={"virtualBuckets": 4096}).pk)
+    during = live.Background(traffic)
+    job = job_run_inline(job_start(kind=BUCKET_SPACE_JOB, actor=live.OPERATOR, params={"virtualBuckets": 4096}).pk)
     during.join()
     assert job.status == "SUCCEEDED", job.last_error
     report = job.result
@@ -59,8 +48,8 @@ def test_a_bucket_space_switch_under_live_load_gives_the_same_counts_in_both_gen
     assert CountProjectionGeneration.objects.get(pk=old.generation).status == "RETIRED"  # still readable
     assert CountBucketSpace.objects.get(version=1).virtual_buckets == old.space.virtual_buckets  # never edited
     drain()
-    assert sum(len(facts_liked(v)) for v in videos) == 4 * 5 + len(users) - 1  # every acknowledged like
-    counts_match_the_facts(videos)
+    assert sum(len(live.facts_liked(v)) for v in videos) == 4 * 5 + len(users) - 1  # every acknowledged like
+    live.counts_match_the_facts(videos)
 
 
 @pytest.mark.parametrize("params,code", [({"virtualBuckets": 0}, "invalid_vbuckets"),
@@ -69,29 +58,30 @@ def test_a_bucket_space_switch_under_live_load_gives_the_same_counts_in_both_gen
                                          ({"virtualBuckets": 64, "seed": "x" * 65}, "invalid_seed")])
 def test_a_bad_request_is_refused_before_a_job_or_a_bucket_space_exists(params, code):
     with pytest.raises(DomainError) as info:
-        job_start(kind=BUCKET_SPACE_JOB, actor=OPERATOR, params=params)
+        job_start(kind=BUCKET_SPACE_JOB, actor=live.OPERATOR, params=params)
     assert info.value.code == code
     assert not OpsJob.objects.filter(kind=BUCKET_SPACE_JOB).exists()
     assert list(CountBucketSpace.objects.values_list("version", flat=True)) == [1]
 
 
 def test_a_bucket_space_change_waits_for_an_unfinished_migration():
-    ledger.migration_plan(target="cnt_02", buckets="0-3", reason="x", actor=REQUESTER)
+    ledger.migration_plan(target="cnt_02", buckets="0-3", reason="x", actor=live.REQUESTER)
     with pytest.raises(bucket_space.BucketSpaceRefused):
-        job_start(kind=BUCKET_SPACE_JOB, actor=OPERATOR, params={"virtualBuckets": 64})
+        job_start(kind=BUCKET_SPACE_JOB, actor=live.OPERATOR, params={"virtualBuckets": 64})
     assert BucketMigration.objects.count() == 1 and CountBucketSpace.objects.count() == 1
 
 
 def test_the_command_prints_the_new_space_and_refuses_bad_input_with_a_code(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "bs-cli", 3)
-    approver = member_of("likes-approver")
-    bad = manage("bucket_space_create", "--vbuckets", "0", "--actor", approver.username, "--json")
+    live.api_liked_video(api, make_user, make_video, "bs-cli", 3)
+    approver = live.member_of("likes-approver")
+    bad = live.manage("bucket_space_create", "--vbuckets", "0", "--actor", approver.username, "--json")
     assert bad.code == 1 and bad.json["code"] == "invalid_vbuckets"
-    ran = manage("bucket_space_create", "--vbuckets", "256", "--seed", "s2", "--actor", approver.username, "--json")
+    ran = live.manage("bucket_space_create", "--vbuckets", "256", "--seed", "s2", "--actor", approver.username,
+                      "--json")
     assert ran.code == 0, ran.err
     out = ran.json
     assert (out["status"], out["bucketSpaceVersion"], out["virtualBuckets"], out["seed"]) == ("ACTIVE", 2, 256, "s2")
     assert out["exactRun"]["status"] == "PASSED"
-    viewer = member_of("likes-viewer")
-    denied = manage("bucket_space_create", "--vbuckets", "64", "--actor", viewer.username, "--json")
+    viewer = live.member_of("likes-viewer")
+    denied = live.manage("bucket_space_create", "--vbuckets", "64", "--actor", viewer.username, "--json")
     assert denied.code == 1 and denied.json["code"] == "permission_denied"

@@ -19,41 +19,25 @@ from relations.models import LikeRelation
 from relations.services import write_barrier
 from tests.counting.helpers import drain, lease_expire
 from tests.factories import TEST_ACTOR
-from tests.reconciliation.helpers import (
-    APPROVER,
-    LIVE_STORES,
-    REQUESTER,
-    Background,
-    api_like,
-    api_liked_video,
-    displayed,
-    facts_liked,
-    manage,
-    projection_set_version,
-    run_check,
-    shard_transaction_holding,
-    shard_writes,
-    sql,
-    wait_until,
-)
+from tests.reconciliation import helpers as live
 
-pytestmark = [pytest.mark.topology, pytest.mark.schema, *LIVE_STORES]
+pytestmark = [pytest.mark.topology, pytest.mark.schema, *live.LIVE_STORES]
 
 GLOBAL_KEY = 1280000594  # write_barrier._GLOBAL_NS: a shard's global key; +1 is the per-video namespace
 
 
 def _liked_then_unliked(api, make_user, make_video, video_id: str):
     """A video with three likes; its first liker then unlikes (v2), all drained: the projection holds v2."""
-    video, users = api_liked_video(api, make_user, make_video, video_id, 3)
+    video, users = live.api_liked_video(api, make_user, make_video, video_id, 3)
     u = users[0]
-    assert api_like(api, u, video_id, "UNLIKED").status_code == 200
+    assert live.api_like(api, u, video_id, "UNLIKED").status_code == 200
     drain()
     return video, users, u
 
 
 def _source_back_to_v1(user, video_id: str) -> None:
     """The source read taken before v2 committed: the relation row as it was at v1 (LIKED)."""
-    assert sql(routing.alias_for_user(user.pk), f"UPDATE {LikeRelation._meta.db_table} SET state = 'LIKED', "
+    assert live.sql(routing.alias_for_user(user.pk), f"UPDATE {LikeRelation._meta.db_table} SET state = 'LIKED', "
                "relation_version = 1 WHERE user_id = %s AND video_id = %s", [user.pk, video_id]) == 1
 
 
@@ -72,7 +56,7 @@ def test_t27_a_projected_version_above_the_source_passes_coverage_with_the_outbo
         api, make_user, make_video):
     video, _users, u = _liked_then_unliked(api, make_user, make_video, "ex-t27")
     _source_back_to_v1(u, video.video_id)
-    run = run_check("coverage", videos=[video.video_id])
+    run = live.run_check("coverage", videos=[video.video_id])
     # The projection's v2 UNLIKED is proven by the outbox row of v2: neither a mismatch nor a gap.
     assert (run.status, run.diffs_found) == ("PASSED", 0), list(run.diffs.values())
     assert run.checked == 3
@@ -81,8 +65,8 @@ def test_t27_a_projected_version_above_the_source_passes_coverage_with_the_outbo
 def test_t27_counter_example_a_projected_version_no_outbox_row_has_fails_coverage(api, make_user, make_video):
     video, _users, u = _liked_then_unliked(api, make_user, make_video, "ex-t27-no")
     _source_back_to_v1(u, video.video_id)
-    projection_set_version(u.pk, video.video_id, 7)  # v7 UNLIKED: no source transaction ever wrote it
-    run = run_check("coverage", videos=[video.video_id])
+    live.projection_set_version(u.pk, video.video_id, 7)  # v7 UNLIKED: no source transaction ever wrote it
+    run = live.run_check("coverage", videos=[video.video_id])
     assert run.status == "FAILED"
     [diff] = run.diffs.all()
     assert diff.layer == "projection"
@@ -94,8 +78,8 @@ def test_t27_counter_example_a_projected_version_no_outbox_row_has_fails_coverag
 def test_t27_counter_example_an_outbox_row_of_another_state_is_no_evidence(api, make_user, make_video):
     video, _users, u = _liked_then_unliked(api, make_user, make_video, "ex-t27-state")
     _source_back_to_v1(u, video.video_id)
-    projection_set_version(u.pk, video.video_id, 2, state="LIKED")  # the outbox's v2 says UNLIKED
-    run = run_check("coverage", videos=[video.video_id])
+    live.projection_set_version(u.pk, video.video_id, 2, state="LIKED")  # the outbox's v2 says UNLIKED
+    run = live.run_check("coverage", videos=[video.video_id])
     assert run.status == "FAILED"
     [diff] = run.diffs.all()
     assert diff.detail["relations"][0]["verdict"] == "projected version above the source without outbox evidence"
@@ -105,18 +89,18 @@ def test_t27_counter_example_an_outbox_row_of_another_state_is_no_evidence(api, 
 
 
 def test_t28_exact_is_refused_while_the_count_consumer_is_paused(api, make_user, make_video):
-    video, _ = api_liked_video(api, make_user, make_video, "ex-paused", 2)
+    video, _ = live.api_liked_video(api, make_user, make_video, "ex-paused", 2)
     consumer_switch_set(consumer=COUNT_CONSUMER, paused=True, reason="test", actor=TEST_ACTOR)
-    _refused(run_check("exact", videos=[video.video_id]), "paused")
-    ran = manage("reconcile", "--mode", "exact", "--video", video.video_id, "--json")
+    _refused(live.run_check("exact", videos=[video.video_id]), "paused")
+    ran = live.manage("reconcile", "--mode", "exact", "--video", video.video_id, "--json")
     assert ran.code == 2 and ran.json["status"] == "REFUSED" and "paused" in ran.json["refusedBecause"]
     # Counter-example: resumed, the same check passes.
     consumer_switch_set(consumer=COUNT_CONSUMER, paused=False, reason="test", actor=TEST_ACTOR)
-    assert run_check("exact", videos=[video.video_id]).status == "PASSED"
+    assert live.run_check("exact", videos=[video.video_id]).status == "PASSED"
 
 
 def test_t28_exact_is_refused_when_a_lease_changes_hands_during_the_barrier(api, make_user, make_video, monkeypatch):
-    video, _ = api_liked_video(api, make_user, make_video, "ex-lease", 2)
+    video, _ = live.api_liked_video(api, make_user, make_video, "ex-lease", 2)
     taken: list[leases.LeaseGrant] = []
 
     def another_worker_takes_over(grants):
@@ -127,15 +111,15 @@ def test_t28_exact_is_refused_when_a_lease_changes_hands_during_the_barrier(api,
         taken.append(other)
 
     monkeypatch.setattr(cut_module, "after_leases_taken", another_worker_takes_over)
-    _refused(run_check("exact", videos=[video.video_id]), "a lease changed hands")
+    _refused(live.run_check("exact", videos=[video.video_id]), "a lease changed hands")
     leases.lease_release(taken.pop())
-    ran = manage("reconcile", "--mode", "exact", "--video", video.video_id, "--json")
+    ran = live.manage("reconcile", "--mode", "exact", "--video", video.video_id, "--json")
     assert ran.code == 2 and "a lease changed hands" in ran.json["refusedBecause"], ran.out
     leases.lease_release(taken.pop())
     # Counter-example: the leases stay where the cut put them.
     seen = []
     monkeypatch.setattr(cut_module, "after_leases_taken", seen.append)
-    run = run_check("exact", videos=[video.video_id])
+    run = live.run_check("exact", videos=[video.video_id])
     assert run.status == "PASSED" and len(seen) == 1
     assert not any(leases.lease_is_current(g) for g in seen[0])  # and the cut gave them back at its end
 
@@ -143,7 +127,7 @@ def test_t28_exact_is_refused_when_a_lease_changes_hands_during_the_barrier(api,
 @pytest.mark.parametrize("scope", ["all", "video"])
 def test_t28_exact_is_refused_when_the_write_barrier_cannot_be_established(api, make_user, make_video, settings,
                                                                            scope):
-    video, _ = api_liked_video(api, make_user, make_video, f"ex-nobarrier-{scope}", 2)
+    video, _ = live.api_liked_video(api, make_user, make_video, f"ex-nobarrier-{scope}", 2)
     settings.RECONCILE_BARRIER_ACQUIRE_MS = 100
     settings.RECONCILE_BARRIER_MAX_MS = 100
     first, alias = settings.RELATION_SHARD_ALIASES[0], settings.RELATION_SHARD_ALIASES[-1]
@@ -155,17 +139,17 @@ def test_t28_exact_is_refused_when_the_write_barrier_cannot_be_established(api, 
     else:
         held = ("SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))", [GLOBAL_KEY + 1, video.video_id])
         argv = ["--video", video.video_id]
-    with shard_transaction_holding(alias, *held):
-        run = run_check("exact", videos=None if scope == "all" else [video.video_id], all_videos=scope == "all")
+    with live.shard_transaction_holding(alias, *held):
+        run = live.run_check("exact", videos=None if scope == "all" else [video.video_id], all_videos=scope == "all")
         _refused(run, f"the write barrier on {alias} was not reached")
-        ran = manage("reconcile", "--mode", "exact", *argv, "--json")
+        ran = live.manage("reconcile", "--mode", "exact", *argv, "--json")
         assert ran.code == 2 and ran.json["status"] == "REFUSED" and ran.json["refusedBecause"], ran.out
         # What the refused barrier had taken on the first shard was released: commands go on there.
         newcomer = make_user(shard=first)
-        assert Background(api_like, api, newcomer, video.video_id).join().status_code == 200
+        assert live.Background(live.api_like, api, newcomer, video.video_id).join().status_code == 200
     # Counter-example: once that transaction ended, the barrier is established and the check passes.
     drain()
-    run = run_check("exact", videos=[video.video_id])
+    run = live.run_check("exact", videos=[video.video_id])
     assert run.status == "PASSED" and run.barrier_held_ms is not None, run.refused_because
 
 
@@ -173,7 +157,7 @@ def test_t28_exact_is_refused_when_the_write_barrier_cannot_be_established(api, 
 
 
 def test_a_command_meeting_the_barrier_waits_and_is_applied_once_it_lowers(api, make_user, make_video, settings):
-    video, _ = api_liked_video(api, make_user, make_video, "ex-wait", 1)
+    video, _ = live.api_liked_video(api, make_user, make_video, "ex-wait", 1)
     settings.RECONCILE_BARRIER_MAX_MS = 30_000  # a bound; the barrier is lowered as soon as the command waits
     raised, waits = [], metrics.value("likes_write_barrier_waits_total")
 
@@ -181,63 +165,63 @@ def test_a_command_meeting_the_barrier_waits_and_is_applied_once_it_lowers(api, 
         barrier = write_barrier.barrier_raise([video.video_id], timeout_ms=1000)
         raised.append(barrier)
         try:
-            wait_until(lambda: metrics.value("likes_write_barrier_waits_total") > waits, what="a waiting command")
+            live.wait_until(lambda: metrics.value("likes_write_barrier_waits_total") > waits, what="a waiting command")
         finally:
             write_barrier.barrier_lower(barrier)
 
-    holder = Background(hold_until_a_command_waits)
-    wait_until(lambda: raised, what="the barrier")
+    holder = live.Background(hold_until_a_command_waits)
+    live.wait_until(lambda: raised, what="the barrier")
     u = make_user()
-    resp = api_like(api, u, video.video_id)
+    resp = live.api_like(api, u, video.video_id)
     holder.join()
     assert resp.status_code == 200, resp.content
     assert resp.json()["state"] == "LIKED" and resp.json()["changed"] is True
     assert metrics.value("likes_write_barrier_waits_total") > waits  # it did meet the barrier
-    assert u.pk in facts_liked(video.video_id)
+    assert u.pk in live.facts_liked(video.video_id)
     drain()
-    assert displayed(video.video_id) == 2
+    assert live.displayed(video.video_id) == 2
 
 
 def test_a_command_meeting_the_barrier_past_its_limit_gets_503_write_barrier_and_writes_nothing(
         api, make_user, make_video, settings):
-    video, _ = api_liked_video(api, make_user, make_video, "ex-503", 1)
+    video, _ = live.api_liked_video(api, make_user, make_video, "ex-503", 1)
     elsewhere = make_video("ex-503-b", make_user())
     settings.RECONCILE_BARRIER_MAX_MS = 100
     u = make_user()
     barrier = write_barrier.barrier_raise([video.video_id], timeout_ms=1000)
     try:
-        resp = Background(api_like, api, u, video.video_id, key="ex-503-op").join()
-        other = Background(api_like, api, u, elsewhere.video_id, key="ex-503-other").join()
+        resp = live.Background(live.api_like, api, u, video.video_id, key="ex-503-op").join()
+        other = live.Background(live.api_like, api, u, elsewhere.video_id, key="ex-503-other").join()
     finally:
         write_barrier.barrier_lower(barrier)
     assert resp.status_code == 503, resp.content
     body = resp.json()
     assert body["code"] == "write_barrier" and body["message"] and body["retryAfterSeconds"] == 1
     assert resp["Retry-After"] == "1"
-    assert shard_writes(u.pk, video.video_id) == (0, 0, 0)  # its transaction rolled back: nothing written
+    assert live.shard_writes(u.pk, video.video_id) == (0, 0, 0)  # its transaction rolled back: nothing written
     assert other.status_code == 200  # the barrier holds only its own videos
     # The same operation, retried after the barrier: applied once.
-    again = api_like(api, u, video.video_id, key="ex-503-op")
+    again = live.api_like(api, u, video.video_id, key="ex-503-op")
     assert again.status_code == 200 and again.json()["changed"] is True
-    assert shard_writes(u.pk, video.video_id) == (1, 1, 1)
+    assert live.shard_writes(u.pk, video.video_id) == (1, 1, 1)
     drain()
-    assert displayed(video.video_id) == 2
+    assert live.displayed(video.video_id) == 2
 
 
 def test_commands_during_exact_runs_are_never_500_and_lose_nothing(api, make_user, make_video, settings):
-    video, first = api_liked_video(api, make_user, make_video, "ex-busy", 2)
+    video, first = live.api_liked_video(api, make_user, make_video, "ex-busy", 2)
     settings.RECONCILE_BARRIER_MAX_MS = 50  # some commands meet a barrier past their limit
     users = [make_user() for _ in range(30)]
     answers: dict[int, object] = {}
 
     def like_all():
         for u in users:
-            answers[u.pk] = api_like(api, u, video.video_id, key=f"busy-{u.pk}")
+            answers[u.pk] = live.api_like(api, u, video.video_id, key=f"busy-{u.pk}")
 
-    liker = Background(like_all)
+    liker = live.Background(like_all)
     runs = []
     while liker.thread.is_alive() and len(runs) < 25:
-        runs.append(run_check("exact", videos=[video.video_id]))
+        runs.append(live.run_check("exact", videos=[video.video_id]))
     liker.join()
     assert runs and all(r.status in ("PASSED", "REFUSED") for r in runs), [(r.status, r.diffs_found) for r in runs]
     assert all(r.refused_because for r in runs if r.status == "REFUSED")
@@ -247,14 +231,14 @@ def test_commands_during_exact_runs_are_never_500_and_lose_nothing(api, make_use
     refused = {pk for pk, resp in answers.items() if resp.status_code == 503}
     for pk in refused:
         assert answers[pk].json()["code"] == "write_barrier" and answers[pk]["Retry-After"]
-        assert shard_writes(pk, video.video_id) == (0, 0, 0)
-    assert facts_liked(video.video_id) == accepted | {u.pk for u in first}
+        assert live.shard_writes(pk, video.video_id) == (0, 0, 0)
+    assert live.facts_liked(video.video_id) == accepted | {u.pk for u in first}
     for u in users:  # a refused one is retried with its key; an accepted one replays
-        resp = api_like(api, u, video.video_id, key=f"busy-{u.pk}")
+        resp = live.api_like(api, u, video.video_id, key=f"busy-{u.pk}")
         assert resp.status_code == 200 and resp.json()["replayed"] is (u.pk in accepted)
     drain()
-    assert displayed(video.video_id) == 32
-    assert run_check("exact", videos=[video.video_id]).status == "PASSED"
+    assert live.displayed(video.video_id) == 32
+    assert live.run_check("exact", videos=[video.video_id]).status == "PASSED"
 
 
 # --- what only exact mode claims -------------------------------------------------------------------
@@ -263,19 +247,19 @@ def test_commands_during_exact_runs_are_never_500_and_lose_nothing(api, make_use
 def test_exact_finds_what_the_online_modes_cannot_claim_and_passes_after_the_repair(api, make_user, make_video):
     video, _users, u = _liked_then_unliked(api, make_user, make_video, "ex-only")
     _source_back_to_v1(u, video.video_id)  # the facts say v1 LIKED; the projection v2 UNLIKED
-    assert run_check("identity", videos=[video.video_id]).status == "PASSED"
-    assert run_check("coverage", videos=[video.video_id]).status == "PASSED"  # v2 has its outbox evidence
-    exact = run_check("exact", videos=[video.video_id])
+    assert live.run_check("identity", videos=[video.video_id]).status == "PASSED"
+    assert live.run_check("coverage", videos=[video.video_id]).status == "PASSED"  # v2 has its outbox evidence
+    exact = live.run_check("exact", videos=[video.video_id])
     assert exact.status == "FAILED"
     [diff] = exact.diffs.all()
     assert (diff.layer, diff.expected, diff.actual) == ("projection", 3, 2)
     assert diff.detail["relations"] == [{"userId": u.pk, "source": ["LIKED", 1], "projected": ["UNLIKED", 2],
                                          "verdict": "differs at the cut"}]
-    req = repair.repair_request(actor=REQUESTER, source="facts", reason="exact diff", diff_ids=[diff.pk])
-    req = repair.repair_approve(repair_id=req.pk, actor=APPROVER)
+    req = repair.repair_request(actor=live.REQUESTER, source="facts", reason="exact diff", diff_ids=[diff.pk])
+    req = repair.repair_approve(repair_id=req.pk, actor=live.APPROVER)
     job_run_inline(req.job_id)
     req.refresh_from_db()
     assert req.status == "SUCCEEDED", (req.error, req.result)
     assert req.result["layers"]["projection"] == [video.video_id]
-    assert run_check("exact", videos=[video.video_id]).status == "PASSED"
-    assert displayed(video.video_id) == 3 == len(facts_liked(video.video_id))
+    assert live.run_check("exact", videos=[video.video_id]).status == "PASSED"
+    assert live.displayed(video.video_id) == 3 == len(live.facts_liked(video.video_id))

@@ -6,39 +6,27 @@ with the count equal to the facts again. What each one sees is checked against t
 
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
 
 import pytest
-from django.apps import apps as django_apps
 from playwright.sync_api import expect
 
 from counting import selectors
 from likes_project.audit.models import AuditRecord
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckDiff, CheckRun, RepairRequest
-from tests import browser
-from tests.browser import console_user, field, log_in, path_is
+from tests.browser import console_user, field, page_as, path_is, submit
 from tests.factories import make_user, make_video
 from tests.reconciliation.helpers import bucket_add, liked_video, run_check
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
-PASSWORD = "browser-pw-1"
 DIFFS_URL = "/admin/reconciliation/checkdiff/"
 REPAIRS_URL = "/admin/reconciliation/repairrequest/"
 VIDEO = "br-rep-1"
 LIKES = 4
-
-
-def operator(username: str, *groups: str):
-    """A staff user with a password (they log in through the form) in the console's role groups (those
-    of reconciliation 0002, made again after a transactional test's flush removed them)."""
-    importlib.import_module("reconciliation.migrations.0002_roles").roles(django_apps, None)
-    return console_user(username, PASSWORD, *groups)
 
 
 def routed_sum(video_id: str) -> int:
@@ -55,12 +43,11 @@ def test_a_damaged_count_is_repaired_from_the_facts_with_a_second_operators_appr
     [diff] = run.diffs.filter(layer="buckets")
     assert (diff.video_id, diff.actual - diff.expected, diff.status) == (VIDEO, 3, "NEW")
 
-    a = operator("br-op-a", "likes-operator", "likes-approver")  # may approve, just not their own request
-    b = operator("br-op-b", "likes-approver")
+    a = console_user("br-op-a", "likes-operator", "likes-approver")  # may approve, just not their own request
+    b = console_user("br-op-b", "likes-approver")
 
     # --- A finds the diff and requests a repair of it, with a reason -------------------------------
-    page_a = open_page()
-    log_in(page_a, a.username, PASSWORD, next_path=DIFFS_URL)
+    page_a = page_as(open_page, a.username, next_path=DIFFS_URL)
     page_a.locator("#searchbar").fill(VIDEO)
     page_a.locator("#changelist-search input[type=submit]").click()
     buckets_layer = page_a.locator("td.field-layer", has_text="buckets vs projection")
@@ -74,7 +61,7 @@ def test_a_damaged_count_is_repaired_from_the_facts_with_a_second_operators_appr
     expect(page_a.locator("ul.reason-action-objects li")).to_contain_text(VIDEO)
     assert RepairRequest.objects.count() == 0  # asking is not doing
     page_a.locator("#id_reason").fill("bucket +3 found by the identity check")
-    page_a.locator("input[type=submit][value='Request repair']").click()
+    submit(page_a, "Request repair")
     page_a.wait_for_url(path_is(DIFFS_URL))
     expect(page_a.locator(".messagelist")).to_contain_text("it waits for another operator's approval")
 
@@ -101,8 +88,7 @@ def test_a_damaged_count_is_repaired_from_the_facts_with_a_second_operators_appr
     assert routed_sum(VIDEO) == LIKES + 3
 
     # --- B approves it ---------------------------------------------------------------------------
-    page_b = open_page()
-    log_in(page_b, b.username, PASSWORD, next_path=REPAIRS_URL)
+    page_b = page_as(open_page, b.username, next_path=REPAIRS_URL)
     page_b.locator("#result_list a", has_text=str(req.pk)).first.click()
     page_b.wait_for_url(path_is(repair_path))
     expect(page_b.locator(".repair-own")).to_have_count(0)

@@ -56,20 +56,13 @@ def snapshot_row(status: str = "SEALED", **fields) -> RecoverySnapshot:
     return RecoverySnapshot.objects.create(**{**defaults, **fields})
 
 
-def page_url(snap) -> str:
-    return reverse("admin:reconciliation_recoverysnapshot_change", args=[snap.pk])
+URL_NAMES = {"change": "reconciliation_recoverysnapshot_change", "verify": "reconciliation_snapshot_verify",
+             "drill": "reconciliation_snapshot_test_restore", "job": "opsjobs_opsjob_change"}
 
 
-def verify_url(snap_id) -> str:
-    return reverse("admin:reconciliation_snapshot_verify", args=[snap_id])
-
-
-def drill_url(snap_id) -> str:
-    return reverse("admin:reconciliation_snapshot_test_restore", args=[snap_id])
-
-
-def job_url(job) -> str:
-    return reverse("admin:opsjobs_opsjob_change", args=[job.pk])
+def page_url(page: str, pk: int) -> str:
+    """The console URL of a snapshot's change page, verify or drill (test-restore) form, or of a job's page."""
+    return reverse(f"admin:{URL_NAMES[page]}", args=[pk])
 
 
 def act(client, action: str, snaps, **extra):
@@ -84,7 +77,7 @@ def test_snapshots_are_on_the_console_site_and_read_only_even_for_a_superuser():
     snap = snapshot_row()
     _su, client = logged_in("snap-super", superuser=True)
     assert client.get(reverse("admin:reconciliation_recoverysnapshot_add")).status_code == 403
-    assert client.post(page_url(snap), {"status": "FAILED"}).status_code == 403
+    assert client.post(page_url("change", snap.pk), {"status": "FAILED"}).status_code == 403
     assert client.post(reverse("admin:reconciliation_recoverysnapshot_delete", args=[snap.pk]),
                        {"post": "yes"}).status_code == 403
     assert RecoverySnapshot.objects.get(pk=snap.pk).status == "SEALED"
@@ -104,7 +97,7 @@ def test_a_viewer_sees_the_snapshots_vector_and_artifacts_and_cannot_act():
     assert not any(f'value="{a}"' in text for a in ("verify", "test_restore"))
     assert client.get(SNAPSHOTS_URL, {"status__exact": "FAILED"}).context["cl"].result_count == 1
 
-    page = client.get(page_url(sealed)).content.decode()
+    page = client.get(page_url("change", sealed.pk)).content.decode()
     assert page.count('class="snapshot-offsets-row"') == 2  # the whole vector, the untouched partition too
     assert "1700000000000-5" in page and "0-1" in page
     assert page.count('class="snapshot-artifacts-row"') == 2 and SHA in page and "1234" in page
@@ -112,12 +105,12 @@ def test_a_viewer_sees_the_snapshots_vector_and_artifacts_and_cannot_act():
     assert f"target_type=recovery_snapshot&amp;target_id={sealed.pk}" in page  # its audit records
     # nothing to press: no Verify / Test-restore buttons, no restore link (a viewer requests no repair)
     assert "snapshot-verify-form" not in page and "snapshot-restore" not in page
-    assert "aborted: a lease changed hands" in client.get(page_url(failed)).content.decode()
+    assert "aborted: a lease changed hands" in client.get(page_url("change", failed.pk)).content.decode()
 
     assert client.get(TAKE_URL).status_code == 403
     assert client.post(TAKE_URL, {"reason": "trying"}).status_code == 403
-    assert client.post(verify_url(sealed.pk)).status_code == 403
-    assert client.post(drill_url(sealed.pk)).status_code == 403
+    assert client.post(page_url("verify", sealed.pk)).status_code == 403
+    assert client.post(page_url("drill", sealed.pk)).status_code == 403
     for action in ("verify", "test_restore"):
         resp = act(client, action, [sealed])
         assert resp.status_code == 200, action  # no such action for them: the changelist again
@@ -128,19 +121,19 @@ def test_a_viewer_sees_the_snapshots_vector_and_artifacts_and_cannot_act():
 def test_an_approver_alone_cannot_take_verify_or_test_restore():
     snap = snapshot_row()
     _approver, client = logged_in("snap-approver", "likes-approver")
-    assert client.get(page_url(snap)).status_code == 200  # may look
+    assert client.get(page_url("change", snap.pk)).status_code == 200  # may look
     assert client.post(TAKE_URL, {"reason": "x"}).status_code == 403
-    assert client.post(verify_url(snap.pk)).status_code == 403
-    assert client.post(drill_url(snap.pk)).status_code == 403
+    assert client.post(page_url("verify", snap.pk)).status_code == 403
+    assert client.post(page_url("drill", snap.pk)).status_code == 403
     assert OpsJob.objects.count() == 0 and RecoverySnapshot.objects.count() == 1
 
 
 def test_the_pages_refuse_anonymous_users(client):
     snap = snapshot_row()
-    for url in (TAKE_URL, SNAPSHOTS_URL, page_url(snap)):
+    for url in (TAKE_URL, SNAPSHOTS_URL, page_url("change", snap.pk)):
         resp = client.get(url)
         assert resp.status_code == 302 and "/admin/login/" in resp.url
-    assert client.post(verify_url(snap.pk)).status_code == 302
+    assert client.post(page_url("verify", snap.pk)).status_code == 302
     assert OpsJob.objects.count() == 0
 
 
@@ -156,7 +149,7 @@ def test_an_operator_takes_a_snapshot_as_a_job_that_the_request_does_not_run():
 
     resp = client.post(TAKE_URL, {"reason": "  before the partition migration  "})
     job = OpsJob.objects.get()
-    assert resp.status_code == 302 and resp.url == job_url(job)
+    assert resp.status_code == 302 and resp.url == page_url("job", job.pk)
     snap = RecoverySnapshot.objects.get()
     assert (job.kind, job.actor, job.channel, job.status, job.target) == (
         "recovery.snapshot", op.username, "admin", "QUEUED", f"snapshot {snap.pk}")
@@ -174,10 +167,10 @@ def test_an_operator_takes_a_snapshot_as_a_job_that_the_request_does_not_run():
     assert audits("snapshot.finish") == []
     assert "Started job" in " ".join(shown_messages(client.get(resp.url)))
 
-    page = client.get(page_url(snap)).content.decode()
+    page = client.get(page_url("change", snap.pk)).content.decode()
     assert 'http-equiv="refresh"' in page  # BUILDING: the page follows the build
     assert "snapshot-verify-form" not in page and "snapshot-restore" not in page  # not SEALED yet
-    assert f'href="{job_url(job)}"' in page  # its job
+    assert f'href="{page_url("job", job.pk)}"' in page  # its job
 
 
 @pytest.mark.parametrize("data", [{}, {"reason": ""}, {"reason": "   \n "}])
@@ -192,17 +185,17 @@ def test_a_snapshot_without_a_reason_is_a_form_error_and_starts_nothing(data):
 # --- verify and test-restore -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url_of, kind", [(verify_url, "recovery.verify"), (drill_url, "recovery.test_restore")])
-def test_an_operator_starts_a_verification_or_a_test_restore_as_a_job(url_of, kind):
+@pytest.mark.parametrize("form, kind", [("verify", "recovery.verify"), ("drill", "recovery.test_restore")])
+def test_an_operator_starts_a_verification_or_a_test_restore_as_a_job(form, kind):
     snap = snapshot_row()
     op, client = logged_in("snap-checker", "likes-operator")
-    page = client.get(page_url(snap)).content.decode()
-    assert f'action="{url_of(snap.pk)}"' in page and 'http-equiv="refresh"' not in page
+    page = client.get(page_url("change", snap.pk)).content.decode()
+    assert f'action="{page_url(form, snap.pk)}"' in page and 'http-equiv="refresh"' not in page
 
-    assert client.get(url_of(snap.pk)).status_code == 405  # only a POST starts it
-    resp = client.post(url_of(snap.pk))
+    assert client.get(page_url(form, snap.pk)).status_code == 405  # only a POST starts it
+    resp = client.post(page_url(form, snap.pk))
     job = OpsJob.objects.get()
-    assert resp.status_code == 302 and resp.url == job_url(job)
+    assert resp.status_code == 302 and resp.url == page_url("job", job.pk)
     assert (job.kind, job.actor, job.status, job.params, job.target) == (
         kind, op.username, "QUEUED", {"snapshotId": snap.pk}, f"snapshot {snap.pk}")
     [started] = audits("job.start")
@@ -211,14 +204,14 @@ def test_an_operator_starts_a_verification_or_a_test_restore_as_a_job(url_of, ki
     snap.refresh_from_db()
     assert (snap.tested_at, snap.test_result) == (None, {})
     assert AuditRecord.objects.filter(target_type="recovery_snapshot").count() == 0
-    page = client.get(page_url(snap)).content.decode()
-    assert f'href="{job_url(job)}"' in page and kind in page  # the snapshot's jobs list it
+    page = client.get(page_url("change", snap.pk)).content.decode()
+    assert f'href="{page_url("job", job.pk)}"' in page and kind in page  # the snapshot's jobs list it
 
 
 def test_the_verification_job_records_its_verdict_in_the_audit_log():
     snap = snapshot_row()  # artifacts that do not exist: unusable, with the reasons
     _op, client = logged_in("snap-verifier", "likes-operator")
-    client.post(verify_url(snap.pk))
+    client.post(page_url("verify", snap.pk))
     job = job_run_inline(OpsJob.objects.get().pk)
     assert job.status == "SUCCEEDED", job.last_error
     assert job.result["usable"] is False and job.result["problems"]
@@ -229,7 +222,7 @@ def test_the_verification_job_records_its_verdict_in_the_audit_log():
 
 def test_verifying_a_snapshot_that_does_not_exist_is_a_message_not_a_500():
     _op, client = logged_in("snap-ghost", "likes-operator")
-    for url in (verify_url(99999), drill_url(99999)):
+    for url in (page_url("verify", 99999), page_url("drill", 99999)):
         resp = client.post(url, follow=True)
         assert resp.status_code == 200
         assert resp.redirect_chain == [(SNAPSHOTS_URL, 302)]
@@ -249,7 +242,7 @@ def test_the_actions_start_one_job_for_one_snapshot_and_refuse_several():
 
     resp = act(client, "test_restore", [second])
     job = OpsJob.objects.get()
-    assert resp.status_code == 302 and resp.url == job_url(job)
+    assert resp.status_code == 302 and resp.url == page_url("job", job.pk)
     assert (job.kind, job.params) == ("recovery.test_restore", {"snapshotId": second.pk})
     assert len(audits("job.start")) == 1
 
@@ -257,11 +250,11 @@ def test_the_actions_start_one_job_for_one_snapshot_and_refuse_several():
 def test_a_snapshot_that_is_not_sealed_offers_no_buttons_and_no_restore():
     failed = snapshot_row("FAILED")
     _op, client = logged_in("snap-failed", "likes-operator")
-    page = client.get(page_url(failed)).content.decode()
+    page = client.get(page_url("change", failed.pk)).content.decode()
     assert "snapshot-verify-form" not in page and "snapshot-test-restore-form" not in page
     assert "snapshot-restore" not in page
     sealed = snapshot_row()  # counter-example: a SEALED one offers all three
-    page = client.get(page_url(sealed)).content.decode()
+    page = client.get(page_url("change", sealed.pk)).content.decode()
     assert "snapshot-verify-form" in page and "snapshot-test-restore-form" in page
     assert f"{REQUEST_URL}?source=snapshot:{sealed.pk}" in page
 
@@ -293,7 +286,7 @@ def test_restore_from_this_snapshot_opens_the_request_form_with_it_chosen_and_re
     assert any(f"of the whole projection from snapshot:{snap.pk}" in m for m in shown_messages(page))
     text = page.content.decode()
     assert "all (a restore replaces the whole projection)" in text
-    assert f'href="{page_url(snap)}" class="repair-snapshot"' in text
+    assert f'href="{page_url("change", snap.pk)}" class="repair-snapshot"' in text
 
 
 def test_a_finished_restore_shows_its_totals_before_and_after():

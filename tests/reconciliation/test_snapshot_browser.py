@@ -18,39 +18,29 @@ from likes_project.eventlog import streams
 from likes_project.opsjobs.models import OpsJob
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckRun, RecoverySnapshot, RepairRequest
-from tests import browser
-from tests.browser import console_user, field, log_in, path_is
+from tests.browser import console_user, field, page_as, path_is, submit
 from tests.factories import make_user, make_video
-from tests.reconciliation.helpers import LIVE_STORES, liked_video, projection_delete, projection_rows, roles_ensure
+from tests.reconciliation.helpers import LIVE_STORES, liked_video, projection_delete, projection_rows
 
 pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
-debian_chromium, open_page = browser.debian_chromium, browser.open_page  # the fixtures
 
-PASSWORD = "browser-pw-2"
 SNAPSHOTS_URL = "/admin/reconciliation/recoverysnapshot/"
 REPAIRS_URL = "/admin/reconciliation/repairrequest/"
 VIDEO = "br-snap-1"
 LIKES = 3
 
 
-def operator(username: str, *groups: str):
-    """A console user in the role groups `groups` (made again after a transactional test's flush removed them)."""
-    roles_ensure()
-    return console_user(username, PASSWORD, *groups)
-
-
 def test_an_operator_takes_a_snapshot_and_restores_from_it_with_a_second_operators_approval(open_page):
     _video, likers = liked_video(make_user, make_video, VIDEO, LIKES)
-    a = operator("br-snap-a", "likes-operator")
-    b = operator("br-snap-b", "likes-approver")
+    a = console_user("br-snap-a", "likes-operator")
+    b = console_user("br-snap-b", "likes-approver")
 
     # --- A takes a snapshot: the page starts its job and shows it; nothing is built in the request ------
-    page_a = open_page()
-    log_in(page_a, a.username, PASSWORD, next_path=SNAPSHOTS_URL)
+    page_a = page_as(open_page, a.username, next_path=SNAPSHOTS_URL)
     page_a.locator(".object-tools a", has_text="Take a snapshot").click()
     page_a.wait_for_url(path_is(f"{SNAPSHOTS_URL}take/"))
     page_a.locator("#id_reason").fill("before the partition maintenance")
-    page_a.locator("input[type=submit][value='Take the snapshot']").click()
+    submit(page_a, "Take the snapshot")
     job = OpsJob.objects.get(kind="recovery.snapshot")
     page_a.wait_for_url(path_is(f"/admin/opsjobs/opsjob/{job.pk}/change/"))
     expect(page_a.locator(".messagelist")).to_contain_text(f"Started job {job.pk} (recovery.snapshot)")
@@ -84,7 +74,7 @@ def test_an_operator_takes_a_snapshot_and_restores_from_it_with_a_second_operato
     page_a.wait_for_url(path_is(f"{REPAIRS_URL}request/"))
     expect(page_a.locator(f"input[name=source][value='snapshot:{snap.pk}']")).to_be_checked()
     page_a.locator("#id_reason").fill("a LIKED relation lost from the projection")
-    page_a.locator("input[type=submit][value='Request the repair']").click()
+    submit(page_a, "Request the repair")
     req = RepairRequest.objects.get()
     repair_path = f"{REPAIRS_URL}{req.pk}/change/"
     page_a.wait_for_url(path_is(repair_path))
@@ -94,8 +84,7 @@ def test_an_operator_takes_a_snapshot_and_restores_from_it_with_a_second_operato
     assert (req.params["source"], req.params["videos"], req.requested_by) == (f"snapshot:{snap.pk}", [], a.username)
 
     # --- B approves it; the system runs it; B's page follows it to SUCCEEDED --------------------------------
-    page_b = open_page()
-    log_in(page_b, b.username, PASSWORD, next_path=repair_path)
+    page_b = page_as(open_page, b.username, next_path=repair_path)
     page_b.locator("#repair-approve-form input[type=submit]").click()
     page_b.wait_for_url(path_is(repair_path))
     expect(page_b.locator(".messagelist .success")).to_contain_text(f"Approved repair {req.pk}")

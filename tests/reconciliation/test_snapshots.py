@@ -23,23 +23,10 @@ from reconciliation.models import RecoverySnapshot
 from reconciliation.services import repair
 from reconciliation.services.recovery import artifacts, restore, snapshot
 from tests.counting.helpers import drain, lease_expire
-from tests.reconciliation.helpers import (
-    APPROVER,
-    LIVE_STORES,
-    OPERATOR,
-    REQUESTER,
-    Background,
-    api_like,
-    api_liked_video,
-    counts_match_the_facts,
-    displayed,
-    facts_liked,
-    run_check,
-    sql,
-)
+from tests.reconciliation import helpers as live
 from tests.reconciliation.helpers import snapshot_take as _take
 
-pytestmark = [pytest.mark.topology, *LIVE_STORES]
+pytestmark = [pytest.mark.topology, *live.LIVE_STORES]
 
 
 def _relations(generation: int) -> dict[tuple[int, str], tuple[str, int]]:
@@ -63,7 +50,7 @@ def _path(record: dict) -> str:
 
 def test_a_snapshot_seals_with_every_partition_in_its_vector_and_both_artifacts_of_every_partition(
         api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "sn-seal", 3)
+    live.api_liked_video(api, make_user, make_video, "sn-seal", 3)
     gen = count_routing.load_generation()
     snap = _take()
     assert snap.status == "SEALED", snap.failure
@@ -81,7 +68,7 @@ def test_a_snapshot_seals_with_every_partition_in_its_vector_and_both_artifacts_
     assert kinds == sorted((k, a) for k in ("projection", "vbuckets") for a in settings.COUNT_PARTITION_ALIASES)
     assert sum(a["rows"] for a in snap.artifacts if a["kind"] == "projection") == len(_relations(gen.generation))
     assert snap.dispatch_paused_ms is not None and snap.dispatch_paused_ms >= 0
-    assert snapshot.snapshot_verify(snap.pk, actor=OPERATOR) == {"snapshotId": snap.pk, "status": "SEALED",
+    assert snapshot.snapshot_verify(snap.pk, actor=live.OPERATOR) == {"snapshotId": snap.pk, "status": "SEALED",
                                                                   "usable": True, "problems": []}
     assert [r.outcome for r in AuditRecord.objects.filter(target_type="recovery_snapshot", target_id=str(snap.pk))
             .order_by("id")] == ["applied", "sealed", "usable"]
@@ -91,7 +78,7 @@ def test_a_receipt_beyond_the_cut_fails_the_snapshot_and_the_cut_is_not_enlarged
                                                                                   settings):
     """T11 / T12: a dispatcher that skipped ahead committed an entry after B[p] while dispatch was stopped."""
     settings.SNAPSHOT_ABORT_RETRIES = 0  # this snapshot alone (a retry would find the receipt in its drain)
-    _video, users = api_liked_video(api, make_user, make_video, "sn-skip", 2)
+    _video, users = live.api_liked_video(api, make_user, make_video, "sn-skip", 2)
     gen = count_routing.load_generation()
     recorded = {}
 
@@ -101,9 +88,10 @@ def test_a_receipt_beyond_the_cut_fails_the_snapshot_and_the_cut_is_not_enlarged
         recorded[p] = through
         ms, _seq = streams.entry_id_key(through)
         alias = settings.COUNT_PARTITION_ALIASES[0]
-        sql(alias, "INSERT INTO counting_counteventreceipt (generation, source_topic, source_partition, source_offset, "
-                   "event_id, outcome, created_at) VALUES (%s, %s, %s, %s, 'skipped-ahead', 'applied', now())",
-            [gen.generation, streams.TOPIC, p, f"{ms + 5}-0"])
+        live.sql(alias, "INSERT INTO counting_counteventreceipt (generation, source_topic, source_partition, "
+                 "source_offset, event_id, outcome, created_at) "
+                 "VALUES (%s, %s, %s, %s, 'skipped-ahead', 'applied', now())",
+                 [gen.generation, streams.TOPIC, p, f"{ms + 5}-0"])
 
     snapshot.after_dispatch_stopped = skip_ahead
     try:
@@ -112,9 +100,9 @@ def test_a_receipt_beyond_the_cut_fails_the_snapshot_and_the_cut_is_not_enlarged
         snapshot.after_dispatch_stopped = None
     assert snap.status == "FAILED" and "receipts beyond the boundary" in snap.failure
     assert snap.offsets == [] and snap.artifacts == []  # nothing recorded for a cut that failed
-    assert snapshot.snapshot_verify(snap.pk, actor=OPERATOR)["usable"] is False
+    assert snapshot.snapshot_verify(snap.pk, actor=live.OPERATOR)["usable"] is False
     # Counter-example: without the skipped-ahead receipt the same cut seals.
-    sql(settings.COUNT_PARTITION_ALIASES[0], "DELETE FROM counting_counteventreceipt WHERE event_id = %s",
+    live.sql(settings.COUNT_PARTITION_ALIASES[0], "DELETE FROM counting_counteventreceipt WHERE event_id = %s",
         ["skipped-ahead"])
     again = _take()
     assert again.status == "SEALED", again.failure
@@ -134,7 +122,7 @@ def test_a_lease_that_changes_hands_during_the_build_aborts_it_and_a_new_snapsho
         api, make_user, make_video, settings):
     """T18 (and T12's rebalance): ownership of a partition moved between the stop of dispatch and the cut.
     That snapshot fails and is never reused; the job takes a new one, which seals once nothing moves."""
-    api_liked_video(api, make_user, make_video, "sn-lease", 1)
+    live.api_liked_video(api, make_user, make_video, "sn-lease", 1)
     moved: list = []
 
     def once(grants):
@@ -166,14 +154,14 @@ def test_a_lease_that_changes_hands_during_the_build_aborts_it_and_a_new_snapsho
 
 @pytest.fixture
 def sealed(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "sn-verify", 3)
+    live.api_liked_video(api, make_user, make_video, "sn-verify", 3)
     snap = _take()
     assert snap.status == "SEALED", snap.failure
     return snap
 
 
 def _problems(snap) -> list[str]:
-    return snapshot.snapshot_verify(snap.pk, actor=OPERATOR)["problems"]
+    return snapshot.snapshot_verify(snap.pk, actor=live.OPERATOR)["problems"]
 
 
 @pytest.mark.parametrize("where", [0.1, 0.3, 0.5, 0.7, 0.9])
@@ -210,7 +198,7 @@ def test_a_vector_missing_a_partition_makes_the_snapshot_unusable(sealed):
 def test_an_offset_past_the_streams_retention_makes_the_snapshot_unusable(api, make_user, make_video, sealed):
     users = [make_user() for _ in range(6)]
     for u in users:
-        assert api_like(api, u, "sn-verify").status_code == 200
+        assert live.api_like(api, u, "sn-verify").status_code == 200
     drain()
     assert _problems(sealed) == []  # counter-example: nothing trimmed yet
     # The partition the six likes went to: its stream grew past the cut. (Not the longest stream: a
@@ -221,7 +209,7 @@ def test_an_offset_past_the_streams_retention_makes_the_snapshot_unusable(api, m
     problems = _problems(sealed)
     assert any(p_.startswith("offset_past_retention") and "--source facts" in p_ for p_ in problems), problems
     with pytest.raises(restore.SnapshotUnusable):
-        restore.restore_execute(sealed.pk, actor=OPERATOR)
+        restore.restore_execute(sealed.pk, actor=live.OPERATOR)
 
 
 # --- restore ------------------------------------------------------------------------------------------
@@ -232,26 +220,26 @@ def test_a_damaged_partition_is_restored_from_a_snapshot_while_commands_go_on(ap
     replayed, gives counts equal to the acknowledged likes."""
     videos = [f"sn-restore-{i}" for i in range(3)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 4)
+        live.api_liked_video(api, make_user, make_video, v, 4)
     late_users = [make_user() for _ in range(24)]
 
     def traffic(users):
         for i, u in enumerate(users):
-            assert api_like(api, u, videos[i % len(videos)]).status_code == 200
+            assert live.api_like(api, u, videos[i % len(videos)]).status_code == 200
             drain()
 
-    during = Background(traffic, late_users[:8])
+    during = live.Background(traffic, late_users[:8])
     snap = _take("before the damage")
     during.join()
     assert snap.status == "SEALED", snap.failure
     old = count_routing.load_generation()
     damaged = settings.COUNT_PARTITION_ALIASES[0]
-    assert sql(damaged, "DELETE FROM counting_likecountprojection WHERE generation = %s", [old.generation]) > 0
-    assert run_check("coverage", all_videos=True).status == "FAILED"
-    req = repair.repair_request(actor=REQUESTER, source=f"snapshot:{snap.pk}", reason="partition 0 lost its rows")
+    assert live.sql(damaged, "DELETE FROM counting_likecountprojection WHERE generation = %s", [old.generation]) > 0
+    assert live.run_check("coverage", all_videos=True).status == "FAILED"
+    req = repair.repair_request(actor=live.REQUESTER, source=f"snapshot:{snap.pk}", reason="partition 0 lost its rows")
     assert req.params["videos"] == [] and req.status == "AWAITING_APPROVAL"
-    req = repair.repair_approve(repair_id=req.pk, actor=APPROVER)
-    after = Background(traffic, late_users[8:])
+    req = repair.repair_approve(repair_id=req.pk, actor=live.APPROVER)
+    after = live.Background(traffic, late_users[8:])
     job_run_inline(req.job_id)
     after.join()
     req.refresh_from_db()
@@ -262,32 +250,32 @@ def test_a_damaged_partition_is_restored_from_a_snapshot_while_commands_go_on(ap
     assert {CountGenerationFence.objects.using(a).get().generation for a in settings.COUNT_PARTITION_ALIASES} == {
         new.generation}
     drain()
-    assert sum(len(facts_liked(v)) for v in videos) == 3 * 4 + len(late_users)  # every acknowledged like
-    counts_match_the_facts(videos)
+    assert sum(len(live.facts_liked(v)) for v in videos) == 3 * 4 + len(late_users)  # every acknowledged like
+    live.counts_match_the_facts(videos)
 
 
 def test_a_restore_replayed_to_the_barrier_equals_the_live_projection_at_it(api, make_user, make_video):
     """T11: a snapshot taken during live load, restored and replayed to the same barrier T."""
     videos = [f"sn-t11-{i}" for i in range(2)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 2)
+        live.api_liked_video(api, make_user, make_video, v, 2)
     users = [make_user() for _ in range(12)]
 
     def traffic():
         for i, u in enumerate(users):
-            assert api_like(api, u, videos[i % 2], "LIKED").status_code == 200
+            assert live.api_like(api, u, videos[i % 2], "LIKED").status_code == 200
             if i % 3 == 0:
-                assert api_like(api, u, videos[i % 2], "UNLIKED").status_code == 200
+                assert live.api_like(api, u, videos[i % 2], "UNLIKED").status_code == 200
             drain()
 
-    load = Background(traffic)
+    load = live.Background(traffic)
     snap = _take("under load")
     load.join()
     drain()
     assert snap.status == "SEALED", snap.failure
     old = count_routing.load_generation()
     live_relations, live_buckets = _relations(old.generation), _buckets(old.generation)
-    report = restore.restore_execute(snap.pk, actor=OPERATOR)
+    report = restore.restore_execute(snap.pk, actor=live.OPERATOR)
     assert report["identityDiffs"] == [] and report["coverageDiffs"] == []
     # Nothing moved after the switch: the replayed generation is the live one at T, row for row.
     assert _relations(report["generation"]) == live_relations
@@ -296,12 +284,12 @@ def test_a_restore_replayed_to_the_barrier_equals_the_live_projection_at_it(api,
 
 
 def test_a_pass_still_routing_to_the_replaced_generation_is_refused_by_the_fence(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "sn-fence", 1)
+    live.api_liked_video(api, make_user, make_video, "sn-fence", 1)
     snap = _take()
     old = count_routing.load_generation()
-    restore.restore_execute(snap.pk, actor=OPERATOR)
+    restore.restore_execute(snap.pk, actor=live.OPERATOR)
     u = make_user()
-    assert api_like(api, u, "sn-fence").status_code == 200
+    assert live.api_like(api, u, "sn-fence").status_code == 200
     from relations.services.outbox import outbox_publish_batch
 
     for alias in settings.RELATION_SHARD_ALIASES:
@@ -315,14 +303,14 @@ def test_a_pass_still_routing_to_the_replaced_generation_is_refused_by_the_fence
     leases.lease_release(grant)
     # Counter-example: the same entries against the active generation are applied.
     drain()
-    assert displayed("sn-fence") == 2
+    assert live.displayed("sn-fence") == 2
 
 
 def test_the_test_restore_reports_and_drops_its_scratch_generation(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "sn-drill", 2)
+    live.api_liked_video(api, make_user, make_video, "sn-drill", 2)
     snap = _take()
     before = set(CountProjectionGeneration.objects.values_list("generation", flat=True))
-    result = restore.test_restore(snap.pk, actor=OPERATOR)
+    result = restore.test_restore(snap.pk, actor=live.OPERATOR)
     assert result["ok"] is True, result
     scratch = CountProjectionGeneration.objects.get(pk=result["generation"])
     assert scratch.generation not in before and scratch.scratch and scratch.rows_dropped_at is not None
@@ -334,5 +322,5 @@ def test_the_test_restore_reports_and_drops_its_scratch_generation(api, make_use
     record = next(a for a in snap.artifacts if a["rows"])
     with open(_path(record), "ab") as fh:
         fh.write(b"garbage")
-    result = restore.test_restore(snap.pk, actor=OPERATOR)
+    result = restore.test_restore(snap.pk, actor=live.OPERATOR)
     assert result["ok"] is False and any("checksum_mismatch" in p for p in result["problems"])

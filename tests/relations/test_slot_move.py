@@ -25,19 +25,9 @@ from relations.models import (
 )
 from relations.services.slot_moves import ledger, protocol, rows
 from tests.counting.helpers import drain
-from tests.reconciliation.helpers import (
-    APPROVER,
-    LIVE_STORES,
-    REQUESTER,
-    Background,
-    api_like,
-    api_liked_video,
-    counts_match_the_facts,
-    facts_liked,
-    run_check,
-)
+from tests.reconciliation import helpers as live
 
-pytestmark = [pytest.mark.topology, *LIVE_STORES]
+pytestmark = [pytest.mark.topology, *live.LIVE_STORES]
 
 S = SlotMoveState
 # With a configured shard the contract does not use yet (test.sh's new-shard pass: RELATION_SHARDS=3,
@@ -63,8 +53,8 @@ def _slots_of(alias: str, upto: int = 256) -> list[int]:
 
 
 def _run(slots: list[int], target: str = TARGET) -> RelationSlotMove:
-    m = ledger.move_plan(slots=slots, target=target, reason="test", actor=REQUESTER)
-    m = ledger.move_approve(move_id=m.pk, actor=APPROVER)
+    m = ledger.move_plan(slots=slots, target=target, reason="test", actor=live.REQUESTER)
+    m = ledger.move_approve(move_id=m.pk, actor=live.APPROVER)
     job_run_inline(m.job_id)
     return ledger.move_get(m.pk)
 
@@ -84,7 +74,7 @@ def _placement_holds() -> None:
 
 def _exact(videos: list[str]) -> None:
     drain()
-    counts_match_the_facts(videos)
+    live.counts_match_the_facts(videos)
 
 
 def _storm(api, make_user, videos: list[str], n: int = 24):
@@ -95,17 +85,17 @@ def _storm(api, make_user, videos: list[str], n: int = 24):
         for i, u in enumerate(users):
             v = videos[i % len(videos)]
             for desired in ("LIKED", "UNLIKED", "LIKED") if i % 3 == 0 else ("LIKED",):
-                resp = api_like(api, u, v, desired)
+                resp = live.api_like(api, u, v, desired)
                 assert resp.status_code == 200, resp.content
                 acks.append((u.pk, v, desired))
         return acks
-    return Background(body)
+    return live.Background(body)
 
 
 def test_a_move_under_a_command_storm_loses_nothing_and_counts_nothing_twice(api, make_user, make_video):
     videos = [f"slot-storm-{i}" for i in range(3)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 8)
+        live.api_liked_video(api, make_user, make_video, v, 8)
     moving = _slots_of(SOURCE, 128)  # 64 slots
     version = routing.active_contract().version
     if NEW_SHARDS:  # a new shard: no slot and no row before the move
@@ -143,15 +133,15 @@ def test_while_the_source_keeps_its_copy_every_liker_is_exported_and_counted_onc
     from relations.services.export import video_likers_export
 
     settings.RELATION_MOVE_RETENTION_S = 3600  # the source copy stays
-    api_liked_video(api, make_user, make_video, "slot-kept", 10)
+    live.api_liked_video(api, make_user, make_video, "slot-kept", 10)
     moving = _slots_of(SOURCE, 256)
     m = _run(moving)
     assert m.state == S.RETIRED and m.verify_result["ok"] and m.source_cleaned_at is None, (m.state, m.error)
-    likers = set(facts_liked("slot-kept"))
+    likers = set(live.facts_liked("slot-kept"))
     kept = LikeRelation.objects.using(SOURCE).filter(video_id="slot-kept", state="LIKED").count()
     assert kept > 0  # counter-example: a scan of every shard would see these users twice
     out = io.StringIO()
-    result = video_likers_export(video_id="slot-kept", purpose="test", out=out, actor=APPROVER)
+    result = video_likers_export(video_id="slot-kept", purpose="test", out=out, actor=live.APPROVER)
     exported = [json.loads(line) for line in out.getvalue().splitlines()]
     ids = [x["userId"] for x in exported if x["type"] == "liker"]
     assert len(ids) == len(set(ids)) == result.row_count == len(likers) == 10
@@ -171,11 +161,11 @@ def test_the_copy_windows_skip_the_id_space_no_row_holds(api, make_user, make_vi
     with connections[SOURCE].cursor() as cursor:
         for model in (LikeRelation, LikeCommand):
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{model._meta.db_table}', 'id'), 5000000)")
-    api_liked_video(api, make_user, make_video, "slot-sparse", 6)
+    live.api_liked_video(api, make_user, make_video, "slot-sparse", 6)
     with connections[SOURCE].cursor() as cursor:
         for model in (LikeRelation, LikeCommand):
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{model._meta.db_table}', 'id'), 9000000)")
-    api_liked_video(api, make_user, make_video, "slot-sparse-2", 6)
+    live.api_liked_video(api, make_user, make_video, "slot-sparse-2", 6)
     with CaptureQueriesContext(connections[SOURCE]) as source_queries:
         m = _run(_slots_of(SOURCE))
     assert m.state == S.RETIRED and m.verify_result["ok"], (m.state, m.error)
@@ -190,7 +180,7 @@ def test_a_plan_counts_a_small_shard_exactly_and_samples_a_large_one(api, make_u
     """The plan's rowsToCopy: exact below EXACT_COUNT_ROWS rows a table; above it a block sample, so that a plan
     answers within the statement timeout on a shard of millions of rows (`bench/run.sh slotmove` met the timeout with
     an exact count over 2,000,000 rows)."""
-    api_liked_video(api, make_user, make_video, "slot-plan-count", 8)
+    live.api_liked_video(api, make_user, make_video, "slot-plan-count", 8)
     contract = routing.active_contract()
     slots = _slots_of(SOURCE)
     exact = sum(model.objects.using(SOURCE).count() for model in (LikeRelation, LikeCommand))
@@ -205,11 +195,11 @@ def test_a_retried_operation_id_across_the_switch_replays_its_verdict(api, make_
     user = next(u for u in (make_user() for _ in range(60)) if routing.alias_for_user(u.pk) == SOURCE)
     slot = routing.placement(user.pk)[1]
     key = uuid.uuid4().hex
-    first = api_like(api, user, "slot-retry", "LIKED", key)
+    first = live.api_like(api, user, "slot-retry", "LIKED", key)
     assert first.status_code == 200 and first.json()["changed"] is True
     m = _run([slot])
     assert m.state == S.RETIRED, (m.state, m.error)
-    again = api_like(api, user, "slot-retry", "LIKED", key)
+    again = live.api_like(api, user, "slot-retry", "LIKED", key)
     assert again.status_code == 200, again.content
     assert again.json()["changed"] is False or again.json()["operationResult"] == first.json()["operationResult"]
     assert again.json()["operationResult"] == first.json()["operationResult"]
@@ -217,7 +207,7 @@ def test_a_retried_operation_id_across_the_switch_replays_its_verdict(api, make_
     assert not LikeCommand.objects.using(SOURCE).filter(user_id=user.pk).exists()
     assert LikeRelation.objects.using(TARGET).get(user_id=user.pk).relation_version == 1
     # counter-example: a new operation id is a new command, applied on the target
-    assert api_like(api, user, "slot-retry", "UNLIKED").json()["changed"] is True
+    assert live.api_like(api, user, "slot-retry", "UNLIKED").json()["changed"] is True
     assert LikeRelation.objects.using(TARGET).get(user_id=user.pk).relation_version == 2
 
 
@@ -229,7 +219,7 @@ POINTS = ["prepare_capturing", "copy_rel", "copy_cmd", "catch_up_applied", "cuto
 def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_user, make_video, point):
     videos = [f"slot-crash-{i}" for i in range(2)]
     for v in videos:
-        api_liked_video(api, make_user, make_video, v, 6)
+        live.api_liked_video(api, make_user, make_video, v, 6)
     moving = _slots_of(SOURCE, 64)
     late = [u for u in (make_user() for _ in range(200)) if routing.placement(u.pk)[1] in moving][:6]
     assert late
@@ -239,7 +229,7 @@ def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_
         if at == "copy_rel" and not wrote:
             wrote.append(at)
             for u in late:  # writes of moving users during the copy: captured, applied by the catch-up
-                assert api_like(api, u, videos[0]).status_code == 200
+                assert live.api_like(api, u, videos[0]).status_code == 200
         if at == point and not crashed:
             crashed.append(m.state)
             raise Crash(f"killed at {at}")
@@ -251,16 +241,16 @@ def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_
         assert "Crash" in m.error
         # A command of a moving slot lands once where the contract points; only between the switch and the
         # target's INCOMING rows' removal (a crash there) is it refused, bounded, until the move is resumed.
-        resp = api_like(api, late[0], videos[1])
+        resp = live.api_like(api, late[0], videos[1])
         if point == "cutover_switched":
             assert resp.status_code == 503 and resp.json()["code"] == "write_barrier", resp.content
         else:
             assert resp.status_code == 200, (point, resp.content)
         # Reconciliation counts each fact once while it is on two shards (the owned filter, D94).
         drain()
-        run = run_check("exact", all_videos=True)
+        run = live.run_check("exact", all_videos=True)
         assert run.status == "PASSED", (point, run.status, run.refused_because)
-        m = ledger.move_resume(move_id=m.pk, actor=APPROVER)
+        m = ledger.move_resume(move_id=m.pk, actor=live.APPROVER)
         job_run_inline(m.job_id)
     finally:
         protocol.RUNNER.step_hook = None
@@ -271,7 +261,7 @@ def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_
 
 
 def test_an_abort_before_the_switch_gives_the_source_back_and_one_after_it_is_refused(api, make_user, make_video):
-    api_liked_video(api, make_user, make_video, "slot-abort", 6)
+    live.api_liked_video(api, make_user, make_video, "slot-abort", 6)
     moving = _slots_of(SOURCE, 64)
     stop = []
 
@@ -286,7 +276,7 @@ def test_an_abort_before_the_switch_gives_the_source_back_and_one_after_it_is_re
     finally:
         protocol.RUNNER.step_hook = None
     assert m.state == S.CUTOVER
-    m = ledger.move_abort(move_id=m.pk, actor=APPROVER, reason="changed our mind")
+    m = ledger.move_abort(move_id=m.pk, actor=live.APPROVER, reason="changed our mind")
     assert m.state == S.ABORTED
     assert not RelationSlotState.objects.using(SOURCE).exists() and not RelationSlotState.objects.using(TARGET).exists()
     _placement_holds()  # the target's copy is gone
@@ -295,7 +285,7 @@ def test_an_abort_before_the_switch_gives_the_source_back_and_one_after_it_is_re
     done = _run(moving)
     assert done.state == S.RETIRED
     with pytest.raises(ledger.LEDGER.state_conflict) as refused:
-        ledger.move_abort(move_id=done.pk, actor=APPROVER, reason="too late")
+        ledger.move_abort(move_id=done.pk, actor=live.APPROVER, reason="too late")
     assert refused.value.code == "slot_move_past_switch"
 
 
@@ -309,25 +299,25 @@ def test_bad_plans_are_refused_with_a_code_and_write_nothing():
     ]
     for kwargs, code in cases:
         with pytest.raises(Exception) as refused:
-            ledger.move_plan(reason="test", actor=REQUESTER, **kwargs)
+            ledger.move_plan(reason="test", actor=live.REQUESTER, **kwargs)
         assert getattr(refused.value, "code", None) == code, (kwargs, refused.value)
     assert not RelationSlotMove.objects.exists()
     a, b, c = _slots_of(SOURCE)[:3]
-    m = ledger.move_plan(slots=f"{a},{b}", target=TARGET, reason="test", actor=REQUESTER)
+    m = ledger.move_plan(slots=f"{a},{b}", target=TARGET, reason="test", actor=live.REQUESTER)
     with pytest.raises(ledger.LEDGER.overlap):
-        ledger.move_plan(slots=f"{b},{c}", target=TARGET, reason="test", actor=REQUESTER)
+        ledger.move_plan(slots=f"{b},{c}", target=TARGET, reason="test", actor=live.REQUESTER)
     with pytest.raises(ledger.SelfApproval):
-        ledger.move_approve(move_id=m.pk, actor=REQUESTER)
+        ledger.move_approve(move_id=m.pk, actor=live.REQUESTER)
     assert ledger.move_get(m.pk).state == S.AWAITING_APPROVAL
 
 
 def test_every_edge_of_the_transition_table():
-    m = ledger.move_plan(slots="0", target=TARGET, reason="test", actor=REQUESTER)
+    m = ledger.move_plan(slots="0", target=TARGET, reason="test", actor=live.REQUESTER)
     for to in S.values:
         if to not in ledger.TRANSITIONS[S.AWAITING_APPROVAL]:
             with pytest.raises(ledger.LEDGER.refused):
-                ledger.transition(m, to, actor=APPROVER)
-    assert ledger.transition(m, S.ABORTED, actor=APPROVER).state == S.ABORTED
+                ledger.transition(m, to, actor=live.APPROVER)
+    assert ledger.transition(m, S.ABORTED, actor=live.APPROVER).state == S.ABORTED
 
 
 def test_the_commands_plan_approve_show(capsys, django_user_model):

@@ -3,17 +3,14 @@ restores, approvers approve another operator's."""
 
 from django.db import migrations
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import console_roles
 
 VIEW = [("risk", "riskdecision", "view_riskdecision", "Can view risk decision")]
 OPERATE = [("risk", "riskdecision", "request_riskdecision", "Can request a risk hide or restore")]
 APPROVE = [("risk", "riskdecision", "approve_riskdecision", "Can approve another operator's risk hide or restore")]
 
 
-def roles(apps, schema_editor):
-    group_permissions_grant(apps, group="likes-viewer", permissions=VIEW)
-    group_permissions_grant(apps, group="likes-operator", permissions=VIEW + OPERATE)
-    group_permissions_grant(apps, group="likes-approver", permissions=VIEW + APPROVE)
+roles = console_roles(VIEW, operate=OPERATE, approve=APPROVE)
 
 
 class Migration(migrations.Migration):

@@ -3,7 +3,7 @@ latest verification and checkpoint), as every role does; likes-operator also sta
 
 from django.db import migrations
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import ROLE_DEPENDENCIES, console_roles
 
 VIEW = [
     ("audit", "auditchainverification", "view_auditchainverification", "Can view audit chain verification"),
@@ -14,17 +14,13 @@ OPERATE = [
 ]
 
 
-def roles(apps, schema_editor):
-    group_permissions_grant(apps, group="likes-viewer", permissions=VIEW)
-    group_permissions_grant(apps, group="likes-operator", permissions=VIEW + OPERATE)
-    group_permissions_grant(apps, group="likes-approver", permissions=VIEW)
+roles = console_roles(VIEW, operate=OPERATE)
 
 
 class Migration(migrations.Migration):
     dependencies = [
         ("audit", "0003_chain"),
-        ("auth", "0012_alter_user_first_name_max_length"),
-        ("contenttypes", "0002_remove_content_type_name"),
+        *ROLE_DEPENDENCIES,
     ]
 
     operations = [migrations.RunPython(roles, migrations.RunPython.noop, hints={"family": "default"})]

@@ -3,22 +3,19 @@
 
 from django.db import migrations
 
-from likes_project.migration_kit import group_permissions_grant
+from likes_project.migration_kit import ROLE_DEPENDENCIES, console_roles
 
 VIEW_CHECKPOINTS = [("eventlog", "consumercheckpoint", "view_consumercheckpoint", "Can view consumer checkpoint")]
 
 
-def roles(apps, schema_editor):
-    for role in ("likes-viewer", "likes-operator", "likes-approver"):
-        group_permissions_grant(apps, group=role, permissions=VIEW_CHECKPOINTS)
+roles = console_roles(VIEW_CHECKPOINTS)
 
 
 class Migration(migrations.Migration):
 
     dependencies = [
         ("eventlog", "0003_gauge_snapshot"),
-        ("auth", "0012_alter_user_first_name_max_length"),
-        ("contenttypes", "0002_remove_content_type_name"),
+        *ROLE_DEPENDENCIES,
     ]
 
     operations = [migrations.RunPython(roles, migrations.RunPython.noop)]
