@@ -4,6 +4,7 @@ from django.urls import include, path
 from likes_project import health
 from likes_project.schema import PublicDocsView, PublicSchemaView
 from relations.api.urls import internal_urlpatterns
+from relations.demo import demo_feed
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -15,4 +16,5 @@ urlpatterns = [
     path("v1/", include("counting.api.urls")),
     path("internal/v1/", include(internal_urlpatterns)),
     path("admin/", admin.site.urls),
+    path("demo/feed", demo_feed, name="demo_feed"),
 ]

@@ -16,6 +16,7 @@ echo "Admin console: http://127.0.0.1:$PORT/admin/  (user admin, password in .da
 echo "Video service token (internal API): $VIDEO_SERVICE_TOKEN"
 echo "Metrics token (GET /metrics, /readyz detail): in .data/metrics-token"
 echo "API docs: http://127.0.0.1:$PORT/v1/docs"
+echo "Demo feed (log in with a demo user's token, printed above): http://127.0.0.1:$PORT/demo/feed"
 echo
 
 # The Prometheus multiprocess directory of this host (service_env; D45), emptied here while none of the

@@ -5,6 +5,7 @@ and test Redis, and kill them where the drill says. `SuiteStage` is what the sha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -226,3 +228,70 @@ class SuiteCacheOutage:
     def end(self) -> str:
         self.server.start()
         return f"the cache redis-server restarted empty on 127.0.0.1:{self.server.port}"
+
+
+# --- the web process ----------------------------------------------------------------------------------
+
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+
+
+class Gunicorn:
+    """A real gunicorn started the way the Procfile's web line starts it (`-c python:likes_project.gunicorn_conf`),
+    on this run's databases and Redis (`env` adds to the service environment); `stop` kills it and its workers."""
+
+    def __init__(self, tmp_path: Path, workers: int = 2, **env: str) -> None:
+        self.port = free_port()
+        self.log_path = tmp_path / "gunicorn.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - open for the server's lifetime, closed in stop()
+        env = service_env(**env)
+        self.proc = subprocess.Popen(
+            [str(GUNICORN), "-c", "python:likes_project.gunicorn_conf", "likes_project.wsgi:application",
+             "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers), "--timeout", "30"],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str, **headers: str) -> str:
+        req = urllib.request.Request(self.url(path), headers=headers)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+            return resp.read().decode()
+
+    def up(self) -> bool:
+        assert self.proc.poll() is None, self.log_path.read_text()
+        try:
+            self.get("/healthz")
+        except OSError:
+            return False
+        return True
+
+    def workers(self) -> set[int]:
+        """The pids whose parent is the gunicorn master."""
+        found = set()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    found.add(int(entry))
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+
+@contextlib.contextmanager
+def gunicorn_serving(server: Gunicorn, *, workers: int):
+    """`server` once it answers /healthz with all its workers up; stopped on the way out."""
+    try:
+        wait_for(server.up, timeout_s=60, what="gunicorn to answer /healthz")
+        wait_for(lambda: len(server.workers()) == workers, timeout_s=60, what=f"{workers} gunicorn workers")
+        yield server
+    finally:
+        server.stop()

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,53 +26,18 @@ from tests.metrics_helpers import parse
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 TOKEN = "multiprocess-test-token"
-GUNICORN = Path(sys.executable).parent / "gunicorn"
 HEALTHZ = frozenset({("route", "healthz"), ("method", "GET"), ("status_class", "2xx")})
 SCRAPES = frozenset({("route", "metrics"), ("method", "GET"), ("status_class", "2xx")})
 
 
-class Gunicorn:
+class Gunicorn(drills.Gunicorn):
+    """The web processes with a multiprocess metrics directory of their own, scraped with the metrics token."""
+
     def __init__(self, tmp_path: Path, workers: int = 2) -> None:
-        self.port = drills.free_port()
         self.dir = tmp_path / "prometheus"
         self.dir.mkdir()
-        self.log_path = tmp_path / "gunicorn.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115 - open for the server's lifetime, closed in stop()
-        env = drills.service_env(PROMETHEUS_MULTIPROC_DIR=str(self.dir), METRICS_TOKEN=TOKEN, METRICS_PUBLIC="false")
-        self.proc = subprocess.Popen(
-            [str(GUNICORN), "-c", "python:likes_project.gunicorn_conf", "likes_project.wsgi:application",
-             "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers), "--timeout", "30"],
-            cwd=drills.ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def get(self, path: str, **headers: str) -> str:
-        req = urllib.request.Request(self.url(path), headers=headers)
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            assert resp.status == 200
-            return resp.read().decode()
-
-    def up(self) -> bool:
-        assert self.proc.poll() is None, self.log_path.read_text()
-        try:
-            self.get("/healthz")
-        except OSError:
-            return False
-        return True
-
-    def workers(self) -> set[int]:
-        """The pids whose parent is the gunicorn master."""
-        found = set()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                except OSError:
-                    continue
-                if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
-                    found.add(int(entry))
-        return found
+        super().__init__(tmp_path, workers, PROMETHEUS_MULTIPROC_DIR=str(self.dir), METRICS_TOKEN=TOKEN,
+                         METRICS_PUBLIC="false")
 
     def scrape(self) -> dict[tuple[str, frozenset], float]:
         return parse(self.get("/metrics", Authorization=f"Bearer {TOKEN}"))
@@ -91,22 +53,11 @@ class Gunicorn:
                     return s.value
         return 0.0
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self._log.close()
-
 
 @pytest.fixture
 def gunicorn(tmp_path):
-    server = Gunicorn(tmp_path)
-    try:
-        drills.wait_for(server.up, timeout_s=60, what="gunicorn to answer /healthz")
-        drills.wait_for(lambda: len(server.workers()) == 2, timeout_s=60, what="two gunicorn workers")
+    with drills.gunicorn_serving(Gunicorn(tmp_path), workers=2) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _hit(server: Gunicorn, n: int) -> None:

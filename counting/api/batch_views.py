@@ -15,7 +15,7 @@ from relations import validation
 from relations.api.serializers import ErrorSerializer
 
 
-class BatchQueryRequestSerializer(serializers.Serializer):
+class BatchQuerySerializer(serializers.Serializer):
     videoIds = serializers.ListField(child=serializers.CharField(max_length=64), max_length=100)
     minRelationVersions = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False)
 
@@ -57,7 +57,7 @@ def _parse(body: dict) -> tuple[list[str], dict[str, int]]:
 class BatchQueryView(APIView):
     """One call per feed page: one Redis round trip, one relation query on the caller's shard for what it missed."""
 
-    @extend_schema(operation_id="like_relations_batch_query", request=BatchQueryRequestSerializer,
+    @extend_schema(operation_id="like_relations_batch_query", request=BatchQuerySerializer,
                    responses={200: BatchQueryResponseSerializer, 400: ErrorSerializer, 401: ErrorSerializer})
     def post(self, request):
         video_ids, mins = _parse(parse_json_object(request._request.body))

@@ -75,7 +75,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "likes_project.logs.RequestContextMiddleware",  # first: a fresh log context and X-Request-ID (issue 10)
-    "likes_project.middleware.RequestSizeLimitMiddleware",
+    "likes_project.middleware.HttpProtocolMiddleware",  # body size, chunked bodies, HEAD
     "likes_project.http_metrics.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -123,6 +123,11 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".data" / "static"
+# The browser client (clients/browser/likes-client.js) is served as /static/likes-client.js (issue 30).
+STATICFILES_DIRS = [BASE_DIR / "clients" / "browser"]
+# The demo feed page (/demo/feed): hearts and counts of up to 20 videos through the browser client. Off unless
+# asked for; the development settings (run.sh) turn it on.
+DEMO_FEED_ENABLED = env_bool("DEMO_FEED_ENABLED", False)
 
 # --- Redis -------------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -253,6 +258,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON only: the endpoints read JSON objects (likes_project.jsonbody), and OPTIONS says so.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

@@ -11,5 +11,6 @@ from likes_project.settings.guards import refuse_dev_secrets
 DEBUG = env_bool("DJANGO_DEBUG", True)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "*")
 VIDEO_SERVICE_TOKEN = os.environ.get("VIDEO_SERVICE_TOKEN", DEV_VIDEO_SERVICE_TOKEN)
+DEMO_FEED_ENABLED = env_bool("DEMO_FEED_ENABLED", True)  # /demo/feed on by default here (run.sh)
 
 refuse_dev_secrets(globals())

@@ -36,6 +36,21 @@ class UserTokenAuthentication(authentication.TokenAuthentication):
 
     _sql: str | None = None
 
+    def authenticate(self, request):
+        """`Token <key>`, or `Bearer <key>` (what most HTTP clients send). A header in another shape is a wrong
+        token (401 `authentication_failed`, "Invalid token."), never "credentials were not provided"; `Basic`
+        is left alone (a proxy's own credentials) and no header at all leaves the request anonymous."""
+        parts = authentication.get_authorization_header(request).split()
+        if not parts or parts[0].lower() == b"basic":
+            return None
+        if parts[0].lower() not in (b"token", b"bearer") or len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        try:
+            key = parts[1].decode()
+        except UnicodeError:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
+        return self.authenticate_credentials(key)
+
     @classmethod
     def _statement(cls) -> str:
         if cls._sql is None:

@@ -12,7 +12,7 @@ class RelationSerializer(serializers.Serializer):
     relationVersion = serializers.IntegerField(min_value=0)
 
 
-class LikeRelationPutRequestSerializer(serializers.Serializer):
+class LikeRelationPutSerializer(serializers.Serializer):
     desiredState = serializers.ChoiceField(choices=STATES)
     baseVersion = serializers.IntegerField(min_value=0, required=False)
     deviceId = serializers.CharField(max_length=128, required=False)
@@ -42,7 +42,7 @@ class ErrorSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
-class VideoPushRequestSerializer(serializers.Serializer):
+class VideoPushSerializer(serializers.Serializer):
     authorId = serializers.IntegerField(min_value=1, required=False)
     authorUsername = serializers.CharField(required=False)
     visibility = serializers.ChoiceField(choices=["public", "friends", "private"], required=False)

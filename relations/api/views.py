@@ -68,7 +68,7 @@ class LikeRelationView(APIView):
         operation_id="like_relation_put",
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
                                      description="1-128 characters of [A-Za-z0-9._:-], one per user intent")],
-        request=s.LikeRelationPutRequestSerializer,
+        request=s.LikeRelationPutSerializer,
         responses={200: s.CommandResponseSerializer, **ERRORS},
     )
     def put(self, request, video_id: str):
@@ -140,7 +140,7 @@ class InternalVideoView(APIView):
             raise VideoNotFound()
         return Response(_video_response(video))
 
-    @extend_schema(operation_id="internal_video_put", request=s.VideoPushRequestSerializer,
+    @extend_schema(operation_id="internal_video_put", request=s.VideoPushSerializer,
                    responses={200: s.VideoSnapshotSerializer, **ERRORS})
     def put(self, request, video_id: str):
         validation.video_id(video_id)

@@ -328,6 +328,13 @@ def videos_visible_flow(user_id: int, video_ids: list[str]) -> Flow[dict[str, bo
     return out
 
 
+def recent_public_videos(*, limit: int) -> list[str]:
+    """The ids of the `limit` public, active videos the video service pushed most recently (the demo feed)."""
+    rows = (VideoSnapshot.objects.filter(visibility="public", status=VideoStatus.ACTIVE)
+            .order_by("-updated_at", "video_id").values_list("video_id", flat=True)[:limit])
+    return list(rows)
+
+
 def videos_visible_to(*, user_id: int, video_ids: list[str]) -> dict[str, bool]:
     return run_flows(videos_visible_flow(user_id, video_ids))[0]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -89,6 +90,8 @@ def video_snapshot_upsert(*, video_id: str, author_id: int, visibility: str, sta
     validation.video_status(status)
     if isinstance(author_id, bool) or not isinstance(author_id, int) or author_id < 1:
         raise validation.InvalidInput("authorId must be a positive integer.", code="invalid_author")
+    if not get_user_model().objects.filter(pk=author_id).exists():
+        raise validation.InvalidInput("authorId names no user.", code="unknown_author")
     with transaction.atomic(using="default", durable=True):
         if version is None:
             current = VideoSnapshot.objects.select_for_update().filter(video_id=video_id).first()

@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOC = Path("docs/requirements.md")
 DESIGN_ENV = "REQUIREMENTS_DESIGN_DIR"
-SCAN_DIRS = ("likes_project", "relations", "counting", "reconciliation", "opsconsole", "tests", "bench", "scripts")
+SCAN_DIRS = ("likes_project", "relations", "counting", "reconciliation", "opsconsole", "clients", "tests", "bench",
+             "scripts")
 SKIP_DIRS = {".venv", ".data", "__pycache__", ".git", ".hypothesis", ".ruff_cache"}
 # This script and its test quote ids as examples and counter-examples, not as citations.
 SELF = {"scripts/requirements_index.py", "scripts/reqindex/citations.py", "scripts/reqindex/definitions.py",

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
@@ -371,6 +372,8 @@ def internal_defects(raw: bytes, author_pk: int) -> tuple[set[str], int | None]:
             defects.add("unknown_author")
     elif not _is_int64(author_id, minimum=1):
         defects.add("invalid_author")
+    elif author_id != author_pk and not get_user_model().objects.filter(pk=author_id).exists():
+        defects.add("unknown_author")  # an author the service does not know is refused (issue 30)
     if body.get("visibility", "public") not in ("public", "friends", "private"):
         defects.add("invalid_visibility")
     if body.get("status", "active") not in ("active", "taken_down", "deleted"):
