@@ -14,6 +14,8 @@ urlpatterns = [
     path("v1/docs", PublicDocsView.as_view(url_name="schema"), name="docs"),
     path("v1/", include("relations.api.urls")),
     path("v1/", include("counting.api.urls")),
+    path("v1/", include("counting.notifications.urls")),
+    path("internal/v1/", include("likes_project.subscriptions.urls")),
     path("internal/v1/", include(internal_urlpatterns)),
     path("admin/", admin.site.urls),
     path("demo/feed", demo_feed, name="demo_feed"),

@@ -17,9 +17,10 @@ class OpsconsoleConfig(AppConfig):
         from opsconsole import dashboard
         from opsconsole.drills import scenarios
         from opsconsole.drills.registry import drill_register
+        from opsconsole.drills.subscription_stall import SubscriptionStall
 
         register_part("console:switches", dashboard.switches_gauge)
-        for drill in scenarios.SCENARIOS:
+        for drill in (*scenarios.SCENARIOS, SubscriptionStall):
             drill_register(drill)
 
         # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a

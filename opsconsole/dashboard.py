@@ -300,6 +300,33 @@ def _moves(now: dt.datetime, hist: History) -> Panel:
     return panel
 
 
+def _subscriptions(cur: dict[str, Samples], now: dt.datetime, hist: History) -> Panel:
+    """Other teams' subscriptions to the event log (issue 31 §1): one behind its retention (it needs a replay) or
+    lagging past its alert threshold is an alert."""
+    from likes_project.subscriptions.models import Subscription, SubscriptionStatus
+
+    panel = Panel("subscriptions", "Subscriptions behind or lagging", ["Subscription", "Owner", "Status", "Lag",
+                                                                       "Last ack"],
+                  empty="No subscription is lagging.")
+    lags = {labels["subscription"]: v for labels, v in cur.get("likes_subscription_lag_seconds", [])}
+    for sub in Subscription.objects.exclude(status=SubscriptionStatus.RETIRED).order_by("name"):
+        behind = sub.status == SubscriptionStatus.BEHIND_RETENTION
+        lag = lags.get(sub.name, 0.0)
+        if not behind and lag <= sub.alert_lag_s and sub.status == SubscriptionStatus.ACTIVE:
+            continue
+        panel.rows.append([Cell(sub.name, admin_url("subscriptions_subscription_change", sub.pk)), Cell(sub.owner),
+                           Cell(sub.status, warn=behind), Cell("-" if behind else _seconds(lag),
+                                                               warn=lag > sub.alert_lag_s),
+                           Cell(_ago(sub.last_ack_at, now))])
+        panel.alert = panel.alert or behind or lag > sub.alert_lag_s
+        if len(panel.rows) >= LIST_LIMIT:
+            break
+    panel.charts.append(("behind", hist.sparkline("likes_subscription_behind_retention",
+                                                  what="subscriptions behind retention")))
+    panel.link = _list_link("Subscriptions", "subscriptions_subscription_changelist")
+    return panel
+
+
 def _verdicts(now: dt.datetime, hist: History) -> Panel:
     panel = Panel("verdicts", "Last reconciliation verdicts",
                   ["Mode", "Run", "Verdict", "Checked", "Diffs", "Finished"],
@@ -326,7 +353,8 @@ def front_page(now: dt.datetime | None = None) -> dict:
     hist = history_load(now)
     panels = [
         _switches(now, hist), _outbox(cur, hist), _lag(cur, hist), _dead_letters(cur, hist), _diffs(cur, hist),
-        _repairs(now, hist), _moves(now, hist), _jobs(now, hist), _verdicts(now, hist),
+        _repairs(now, hist), _moves(now, hist), _subscriptions(cur, now, hist), _jobs(now, hist),
+        _verdicts(now, hist),
     ]
     return {"panels": panels, "gauges_age": None if age is None else _seconds(age),
             "gauges_stale": age is None or age > 3 * float(settings.METRICS_GAUGES_EVERY_S) + 30,

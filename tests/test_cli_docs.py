@@ -185,8 +185,25 @@ class Stores:
             assert job.status == "SUCCEEDED", job.last_error
         return str(decision.pk)
 
+    def subscription_name(self, command: str) -> str:
+        """A new name (create), or a subscription in the state the command acts on (paused for resume)."""
+        from likes_project.audit.services import Actor
+        from likes_project.subscriptions import services as subscriptions
+
+        name = f"doc-sub-{uuid.uuid4().hex[:6]}"
+        if command != "subscription_create":
+            subscriptions.subscription_create(name=name, owner="docs", purpose="docs test", fields=["videoId"],
+                                              start_from="latest", actor=Actor("tests", "cli"))
+        if command == "subscription_resume":
+            subscriptions.subscription_move(name=name, move="pause", actor=Actor("tests", "cli"))
+        return name
+
     def value(self, line: DocLine, option: str | None, word: str) -> str:
         """The real value for one placeholder word of the synopsis."""
+        if line.command.startswith("subscription_") and option is None and word == "NAME":
+            return self.subscription_name(line.command)
+        if line.command == "subscription_create" and option == "--fields":
+            return "videoId,state"
         if line.command == "switch" and option is None and word in ("KIND", "KEY"):
             return "publisher" if word == "KIND" else settings.RELATION_SHARD_ALIASES[0]
         if line.command == "trace" and option in ("--operation", "--user", "--event"):

@@ -68,3 +68,16 @@ def test_no_side_effects_inside_atomic_blocks():
 def test_the_side_effect_guard_catches_a_violation():
     bad = "from django.db import transaction\nwith transaction.atomic(using='x'):\n    task.delay(1)\n"
     assert _violations(bad, "bad.py") == ["bad.py:3 delay() inside transaction.atomic()"]
+
+
+MAX_MODULE_LINES = 500  # issue 29: a module longer than this is split by concern (migrations excepted)
+
+
+def test_no_module_outside_migrations_is_over_500_lines():
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    long = {p: n for p in tracked if "/migrations/" not in p and (ROOT / p).exists()
+            and (n := len((ROOT / p).read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these by concern: {long}"

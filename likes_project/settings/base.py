@@ -7,27 +7,9 @@ import os
 from pathlib import Path
 
 from likes_project.settings.databases import build_databases
+from likes_project.settings.env import env_bool, env_float, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
-
-
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, str(default)))
-
-
-def env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, str(default)))
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
 # Public development-only values: `likes_project.settings.guards` refuses every one of them whenever
@@ -69,6 +51,8 @@ INSTALLED_APPS = [
     "relations",
     "counting",
     "counting.risk.apps.RiskConfig",
+    "counting.notifications.apps.NotificationsConfig",
+    "likes_project.subscriptions.apps.SubscriptionsConfig",
     "reconciliation",
     "opsconsole",
 ]
@@ -123,10 +107,8 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".data" / "static"
-# The browser client (clients/browser/likes-client.js) is served as /static/likes-client.js (issue 30).
-STATICFILES_DIRS = [BASE_DIR / "clients" / "browser"]
-# The demo feed page (/demo/feed): hearts and counts of up to 20 videos through the browser client. Off unless
-# asked for; the development settings (run.sh) turn it on.
+STATICFILES_DIRS = [BASE_DIR / "clients" / "browser"]  # /static/likes-client.js, the browser client (issue 30)
+# /demo/feed, hearts and counts through the browser client: off unless asked for (the dev settings turn it on).
 DEMO_FEED_ENABLED = env_bool("DEMO_FEED_ENABLED", False)
 
 # --- Redis -------------------------------------------------------------------------------------
@@ -181,6 +163,8 @@ CELERY_TASK_ROUTES = {
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_reverse*": {"queue": "reverse"},
+    "notifications.*": {"queue": "notify"},  # its own queue: counts go first under a backlog (DEG-2)
+    "subscriptions.*": {"queue": "maintenance"},
     "counting.retire_deleted_videos": {"queue": "maintenance"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
@@ -258,8 +242,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # JSON only: the endpoints read JSON objects (likes_project.jsonbody), and OPTIONS says so.
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],  # what the endpoints read; OPTIONS says so
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
@@ -480,6 +463,11 @@ CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name,
     ("bucket-migration-cleanup",       "counting.bucket_migrations_cleanup",    600.0),
     ("relation-slot-move-cleanup",     "relations.slot_moves_cleanup",          600.0),
 )})
+# Subscriptions, creator notifications, the feature export and retention (issue 31): settings/downstream.py.
+from likes_project.settings.downstream import *  # noqa: E402, F403
+from likes_project.settings.downstream import DOWNSTREAM_BEAT  # noqa: E402
+
+CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name, task, every_s in DOWNSTREAM_BEAT})
 
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
 # leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.

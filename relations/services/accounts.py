@@ -21,6 +21,7 @@ from likes_project import metrics
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import DomainError
 from likes_project.nudge import nudge
+from likes_project.subscriptions.services import subscriptions_notify_account_deleted
 from relations import routing
 from relations.errors import UserNotFound
 from relations.models import AccountStatus, AccountStatusValue, LikeRelation, RelationState
@@ -89,6 +90,7 @@ def account_mark_deleted(*, user_id: int, actor: Actor) -> bool:
     if not already:
         status.status = AccountStatusValue.DELETED
         status.save(update_fields=["status", "updated_at"])
+        subscriptions_notify_account_deleted(user_id=user_id)  # every downstream erases the user (PRIV-4)
     if user.is_active:
         user.is_active = False
         user.save(update_fields=["is_active"])

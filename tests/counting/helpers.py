@@ -74,14 +74,14 @@ def project_reverse(**kw) -> list:
 
 
 def consume_everything() -> None:
-    """One pass of every consumer of the event log (count, reverse index, relation cache) over every
-    partition: what trimming, archiving and the lost-tail check wait for."""
-    from relations.services.relation_cache import RelationCacheProjector
+    """One pass of every consumer of the event log (every one the apps registered: count, reverse index,
+    relation cache, notifications...) over every partition: what trimming, archiving and the lost-tail check
+    wait for."""
+    from likes_project.eventlog.registry import CONSUMERS
 
-    project_all()
-    project_reverse()
-    for p in streams.all_partitions():
-        consume_partition(RelationCacheProjector(), partition=p, ignore_backoff=True)
+    for spec in CONSUMERS.values():
+        for p in streams.all_partitions():
+            consume_partition(spec.projector(), partition=p, ignore_backoff=True)
 
 
 def drain() -> None:

@@ -32,7 +32,8 @@ from tests.relations.helpers import cmd
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
 OPERATOR = Actor(name="dash-operator", channel="admin")
-PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "moves", "jobs", "verdicts")
+PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "moves", "subscriptions", "jobs",
+          "verdicts")
 
 
 def logged_in(username: str, *groups: str) -> Client:
@@ -154,6 +155,30 @@ def test_moves_not_finished_are_listed_and_one_waiting_or_stuck_is_an_alert():
     gauges_refresh()
     families = {name: samples for name, _help, samples in scrape_families()}
     assert not families.get("likes_ledgers_unfinished") and "No move is under way." in panel(front(client), "moves")
+
+
+def test_a_subscription_behind_its_retention_or_lagging_is_an_alert(make_user, make_video):
+    """Issue 31 §1: the front page lists a subscription that fell behind its retention, or lags past its alert
+    threshold, as an alert; one that keeps up is not listed."""
+    from likes_project.subscriptions import services
+    from likes_project.subscriptions.models import Subscription
+
+    client = logged_in("dash-subs", "likes-viewer")
+    for name in ("keeps-up", "falls-behind"):
+        services.subscription_create(name=name, owner="recsys", purpose="tests", fields=["videoId"],
+                                     start_from="latest", actor=OPERATOR)
+    assert "No subscription is lagging." in panel(front(client), "subscriptions")
+    make_video("dash-sub-v", make_user())
+    cmd(make_user(), "dash-sub-v", "LIKED")
+    drain()  # published: both subscriptions have an event to read
+    Subscription.objects.filter(name="falls-behind").update(max_lag_s=0.0, alert_lag_s=0.0)
+    assert services.subscriptions_lag_check().behind == ["falls-behind"]
+    gauges_refresh()
+    html = front(client)
+    listed = panel(html, "subscriptions")
+    assert "falls-behind" in listed and '<td class="warn">BEHIND_RETENTION</td>' in listed
+    assert "keeps-up" not in listed
+    assert 'class="dash-panel alert" id="panel-subscriptions"' in html
 
 
 def test_the_page_reads_default_only(make_user, make_video):

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", t
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_URL = "/admin/opsconsole/trace/"
-CONSUMERS = ["count", "reverse", "relcache"]
+CONSUMERS = ["count", "reverse", "relcache", "notify"]
 TOP_KEYS = {"relation", "commands", "outbox", "consumers"}
 CONSUMER_KEYS = {"consumer", "partition", "checkpoint", "receipt", "deadLetter"}
 

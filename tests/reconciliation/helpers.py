@@ -262,6 +262,8 @@ ROLE_MIGRATIONS = [
     ("likes_project.audit.migrations.0004_chain_roles", "roles"),
     ("counting.risk.migrations.0002_roles", "roles"),
     ("relations.migrations.0014_slot_moves", "roles"),
+    ("likes_project.subscriptions.migrations.0002_roles", "roles"),
+    ("counting.notifications.migrations.0002_roles", "roles"),
 ]
 
 

@@ -1,0 +1,19 @@
+from django.apps import AppConfig
+
+
+class NotificationsConfig(AppConfig):
+    """Creator notifications (issue 31 §2): a consumer of the event log that coalesces the likes of each
+    (author, video) over NOTIFY_WINDOW_S, on `default`, and the API that lists them to the author."""
+
+    name = "counting.notifications"
+    label = "notifications"
+    verbose_name = "Creator notifications"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from counting.notifications import tasks
+        from counting.notifications.projector import NotifyProjector
+        from likes_project.eventlog.registry import consumer_register
+
+        # The consumer `notify`: its pause switch (`switch set consumer notify`) is the consumer switch.
+        consumer_register(NotifyProjector.name, task=tasks.project_notify_task.name, projector=NotifyProjector)

@@ -1,0 +1,16 @@
+from django.apps import AppConfig
+
+
+class SubscriptionsConfig(AppConfig):
+    """Subscriptions (issue 31 §1): the governed way for another team to read the event log, pulled over HTTP
+    with a token of its own, holding back trimming and archiving like an internal consumer."""
+
+    name = "likes_project.subscriptions"
+    label = "subscriptions"
+    verbose_name = "Subscriptions"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from likes_project.subscriptions import observability, tasks  # noqa: F401 - the lag check's task
+
+        observability.register()
