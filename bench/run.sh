@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one entry point of the benchmarks (docs/benchmarks.md: what each measures, its figures, its quick settings):
 #
-#   bench/run.sh NAME [ARGS]        NAME: command levers projection projector convergence read reverse reconcile
+#   bench/run.sh NAME [ARGS]        NAME: command levers projection projector convergence read reverse downstream reconcile
 #                                         snapshot migration slotmove growth profile topology
 #   bench/run.sh [ARGS]             the command path (NAME command), as bench/run.sh always ran it
 #   bench/run.sh NAME --help        the options of NAME
@@ -26,6 +26,7 @@ case "$name" in
   convergence) module=bench.projection.convergence ;;
   read) module=bench.read.bench ;;
   reverse) module=bench.reverse ;;
+  downstream) module=bench.downstream ;;
   reconcile) module=bench.reconcile.bench ;;
   snapshot) module=bench.snapshot.bench ;;
   migration) module=bench.migration.bench own_db=likes_bench_mig ;;

@@ -12,7 +12,8 @@ moved to the archive past its retention (OUT-7) is still found there (status ARC
 
 Evidence per consumer: the count and reverse projectors write a receipt per consumed stream position
 (`counting.selectors.trace`); the relation cache keeps no per-event receipt, so its evidence is its
-durable version floor, which covers the event when its version is not below the event's. Rows a rebuild
+durable version floor, which covers the event when its version is not below the event's; the notifications
+consumer keeps none either, and shows the version it applied for the relation. Rows a rebuild
 wrote have no receipt: the projected row's version is shown instead, and the trace says which it is.
 
 Read-only: selectors only, nothing is written, so a trace is a lookup, not an action, and is not audited
@@ -36,7 +37,7 @@ from relations.selectors import lookup as lookup
 
 # The order a trace lists the consumers in: the count chain first, then the reverse index, the relation
 # cache; a consumer added later follows (with no evidence reader until it gets one).
-CONSUMER_ORDER = ("count", "reverse", "relcache")
+CONSUMER_ORDER = ("count", "reverse", "relcache", "notify")
 
 SELECTOR_HELP = "an operation id (with its user when several users used it), an event id, or a user and a video"
 
@@ -267,6 +268,8 @@ def _evidence(consumer: str, user_id: int, video_id: str, row, partition: int, *
     elif consumer == "reverse":
         found = projector_reads.reverse_evidence_get(user_id=user_id, video_id=video_id, stream_partition=partition,
                                                      entry_id=row.stream_entry_id)
+    elif consumer == "notify":
+        found = projector_reads.notify_evidence_get(user_id=user_id, video_id=video_id)
     else:
         return None
     if found.receipt is None and found.row is None:
@@ -276,6 +279,9 @@ def _evidence(consumer: str, user_id: int, video_id: str, row, partition: int, *
         note = (f"Receipt of stream entry {found.receipt.source_offset} ({found.receipt.outcome}); the projected "
                 f"row is at v{seen}." if seen is not None else
                 f"Receipt of stream entry {found.receipt.source_offset} ({found.receipt.outcome}).")
+    elif consumer == "notify":
+        note = (f"Notifications keep no per-event receipt: the version they applied for the relation is v{seen}, for "
+                f"the event's v{version}.")
     elif consumed:
         note = (f"No receipt for this event: the projected row is at v{seen} for the event's v{version} (rows a "
                 "rebuild or a restore wrote carry no receipt, nor does a dead-lettered event).")

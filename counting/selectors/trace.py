@@ -94,6 +94,17 @@ def reverse_evidence_get(*, user_id: int, video_id: str, stream_partition: int, 
         row=ProjectedRow("reverse index", row.state, row.relation_version, row.updated_at) if row else None)
 
 
+def notify_evidence_get(*, user_id: int, video_id: str) -> ProjectorEvidence:
+    """The version of (user, video) the notifications consumer applied (it keeps no per-event receipt; its rows are
+    on `default`)."""
+    from counting.notifications.models import NotifyRelation
+
+    row = NotifyRelation.objects.filter(video_id=video_id, user_id=user_id).order_by("-relation_version").first()
+    projected = None if row is None else ProjectedRow(table=NotifyRelation._meta.db_table, state=row.state,
+                                                      version=row.relation_version, updated_at=row.updated_at)
+    return ProjectorEvidence(store="default", generation=0, receipt=None, row=projected)
+
+
 def receipt_get(*, consumer: str, store: str, receipt_id: int) -> Receipt:
     """One receipt of the count or reverse projector by its id on count partition `store`."""
     model = RECEIPT_MODELS.get(consumer)
