@@ -46,6 +46,13 @@ def entry_id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+def entry_just_below(key: tuple[int, int]) -> tuple[int, int]:
+    """The greatest entry id below `key` that Redis can generate (a sequence never reaches 10**12 within one
+    millisecond), short enough for the checkpoint and watermark columns (32 characters)."""
+    ms, seq = key
+    return (ms, seq - 1) if seq else (ms - 1, 10**12 - 1)
+
+
 def stream_key(partition: int) -> str:
     return f"{settings.LIKES_REDIS_PREFIX}:events:{{{partition}}}"
 

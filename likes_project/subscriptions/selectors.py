@@ -83,14 +83,14 @@ def notice_shaped(sub: Subscription, notice: SubscriptionNotice) -> dict:
 
 def subscription_read(sub: Subscription, *, cursor: str | None, limit: int) -> Page:
     """Up to `limit` events after the cursor (or after what the subscription acknowledged): its notices first
-    (an account's deletion), then the log's events, oldest first across partitions, each partition in its log
+    (an account's deletion), then the log's events, about oldest first across partitions, each partition in its log
     order. At least once: a page read again serves the same events."""
     at = cursor_decode(sub, cursor) if cursor else Position(acked_positions(sub), sub.notices_acked)
     notices = list(SubscriptionNotice.objects.filter(subscription=sub, id__gt=at.notices).order_by("id")[:limit])
     events = [notice_shaped(sub, n) for n in notices]
     positions, room = dict(at.partitions), limit - len(notices)
-    entries = [e for p, last in positions.items() for e in streams.read_after(p, last, room + 1)] if room else []
-    entries.sort(key=lambda e: (*e.sort_key, e.partition))
+    read = _read_around(positions, room + 1) if room else {}
+    entries = sorted((e for batch in read.values() for e in batch), key=lambda e: (*e.sort_key, e.partition))
     page, rest = entries[:room], entries[room:]
     for entry in page:
         positions[entry.partition] = entry.entry_id
@@ -103,6 +103,23 @@ def subscription_read(sub: Subscription, *, cursor: str | None, limit: int) -> P
         lag = 0.0 if room else lag_seconds(positions)
     next_at = Position(positions, notices[-1].id if notices else at.notices)
     return Page(events, cursor_encode(sub, next_at), round(lag, 3))
+
+
+def _read_around(positions: dict[int, str], want: int) -> dict[int, list]:
+    """About `want` entries after `positions`, spread over the partitions: a fair share of each first, then more of
+    those that had more, until `want` are read or every partition is exhausted (reads stay near `want`, not
+    `want` per partition). Each partition's list is a prefix of what follows its position."""
+    read: dict[int, list] = {p: [] for p in positions}
+    open_ = set(positions)
+    while open_ and sum(len(b) for b in read.values()) < want:
+        quota = max(1, -(-(want - sum(len(b) for b in read.values())) // len(open_)))
+        for p in sorted(open_):
+            after = read[p][-1].entry_id if read[p] else positions[p]
+            batch = streams.read_after(p, after, quota)
+            read[p] += batch
+            if len(batch) < quota:
+                open_.discard(p)
+    return read
 
 
 def subscription_report(sub: Subscription) -> dict:

@@ -112,13 +112,8 @@ def _start_positions(start_from: str) -> dict[int, str]:
     out = {}
     for p in streams.all_partitions():
         first = streams.read_after(p, "0-0", 1)
-        out[p] = "0-0" if not first else "{}-{}".format(*_just_below(first[0].sort_key))
+        out[p] = "0-0" if not first else "{}-{}".format(*streams.entry_just_below(first[0].sort_key))
     return out
-
-
-def _just_below(key: tuple[int, int]) -> tuple[int, int]:
-    ms, seq = key
-    return (ms, seq - 1) if seq else (ms - 1, 2**63 - 1)
 
 
 def subscription_create(*, name: str, owner: str, purpose: str, fields, start_from: str, actor: Actor,

@@ -239,13 +239,6 @@ def _lowest_checkpoints() -> dict[int, tuple[int, int]]:
     return {p: streams.entry_id_key(last) for p, last in lowest_by_partition().items()}
 
 
-def _just_below(key: tuple[int, int]) -> tuple[int, int]:
-    """The greatest entry id below `key` that Redis can generate (a sequence never reaches 10**12 within
-    one millisecond), short enough for the watermark's column."""
-    ms, seq = key
-    return (ms, seq - 1) if seq else (ms - 1, 10**12 - 1)
-
-
 def _first_mark(alias: str, partition: int, low: tuple[int, int]) -> tuple[int, int]:
     """Where a partition never checked before starts: the lowest checkpoint, but never above the rows
     published in the last OUTBOX_LOST_TAIL_LOOKBACK_S. The checkpoint alone is not enough: when the log
@@ -258,7 +251,7 @@ def _first_mark(alias: str, partition: int, low: tuple[int, int]) -> tuple[int, 
              .filter(status=OutboxStatus.SENT, stream_partition=partition, published_at__gte=since)
              .order_by("stream_entry_ms", "stream_entry_seq").values_list("stream_entry_ms", "stream_entry_seq")
              .first())
-    return low if first is None else min(low, _just_below(first))
+    return low if first is None else min(low, streams.entry_just_below(first))
 
 
 def outbox_republish_lost(*, alias: str, older_than_s: int | None = None, limit: int = 5000) -> LostTailReport:
@@ -298,7 +291,7 @@ def outbox_republish_lost(*, alias: str, older_than_s: int | None = None, limit:
         ceiling = lows_now[partition]
         young = [(r[2], r[3]) for r in rows if r[4] > cutoff]
         if young:
-            ceiling = min(ceiling, _just_below(min(young)))
+            ceiling = min(ceiling, streams.entry_just_below(min(young)))
         if len(rows) >= limit:
             ceiling = min(ceiling, (rows[-1][2], rows[-1][3]))
         next_marks[partition] = max(above, ceiling)
