@@ -40,35 +40,16 @@ class SubscriptionNotFound(NotFound):
     default_message = "No such subscription."
 
 
-class SubscriptionExists(Conflict):
-    code = "subscription_exists"
-    default_message = "A subscription of that name exists already."
-
-
-class SubscriptionStateConflict(Conflict):
-    code = "subscription_state"
-
-
 class TokenInvalid(DomainError):
     code = "authentication_failed"
     http_status = 401
     default_message = "Invalid token."
 
 
-class SubscriptionForbidden(Forbidden):
-    code = "subscription_forbidden"
-    default_message = "This token is not for that subscription."
-
-
-class SubscriptionPaused(Conflict):
-    code = "subscription_paused"
-    default_message = "The subscription is paused by an operator; it keeps its position."
-
-
-class BehindRetention(Conflict):
-    code = "behind_retention"
-    default_message = ("The subscription fell further behind than its retention allows; an operator replays it "
-                       "from the outbox archive.")
+# The other refusals are Conflict (409) or Forbidden (403) with their codes (`DomainError(..., code=)`).
+PAUSED = ("The subscription is paused by an operator; it keeps its position.", "subscription_paused")
+BEHIND = ("The subscription fell further behind than its retention allows; an operator replays it from the outbox "
+          "archive.", "behind_retention")
 
 
 @dataclass(frozen=True)
@@ -142,7 +123,7 @@ def subscription_create(*, name: str, owner: str, purpose: str, fields, start_fr
             audit_record(actor=actor, action="subscription.create", target_type="subscription", target_id=name,
                          params={"owner": owner, "purpose": purpose, "fields": fields, "from": start_from})
     except IntegrityError:
-        raise SubscriptionExists(f"A subscription named {name!r} exists already.") from None
+        raise Conflict(f"A subscription named {name!r} exists already.", code="subscription_exists") from None
     return Created(sub, token)
 
 
@@ -168,7 +149,7 @@ def subscription_move(*, name: str, move: str, actor: Actor, reason: str = "") -
     with transaction.atomic(using="default", durable=True):
         sub = Subscription.objects.select_for_update().filter(pk=subscription_get(name).pk).get()
         if sub.status not in allowed:
-            raise SubscriptionStateConflict(f"Subscription {name} is {sub.status}; it cannot {move}.")
+            raise Conflict(f"Subscription {name} is {sub.status}; it cannot {move}.", code="subscription_state")
         if to == S.RETIRED:
             sub.position = {**sub.position, **_checkpoints_drop(sub)}
         sub.status, sub.status_reason, sub.status_changed_at = to, reason.strip()[:2000], timezone.now()
@@ -192,15 +173,14 @@ def subscription_authorize(*, name: str, token: str | None) -> Subscription:
     if sub is None or sub.status == S.RETIRED:
         raise TokenInvalid()
     if not hmac.compare_digest(sub.name.encode(), str(name).encode()):
-        raise SubscriptionForbidden()
+        raise Forbidden("This token is not for that subscription.", code="subscription_forbidden")
     return sub
 
 
 def subscription_readable(sub: Subscription) -> None:
-    if sub.status == S.PAUSED:
-        raise SubscriptionPaused()
-    if sub.status == S.BEHIND_RETENTION:
-        raise BehindRetention()
+    if sub.status in (S.PAUSED, S.BEHIND_RETENTION):
+        message, code = PAUSED if sub.status == S.PAUSED else BEHIND
+        raise Conflict(message, code=code)
 
 
 def subscription_ack(*, sub: Subscription, positions: dict[int, str], notices: int = 0) -> Subscription:
