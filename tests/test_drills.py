@@ -102,17 +102,6 @@ def test_eventlog_flush(drills_on, private_eventlog):
     assert set(_fault(verdict)["commands"]) == {"200"}
 
 
-def test_subscription_stall(drills_on):
-    """Issue 31 §1: a stalled subscription holds the log, its alert fires, it catches up with no gap (judged in the
-    verdict), and the drill retires it."""
-    from likes_project.subscriptions.models import Subscription
-
-    verdict = run("subscription-stall")
-    assert "stops reading" in verdict.injected[0] and "fired" in verdict.recovered[0]
-    assert set(_fault(verdict)["commands"]) == {"200"}
-    assert set(Subscription.objects.values_list("status", flat=True)) == {"RETIRED"}
-
-
 def test_worker_kill(drills_on):
     verdict = run("worker-kill")
     assert "SIGKILL" in verdict.injected[0]

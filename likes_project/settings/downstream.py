@@ -15,5 +15,7 @@ NOTIFY_WINDOW_S = env_int("NOTIFY_WINDOW_S", 600)
 
 DOWNSTREAM_BEAT = (
     ("subscriptions-lag-check", "subscriptions.lag_check",   60.0),
-    ("project-notifications",   "notifications.project_all", 1.0),  # the sweeper of the `notify` consumer
+    # The `notify` consumer's sweeper: publishes nudge it at once; this only guarantees progress, and notifications
+    # are the lowest priority of the consumers (DEG-2), so it sweeps less often than the others' every second.
+    ("project-notifications",   "notifications.project_all", 5.0),
 )
