@@ -36,6 +36,9 @@ WHOLE_MODULES = {
     "tests/test_cli_help.py": "its module fixture runs `manage.py help` once a command, in subprocesses",
     "tests/test_upgrade.py": "its module fixture builds two scratch database sets with `migrate_all`",
 }
+# Modules that join another's unit (run on its worker, one after the other): a drill kept apart only because it
+# runs on one pass, still never beside the other drills.
+JOINS = {"tests/test_drill_subscription.py": "tests/test_drills.py"}
 
 
 def unclassified(items: Iterable) -> list[str]:
@@ -92,4 +95,5 @@ class ModuleGroupScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         module = nodeid.split("::", 1)[0]
+        module = JOINS.get(module, module)
         return module if module in WHOLE_MODULES else nodeid

@@ -1,7 +1,8 @@
 """The subscription-stall drill (issue 31 §1) on a real Celery worker and beat, as tests/test_drills.py runs the
 others: a stalled subscription holds the log, its alert fires, it catches up with no gap (judged in the verdict),
 and the drill retires it. Topology-independent: the subscription's bookkeeping is the checkpoint table on `default`
-and a read of each stream partition, the same on either topology, so it runs once (the `single` pass)."""
+and a read of each stream partition, the same on either topology, so it runs once (the `single` pass), on the
+drills' worker after them (`tests/passes.py` JOINS), never beside another drill."""
 
 from __future__ import annotations
 

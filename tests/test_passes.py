@@ -82,3 +82,11 @@ def _gate_taken(run: str) -> bool:
             return True
         fcntl.flock(probe, fcntl.LOCK_UN)
         return False
+
+
+def test_a_joined_module_runs_in_the_unit_of_the_module_it_joins():
+    """The stall drill's module shares the drills' worker (never two drills at once); any other test is a unit."""
+    scope = passes.ModuleGroupScheduling._split_scope
+    assert scope(None, "tests/test_drill_subscription.py::test_subscription_stall") == "tests/test_drills.py"
+    assert scope(None, "tests/test_drills.py::test_worker_kill") == "tests/test_drills.py"
+    assert scope(None, "tests/test_health.py::test_x") == "tests/test_health.py::test_x"
