@@ -351,7 +351,7 @@ class JobForm(forms.Form):
     title = submit = intro = permission = ""
 
     def start(self) -> tuple[str, dict, str]:
-        raise NotImplementedError
+        raise NotImplementedError  # every job form names the job its valid POST starts
 
     @classmethod
     def page(cls, route: str, name: str, **options) -> AdminPage:
