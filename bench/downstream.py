@@ -4,13 +4,17 @@ log; then, in this one process:
    endpoint runs) and over HTTP (a real gunicorn, one worker), against the raw ceiling: XRANGE of every partition,
    `--limit` entries a round trip, decoded, nothing else;
 2. the `notify` consumer draining the same backlog, against the `count` consumer on it (the baseline), in
-   microseconds per event.
-Every pull reads each event exactly once (checked)."""
+   microseconds per event;
+3. the offline feature export (`feature_export_run`, a fresh subscription, files in a directory of its own under the
+   temporary directory) writing the backlog, against the raw ceiling: XRANGE, JSON encode and gzip into memory.
+Every pull reads, and every export writes, each event exactly once (checked)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -27,16 +31,22 @@ OPTIONS = {
     "rounds": (3, "rounds of each measure", 1, 20),
 }
 VIDEO_PREFIX, USER_BASE, SUB = "dsb-", 8 * 10**9, "bench-downstream"
+EXPORT_DIR = f"{tempfile.gettempdir()}/likes-bench-exports"  # never the development .data/exports
+
+
+def _subscription_drop(name: str) -> None:
+    from likes_project.eventlog.models import ConsumerCheckpoint
+    from likes_project.subscriptions.models import Subscription
+
+    Subscription.objects.filter(name=name).delete()
+    ConsumerCheckpoint.objects.filter(consumer=f"sub:{name}").delete()
 
 
 def _subscription():
     from likes_project.audit.services import Actor
-    from likes_project.eventlog.models import ConsumerCheckpoint
     from likes_project.subscriptions import services
-    from likes_project.subscriptions.models import Subscription
 
-    Subscription.objects.filter(name=SUB).delete()
-    ConsumerCheckpoint.objects.filter(consumer=f"sub:{SUB}").delete()
+    _subscription_drop(SUB)
     return services.subscription_create(name=SUB, owner="bench", purpose="bench", start_from="earliest",
                                         fields=["userPseudonym", "videoId", "state", "relationVersion",
                                                 "stateChangedAt"], actor=Actor("bench", "cli"))
@@ -94,6 +104,39 @@ def consumer_drain(name: str) -> dict:
     return {"events": applied, "seconds": round(seconds, 3), "us_per_event": 1e6 * seconds / max(applied, 1)}
 
 
+def export_ceiling() -> dict:
+    """XRANGE every partition, 1,000 a round trip, each event JSON-encoded into one gzip stream in memory."""
+    import gzip
+    import io
+
+    from likes_project.eventlog import streams
+    t0, n = time.monotonic(), 0
+    with gzip.GzipFile(fileobj=io.BytesIO(), mode="wb", compresslevel=6, mtime=0) as gz:
+        for p in streams.all_partitions():
+            last = "0-0"
+            while batch := streams.read_after(p, last, 1000):
+                for entry in batch:
+                    gz.write(json.dumps(entry.event, separators=(",", ":")).encode() + b"\n")
+                n, last = n + len(batch), batch[-1].entry_id
+    seconds = time.monotonic() - t0
+    return {"events": n, "seconds": round(seconds, 3), "events_per_s": n / seconds}
+
+
+def export_run() -> dict:
+    """`feature_export_run` over the whole backlog: a fresh built-in subscription, an empty export directory, every
+    period closed (`now` past the last one's end and grace)."""
+    from django.conf import settings
+
+    from counting.features import policy, services
+    _subscription_drop(policy.SUBSCRIPTION)
+    shutil.rmtree(EXPORT_DIR, ignore_errors=True)
+    t0 = time.monotonic()
+    report = services.feature_export_run(now=time.time() + settings.FEATURE_EXPORT_FILE_S
+                                         + settings.FEATURE_EXPORT_GRACE_S + 1)
+    seconds, rows = time.monotonic() - t0, sum(f["rows"] for f in report.files)
+    return {"events": rows, "files": len(report.files), "seconds": round(seconds, 3), "events_per_s": rows / seconds}
+
+
 def _reset_notify() -> None:
     from counting.notifications.models import NotifyRelation, NotifyWindow, NotifyWindowLiker
     for model in (NotifyWindowLiker, NotifyWindow, NotifyRelation):
@@ -101,7 +144,7 @@ def _reset_notify() -> None:
 
 
 def report(result: dict) -> list[str]:
-    pull, cons = result["pull"], result["consumers"]
+    pull, cons, export = result["pull"], result["consumers"], result["export"]
     return [f"**1. Pulling a subscription to the end**, {result['events']:,} events, {pull['limit']} a page, median "
             f"of {len(pull['rounds'])} rounds\n\n" + md_table(
                 ["path", "events/s:", "÷ ceiling:"],
@@ -111,17 +154,23 @@ def report(result: dict) -> list[str]:
                  ["HTTP, gunicorn 1 worker", fmt(pull["http"], 0), ratio(pull["http"], pull["ceiling"], 2)]]),
             "**2. The notify consumer per event**, against the count consumer on the same backlog (median)\n\n" +
             md_table(["consumer", "µs/event:", "events/s:"],
-                     [[k, fmt(v, 1), fmt(1e6 / v, 0)] for k, v in cons.items()])]
+                     [[k, fmt(v, 1), fmt(1e6 / v, 0)] for k, v in cons.items()]),
+            "**3. The feature export**, the backlog into gzip JSON Lines files through the storage (median)\n\n" +
+            md_table(["path", "events/s:", "÷ ceiling:"],
+                     [["raw XRANGE + JSON encode + gzip in memory (ceiling)", fmt(export["ceiling"], 0), "1.00"],
+                      ["feature_export_run", fmt(export["export"], 0), ratio(export["export"], export["ceiling"], 2)]])]
 
 
 def headline(result: dict) -> dict:
-    pull, cons = result["pull"], result["consumers"]
-    return {"goal": "pull near the XRANGE ceiling; notifications cheaper than counts per event",
+    pull, cons, export = result["pull"], result["consumers"], result["export"]
+    return {"goal": "pull and export near their ceilings; notifications cheaper than counts per event",
             "figure": f"pull {fmt(pull['selector'], 0)} events/s (HTTP {fmt(pull['http'], 0)}); notify "
-                      f"{fmt(cons['notify'], 1)} µs/event",
-            "ceiling": f"XRANGE {fmt(pull['ceiling'], 0)} events/s; count consumer {fmt(cons['count'], 1)} µs/event",
+                      f"{fmt(cons['notify'], 1)} µs/event; export {fmt(export['export'], 0)} events/s",
+            "ceiling": f"XRANGE {fmt(pull['ceiling'], 0)} events/s; count consumer {fmt(cons['count'], 1)} µs/event; "
+                       f"XRANGE + gzip {fmt(export['ceiling'], 0)} events/s",
             "ratio": f"{ratio(pull['selector'], pull['ceiling'], 2)}; notify ÷ count "
-                     f"{ratio(cons['notify'], cons['count'], 2)}"}
+                     f"{ratio(cons['notify'], cons['count'], 2)}; export "
+                     f"{ratio(export['export'], export['ceiling'], 2)}"}
 
 
 def _median(values: list[float]) -> float:
@@ -129,7 +178,8 @@ def _median(values: list[float]) -> float:
 
 
 def main(argv=None) -> int:
-    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261206)
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261206, env=lambda args: {
+        "FEATURE_EXPORT_STORAGE_BACKEND": "filesystem", "FEATURE_EXPORT_DIR": EXPORT_DIR})
     args = run.args
     streams_reset()
     events = backlog_events(seed=args.seed, events=args.events, users=args.users, videos=args.videos, kind="uniform",
@@ -151,13 +201,23 @@ def main(argv=None) -> int:
         for name in consumers:
             run.interference.note(f"{name} consumer round {rnd + 1}")
             consumers[name].append(consumer_drain(name)["us_per_event"])
+    exports = []
+    for rnd in range(args.rounds):
+        run.interference.note(f"export round {rnd + 1}")
+        exports.append({"ceiling": export_ceiling(), "export": export_run()})
+        run.log(f"export round {rnd + 1}: " + ", ".join(f"{k} {v['events_per_s']:.0f}/s"
+                                                         for k, v in exports[-1].items()))
+    shutil.rmtree(EXPORT_DIR, ignore_errors=True)
     result = {"events": len(events),
               "pull": {"limit": args.limit, "rounds": rounds,
                        **{k: _median([r[k]["events_per_s"] for r in rounds]) for k in ("ceiling", "selector", "http")}},
-              "consumers": {k: _median(v) for k, v in consumers.items()}}
+              "consumers": {k: _median(v) for k, v in consumers.items()},
+              "export": {"rounds": exports, **{k: _median([r[k]["events_per_s"] for r in exports])
+                                               for k in ("ceiling", "export")}}}
     wrong = [r for r in rounds for k in ("ceiling", "selector", "http") if r[k]["events"] != len(events)]
+    wrong += [r for r in exports for k in ("ceiling", "export") if r[k]["events"] != len(events)]
     return driver.finish(run, result, report=report, headline=headline,
-                         failure=f"ERROR: {len(wrong)} pulls did not read every event once" if wrong else None)
+                         failure=f"ERROR: {len(wrong)} pulls or exports missed or repeated events" if wrong else None)
 
 
 if __name__ == "__main__":

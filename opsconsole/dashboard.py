@@ -327,6 +327,21 @@ def _subscriptions(cur: dict[str, Samples], now: dt.datetime, hist: History) -> 
     return panel
 
 
+def _retention() -> Panel:
+    """Retention (issue 31 §4, PRIV-3): each rule's window and the oldest thing it keeps, as measured after its last
+    sweep (rows on `default`). A rule past its window by more than two sweep periods is not keeping up: an alert."""
+    from likes_project.retention import retention_status
+
+    panel = Panel("retention", "Retention", ["Rule", "Window", "Oldest kept", "Measured"],
+                  empty="No retention rule is registered.")
+    for s in retention_status():
+        panel.rows.append([Cell(s.rule), Cell(s.window), Cell(s.age_text + (" (due)" if s.due else ""), warn=s.behind),
+                           Cell(_ago(s.measured_at, s.now) if s.measured_at else "not yet")])
+        panel.alert = panel.alert or s.behind
+    panel.link = _list_link("Retention", "retention_sweep")
+    return panel
+
+
 def _verdicts(now: dt.datetime, hist: History) -> Panel:
     panel = Panel("verdicts", "Last reconciliation verdicts",
                   ["Mode", "Run", "Verdict", "Checked", "Diffs", "Finished"],
@@ -354,7 +369,7 @@ def front_page(now: dt.datetime | None = None) -> dict:
     panels = [
         _switches(now, hist), _outbox(cur, hist), _lag(cur, hist), _dead_letters(cur, hist), _diffs(cur, hist),
         _repairs(now, hist), _moves(now, hist), _subscriptions(cur, now, hist), _jobs(now, hist),
-        _verdicts(now, hist),
+        _verdicts(now, hist), _retention(),
     ]
     return {"panels": panels, "gauges_age": None if age is None else _seconds(age),
             "gauges_stale": age is None or age > 3 * float(settings.METRICS_GAUGES_EVERY_S) + 30,

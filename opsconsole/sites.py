@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, re_path, reverse
 
 from likes_project.admin_kit import AdminPage
+from likes_project.retention_console import RETENTION_PAGE
 from opsconsole import dashboard, views, views_video
 
 
@@ -40,6 +41,7 @@ class OpsConsoleSite(admin.AdminSite):
             ("opsconsole", None, AdminPage("video/", views_video.video_panel, name="opsconsole_video",
                                            title="Video panel", permission=views_video.VIDEO_PANEL_PERMISSION,
                                            app_level=True)),
+            ("opsconsole", None, RETENTION_PAGE),  # the retention rules (issue 31 §4)
         ]
 
     def register(self, model_or_iterable, admin_class=None, **options):

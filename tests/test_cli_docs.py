@@ -196,7 +196,17 @@ class Stores:
                                               start_from="latest", actor=Actor("tests", "cli"))
         if command == "subscription_resume":
             subscriptions.subscription_move(name=name, move="pause", actor=Actor("tests", "cli"))
+        if command == "subscription_replay":  # only a subscription behind its retention is replayed
+            subscriptions.Subscription.objects.filter(name=name).update(status="BEHIND_RETENTION")
         return name
+
+    def replay_id(self) -> str:
+        """A replay of a subscription behind its retention, requested by another operator, awaiting approval."""
+        from likes_project.audit.services import Actor
+        from likes_project.subscriptions import replay
+
+        name = self.subscription_name("subscription_replay")
+        return str(replay.replay_request(name=name, actor=Actor("doc-requester", "cli"), reason="docs test").pk)
 
     def value(self, line: DocLine, option: str | None, word: str) -> str:
         """The real value for one placeholder word of the synopsis."""
@@ -210,6 +220,8 @@ class Stores:
             return {"--operation": f"op-{self.tag}", "--user": self.user.username, "--event": self.event_id()}[option]
         if line.command.startswith("risk_") and option is None and word == "ID":
             return self.risk_id(line.command)
+        if line.command.startswith("subscription_replay_") and option is None and word == "ID":
+            return self.replay_id()
         if line.command == "risk_hide" and option == "--user":
             return self.user.username
         if option == "--users-file":

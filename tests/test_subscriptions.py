@@ -303,3 +303,85 @@ def test_an_acknowledged_notice_is_not_served_again_and_is_dropped(storm):
     assert not SubscriptionNotice.objects.filter(subscription__name="acker").exists()
     rest, _ = read_all("acker", made["token"])
     assert rest and all(e["type"] == "like.relation_changed" for e in rest)
+
+
+def test_behind_retention_it_is_replayed_from_the_archive_after_a_second_persons_approval(storm, settings):
+    from likes_project.approvals import SelfApproval
+    from likes_project.audit.services import Actor
+    from likes_project.opsjobs.services import job_run_inline
+    from likes_project.subscriptions import replay
+    from relations import routing
+    from relations.services.outbox import outbox_archive_batch
+
+    lost, witness = create("lost"), create("witness")
+    storm()
+    consume_everything()
+    expected, cursor = read_all("witness", witness["token"])
+    ack("witness", witness["token"], cursor)
+    Subscription.objects.filter(name="lost").update(max_lag_s=0.0)
+    assert services.subscriptions_lag_check().behind == ["lost"]
+    # What it missed leaves the log: some rows into the archive, the rest still SENT in the outbox.
+    settings.OUTBOX_RETENTION_HOURS = 0
+    archived = sum(outbox_archive_batch(alias=alias, chunk=4) for alias in routing.all_aliases())
+    streams_trim(retention_s=0)
+    assert archived and all(streams.length(p) == 0 for p in streams.all_partitions())
+
+    alice, bob = Actor("alice", "cli"), Actor("bob", "cli")
+    request = replay.replay_request(name="lost", actor=alice, reason="recsys was down for a day")
+    with pytest.raises(SelfApproval):
+        replay.replay_approve(replay_id=request.pk, actor=alice)
+    assert_error(pull("lost", lost["token"]), 409, "behind_retention")  # nothing moved before the approval
+    approved = replay.replay_approve(replay_id=request.pk, actor=bob)
+    assert approved.status == "APPROVED" and approved.job_id
+    job_run_inline(approved.job_id)
+    assert replay.replay_get(request.pk).status == "DONE"
+    assert Subscription.objects.get(name="lost").status == "ACTIVE"
+
+    # Every event it missed, once after deduplication, and then the log's new events with no gap.
+    users = storm()  # the same likes again: some change, most are no-ops
+    cmd(users[0], "sub-v0", "UNLIKED")
+    publish_all()
+    got, _ = read_all("lost", lost["token"])
+    fresh, _ = read_all("witness", witness["token"])
+    assert {e["eventId"] for e in got} == {e["eventId"] for e in expected + fresh}
+    assert all(e["type"] == "like.relation_changed" and set(e) == {"eventId", "type", *ALL_FIELDS.split(",")}
+               for e in got)
+    assert [r.action for r in AuditRecord.objects.filter(target_type="subscription_replay").order_by("id")] == [
+        "subscription.replay.request", "subscription.replay.approve", "subscription.replay.approve",
+        "subscription.replayed"]
+
+
+def test_a_replay_is_refused_for_a_subscription_that_is_not_behind_and_through_the_commands():
+    create("fine")
+    with pytest.raises(CommandError):
+        call_command("subscription_replay", "fine", "--reason", "why not", stdout=io.StringIO(),
+                     stderr=io.StringIO())
+    with pytest.raises(CommandError):
+        call_command("subscription_replay", "fine", stdout=io.StringIO(), stderr=io.StringIO())  # no reason
+    with pytest.raises(CommandError):
+        call_command("subscription_replay_approve", "999999", "--actor", "nobody", stdout=io.StringIO(),
+                     stderr=io.StringIO())
+
+
+def test_the_console_requests_a_replay_and_only_another_approver_approves_it():
+    from likes_project.subscriptions.models import SubscriptionReplay
+    from tests.factories import grant, staff_client
+
+    create("console")
+    sub = Subscription.objects.get(name="console")
+    Subscription.objects.filter(pk=sub.pk).update(status="BEHIND_RETENTION")
+    operator, op_client = staff_client("op")
+    grant(operator, "subscriptions.manage_subscription", "subscriptions.view_subscription",
+          "subscriptions.view_subscriptionreplay")
+    approver, ap_client = staff_client("ap")
+    grant(approver, "subscriptions.approve_subscriptionreplay", "subscriptions.view_subscriptionreplay")
+    op_client.post("/admin/subscriptions/subscription/", {
+        "action": "replay_request", "_selected_action": [sub.pk], "confirm": "1", "reason": "a day of downtime"})
+    [row] = SubscriptionReplay.objects.all()
+    assert row.requested_by == "op" and row.status == "AWAITING_APPROVAL"
+    # The operator holds no approve permission: the action is not theirs (and the service would refuse them).
+    op_client.post("/admin/subscriptions/subscriptionreplay/", {"action": "approve", "_selected_action": [row.pk]})
+    assert SubscriptionReplay.objects.get().status == "AWAITING_APPROVAL"
+    ap_client.post("/admin/subscriptions/subscriptionreplay/", {"action": "approve", "_selected_action": [row.pk]})
+    row.refresh_from_db()
+    assert row.status == "APPROVED" and row.approved_by == "ap" and row.job_id

@@ -13,7 +13,15 @@ class NotificationsConfig(AppConfig):
     def ready(self) -> None:
         from counting.notifications import tasks
         from counting.notifications.projector import NotifyProjector
+        from counting.notifications.retention import RULE
+        from counting.notifications.services import notifications_erase_user
+        from likes_project.erasure import account_eraser_register
         from likes_project.eventlog.registry import consumer_register
+        from likes_project.retention import retention_rule_register
 
         # The consumer `notify`: its pause switch (`switch set consumer notify`) is the consumer switch.
         consumer_register(NotifyProjector.name, task=tasks.project_notify_task.name, projector=NotifyProjector)
+        # A deleted account's likes, relation rows and own notifications go (issue 31 §4, PRIV-4), and every
+        # notification goes after NOTIFICATION_RETENTION_DAYS (PRIV-3).
+        account_eraser_register("notifications", notifications_erase_user)
+        retention_rule_register(RULE)

@@ -30,6 +30,8 @@ class NotifyRelation(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["author_id", "video_id", "user_id"],
                                                name="uniq_notify_relation")]
+        indexes = [models.Index(fields=["user_id"], name="notify_relation_user_idx"),  # the account eraser
+                   models.Index(fields=["updated_at"], name="notify_relation_updated_idx")]  # the retention sweep
 
     def __str__(self) -> str:
         return f"{self.user_id} -> {self.video_id} {self.state} v{self.relation_version}"
@@ -53,7 +55,9 @@ class NotifyWindow(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["author_id", "video_id", "window_start"],
                                                name="uniq_notify_window")]
-        indexes = [models.Index(fields=["author_id", "-window_end", "-id"], name="notify_window_list_idx")]
+        indexes = [models.Index(fields=["author_id", "-window_end", "-id"], name="notify_window_list_idx"),
+                   # The retention sweep (oldest first) and its oldest(); window_start never changes once written.
+                   models.Index(fields=["window_start"], name="notify_window_start_idx")]
 
     def __str__(self) -> str:
         return f"{self.video_id} [{self.window_start:%Y-%m-%d %H:%M:%S}, +{self.new_likes}]"
@@ -72,7 +76,8 @@ class NotifyWindowLiker(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["window", "user_id"], name="uniq_notify_window_liker")]
-        indexes = [models.Index(fields=["window", "-liked_at", "-user_id"], name="notify_liker_recent_idx")]
+        indexes = [models.Index(fields=["window", "-liked_at", "-user_id"], name="notify_liker_recent_idx"),
+                   models.Index(fields=["user_id"], name="notify_liker_user_idx")]  # the account eraser
 
     def __str__(self) -> str:
         return f"{self.user_id} in window {self.window_id}"

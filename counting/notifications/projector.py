@@ -19,6 +19,26 @@ partition fence are needed: a replay, a duplicate delivery or an old lease holde
 versions that are not above the stored ones. The window counts move by the rows a statement actually
 inserted or deleted, so passes of other partitions adding likers to the same window (one relation is on
 one partition; one window gathers many) add up instead of overwriting each other.
+
+Deleted accounts (issue 31 §4, PRIV-4): an event whose liker or author is a DELETED account is done with nothing
+written about that account: no placeholder (the placeholder insert leaves out deleted accounts), no liker, no
+window, no relation row. Status is read once per batch, one query, INSIDE the batch's transaction AFTER its
+relation rows are locked; that ordering is what lets `notifications_erase_user` (run by the deletion once the
+likes are withdrawn, so after AccountStatus DELETED committed) leave nothing behind. The race is a batch that
+read the status just before the deletion committed:
+  - the batch locked its rows before reading the status, and the deletion committed after that read, so the
+    rows (whose placeholders were committed before the lock) were locked before the eraser could start;
+  - the eraser's first statement locks the user's relation rows (`FOR UPDATE`), so it waits for that batch to
+    commit, and its later statements (each a fresh snapshot, READ COMMITTED) see and remove the likers and
+    windows the batch wrote;
+  - a batch whose status read comes after the deletion committed skips the user; one whose placeholders were
+    inserted before the eraser deleted them finds its rows gone at the lock and also reads DELETED.
+The withdrawal's own UNLIKED events are skipped like any other event of the account: the eraser removes its
+likes whatever the window. The eraser is idempotent, so a second run (a resumed deletion) finds nothing.
+
+Retention (PRIV-3): a change made more than NOTIFICATION_RETENTION_DAYS ago is done with nothing written (its
+notification would already be past the retention; `likes_notify_skipped_total{reason="expired"}`). That is what
+makes the retention sweep's deletion of old relation rows safe (`counting.notifications.retention`).
 """
 
 from __future__ import annotations
@@ -39,16 +59,24 @@ from counting.services import group_kit as kit
 from likes_project import metrics
 from likes_project.dbraw import raw_cursor
 from likes_project.eventlog.consumer import ApplyResult
-from likes_project.eventlog.retry import retryable_from
+from likes_project.eventlog.retry import Retryable, retryable_from
 from likes_project.eventlog.streams import StreamEntry
 from relations import selectors
 from relations.events import LIKED, UNLIKED, validate_event
+from relations.models import AccountStatus, AccountStatusValue
 
 logger = logging.getLogger(__name__)
 
 NOTIFY_CONSUMER = "notify"
 ALIAS = "default"
 ADD, REMOVE = "add", "remove"
+
+
+class RowVanished(Retryable):
+    """A relation row deleted between its placeholder insert and the batch's lock (the retention sweep): the batch
+    is replayed, and its placeholder inserted again."""
+
+    retry_reason = "row_vanished"
 
 
 @dataclass(frozen=True)
@@ -96,6 +124,7 @@ class NotifyProjector:
 
     name = NOTIFY_CONSUMER
     version_guard = True  # the protection a counter-example test turns off
+    deleted_accounts_skipped = True  # likewise
 
     def validate(self, entry: StreamEntry) -> None:
         validate_event(entry.event)
@@ -137,54 +166,73 @@ class NotifyProjector:
         except (DatabaseError, RedisError) as exc:
             outcome.failed = {e.entry_id: retryable_from(exc) for e in entries}
             return kit.apply_result(entries, outcome)
-        items, skipped = [], {"unknown_video": 0, "self_like": 0}
+        items, skipped = [], {"unknown_video": 0, "self_like": 0, "expired": 0, "deleted_account": 0}
+        expired_before = timezone.now() - dt.timedelta(days=float(settings.NOTIFICATION_RETENTION_DAYS))
         for e in entries:
             video = videos.get(e.event["videoId"])
-            if video is None or video.author_id == e.event["userId"]:
-                # No author to tell, or the author liking their own video: done, nothing written.
-                skipped["unknown_video" if video is None else "self_like"] += 1
+            changed_at = parse_datetime(e.event["stateChangedAt"])
+            # No author to tell, the author liking their own video, or a change older than the retention: done,
+            # nothing written.
+            reason = ("unknown_video" if video is None else "self_like" if video.author_id == e.event["userId"]
+                      else "expired" if changed_at < expired_before else None)
+            if reason is not None:
+                skipped[reason] += 1
                 outcome.add(e.entry_id, kit.DUPLICATE)  # nothing to apply (counted apart below)
                 continue
             items.append(Item(video.author_id, e.event["videoId"], e.event["userId"], e.event["relationVersion"],
-                              e.event["absoluteState"], parse_datetime(e.event["stateChangedAt"]), e.entry_id))
-        for reason, n in skipped.items():
-            if n:
-                metrics.inc("likes_notify_skipped_total", n, reason=reason)
+                              e.event["absoluteState"], changed_at, e.entry_id))
         if items:
             try:
-                for it, verdict in self.items_apply(items):
+                verdicts, skipped["deleted_account"] = self.items_apply(items)
+                for it, verdict in verdicts:
                     outcome.add(it.ref, verdict)
-            except DatabaseError as exc:
+            except (DatabaseError, RowVanished) as exc:
                 logger.warning("notify batch failed (%s); it will be replayed", exc.__class__.__name__)
                 error = retryable_from(exc)
                 outcome.failed.update({it.ref: error for it in items})
+        for reason, n in skipped.items():
+            if n:
+                metrics.inc("likes_notify_skipped_total", n, reason=reason)
         return kit.apply_result(entries, outcome)
 
-    def items_apply(self, items: list[Item]) -> list[tuple[Item, str]]:
-        """Apply the items to the rows on `default`.
+    def items_apply(self, items: list[Item]) -> tuple[list[tuple[Item, str]], int]:
+        """Apply the items to the rows on `default`; returns the verdicts and how many items were skipped because
+        their liker or author is a deleted account.
 
         Transaction: one durable transaction on `default` (the rows' placeholders are inserted before it,
-        in their own statement, so it only locks existing rows, in key order; D31). Idempotency: versions
-        decide under the row locks."""
+        in their own statement, so it only locks existing rows, in key order; D31). The accounts' status is read
+        in it after the locks (see the module's docstring). Idempotency: versions decide under the row locks."""
         now = timezone.now()
         window_s = int(settings.NOTIFY_WINDOW_S)
-        kit.rows_ensure(ALIAS, NotifyRelation,
-                        columns=[("author_id", "bigint"), ("video_id", "text"), ("user_id", "bigint")],
-                        rows=[it.key for it in items],
-                        defaults={"relation_version": "0", "state": f"'{UNLIKED}'", "updated_at": "%s"},
-                        params=[now], conflict=("author_id", "video_id", "user_id"))
+        keys = sorted({it.key for it in items})
+        with raw_cursor(ALIAS) as cursor:  # autocommit: the placeholders, deleted accounts left out
+            cursor.execute(PLACEHOLDER_SQL, [now, *_columns(keys, 3), self._deleted_value()])
         with transaction.atomic(using=ALIAS, durable=True), raw_cursor(ALIAS) as cursor:
-            locked = kit.rows_lock(cursor, NotifyRelation, keys=[it.key for it in items],
+            locked = kit.rows_lock(cursor, NotifyRelation, keys=keys,
                                    columns=[("author_id", "bigint"), ("video_id", "text"), ("user_id", "bigint")],
                                    values=["state", "relation_version", "window_start", "window_end"])
+            deleted = self._deleted_accounts(cursor, {u for it in items for u in (it.author_id, it.user_id)})
+            kept = [it for it in items if it.author_id not in deleted and it.user_id not in deleted]
+            if any(it.key not in locked for it in kept):
+                raise RowVanished("a relation row was deleted before the batch locked it")
             before = {key: Row(*values) for key, values in locked.items()}
-            after, verdicts, moves = self.fold(items, before, window_s)
+            after, verdicts, moves = self.fold(kept, before, window_s)
             _moves_write(cursor, moves, now)
             changed = [(k, r) for k, r in sorted(after.items()) if before.get(k) != r]
             if changed:
                 cursor.execute(RELATION_UPDATE_SQL, [now, *_columns(
                     [(r.state, r.version, r.window_start, r.window_end, *k) for k, r in changed], 7)])
-        return verdicts
+        kept_refs = {it.ref for it in kept}
+        return verdicts + [(it, kit.DUPLICATE) for it in items if it.ref not in kept_refs], len(items) - len(kept)
+
+    def _deleted_value(self) -> str:
+        # A status no account has, when the counter-example turns the skip off.
+        return AccountStatusValue.DELETED if self.deleted_accounts_skipped else "-"
+
+    def _deleted_accounts(self, cursor, user_ids: set[int]) -> set[int]:
+        """Which of `user_ids` are deleted accounts: one query, in the caller's transaction."""
+        cursor.execute(DELETED_SQL, [sorted(user_ids), self._deleted_value()])
+        return {user_id for (user_id,) in cursor.fetchall()}
 
 
 def _columns(rows: list[tuple], width: int) -> list[list]:
@@ -224,7 +272,16 @@ def _moves_write(cursor, moves: list[Move], now: dt.datetime) -> None:
 
 _WINDOW = NotifyWindow._meta.db_table
 _LIKER = NotifyWindowLiker._meta.db_table
+_RELATION = NotifyRelation._meta.db_table
+_STATUS = AccountStatus._meta.db_table
+DELETED_SQL = f"SELECT user_id FROM {_STATUS} WHERE user_id = ANY(%s::bigint[]) AND status = %s::text"
 # Each write is one statement over arrays, keys distinct within it, rows taken in key order.
+PLACEHOLDER_SQL = (
+    f"INSERT INTO {_RELATION} (author_id, video_id, user_id, relation_version, state, updated_at) "
+    f"SELECT a, v, u, 0, '{UNLIKED}', %s FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS t(a, v, u) "
+    f"WHERE NOT EXISTS (SELECT 1 FROM {_STATUS} s WHERE s.user_id IN (t.a, t.u) AND s.status = %s::text) "
+    "ORDER BY a, v, u ON CONFLICT (author_id, video_id, user_id) DO NOTHING"
+)
 WINDOW_UPSERT_SQL = (
     f"INSERT INTO {_WINDOW} AS w (author_id, video_id, window_start, window_end, new_likes, created_at, updated_at) "
     "SELECT a, v, s, e, 0, %s, %s FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[]) "
@@ -247,7 +304,7 @@ WINDOW_COUNT_SQL = (
     "FROM unnest(%s::bigint[], %s::int[], %s::bool[]) AS d(id, delta, added) WHERE w.id = d.id"
 )
 RELATION_UPDATE_SQL = (
-    f"UPDATE {NotifyRelation._meta.db_table} AS r SET state = d.st, relation_version = d.ver, window_start = d.ws, "
+    f"UPDATE {_RELATION} AS r SET state = d.st, relation_version = d.ver, window_start = d.ws, "
     "window_end = d.we, updated_at = %s FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], "
     "%s::timestamptz[], %s::bigint[], %s::text[], %s::bigint[]) AS d(st, ver, ws, we, a, v, u) "
     "WHERE r.author_id = d.a AND r.video_id = d.v AND r.user_id = d.u"

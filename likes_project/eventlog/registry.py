@@ -36,3 +36,31 @@ def consumer_register(name: str, *, task: str, projector: Callable[[], object]) 
     _CONSUMERS.clear()
     _CONSUMERS.update(ordered)
     return _CONSUMERS[name]
+
+
+@dataclass(frozen=True)
+class ArchivedEntry:
+    """An event that left the log, as the log carried it: its partition, its entry id there, the event."""
+
+    partition: int
+    entry_id: str
+    event: dict
+
+
+# Reads what the log no longer holds (the relations app registers its outbox and outbox archive):
+# `source(after, upto, state, limit) -> (entries, state, done)` gives, a bounded chunk at a time, every
+# archived entry whose id lies in (after[p], upto[p]] of its partition p; `state` is its resumable cursor
+# (start from {}), `done` says nothing is left. It may give an entry twice (a row moving to the archive
+# between two reads): callers deduplicate by eventId.
+_ARCHIVE_SOURCES: list[Callable] = []
+
+
+def archive_source_register(source: Callable) -> None:
+    if source not in _ARCHIVE_SOURCES:
+        _ARCHIVE_SOURCES.append(source)
+
+
+def archive_source() -> Callable:
+    if len(_ARCHIVE_SOURCES) != 1:
+        raise ImproperlyConfigured(f"expected one archive source, found {len(_ARCHIVE_SOURCES)}")
+    return _ARCHIVE_SOURCES[0]

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "counting",
     "counting.risk.apps.RiskConfig",
     "counting.notifications.apps.NotificationsConfig",
+    "counting.features.apps.FeaturesConfig",
     "likes_project.subscriptions.apps.SubscriptionsConfig",
     "reconciliation",
     "opsconsole",
@@ -165,6 +166,8 @@ CELERY_TASK_ROUTES = {
     "counting.project_reverse*": {"queue": "reverse"},
     "notifications.*": {"queue": "notify"},  # its own queue: counts go first under a backlog (DEG-2)
     "subscriptions.*": {"queue": "maintenance"},
+    "features.*": {"queue": "maintenance"},
+    "retention.*": {"queue": "maintenance"},
     "counting.retire_deleted_videos": {"queue": "maintenance"},
     "counting.project_*": {"queue": "count"},
     "counting.display_snapshot": {"queue": "snapshot"},
@@ -468,6 +471,8 @@ from likes_project.settings.downstream import *  # noqa: E402, F403
 from likes_project.settings.downstream import DOWNSTREAM_BEAT  # noqa: E402
 
 CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name, task, every_s in DOWNSTREAM_BEAT})
+STORAGES["feature_exports"] = FEATURE_EXPORT_STORAGE  # noqa: F405
+
 
 # A key of its own (production requires it): rotating SECRET_KEY must not invalidate every cursor, and a
 # leaked cursor key must not forge sessions. Outside production it falls back to SECRET_KEY.

@@ -3,6 +3,9 @@ creator notifications, the offline feature export, and the retention rules (PRIV
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from likes_project.settings.env import env_float, env_int
 
 # A subscription lagging more than this stops holding the log back: BEHIND_RETENTION, an alert, and a replay
@@ -13,9 +16,42 @@ SUBSCRIPTION_PULL_MAX = env_int("SUBSCRIPTION_PULL_MAX", 1000)  # the largest `l
 # Creator notifications coalesce the likes of an (author, video) over windows this long.
 NOTIFY_WINDOW_S = env_int("NOTIFY_WINDOW_S", 600)
 
+# The offline feature export (issue 31 §3): one gzip JSON Lines file per FEATURE_EXPORT_FILE_S of the log (an
+# hour), written once that period has closed, through the storage `feature_exports` (.data/exports, or S3).
+FEATURE_EXPORT_FILE_S = env_int("FEATURE_EXPORT_FILE_S", 3600)
+FEATURE_EXPORT_GRACE_S = env_float("FEATURE_EXPORT_GRACE_S", 60.0)  # a period is written this long after it ends
+FEATURE_EXPORT_EVERY_S = env_float("FEATURE_EXPORT_EVERY_S", 60.0)  # how often the beat looks for closed periods
+FEATURE_EXPORT_STORAGE_BACKEND = os.environ.get("FEATURE_EXPORT_STORAGE_BACKEND", "filesystem")  # or "s3"
+_DATA = Path(__file__).resolve().parents[2] / ".data"
+FEATURE_EXPORT_DIR = os.environ.get("FEATURE_EXPORT_DIR", str(_DATA / "exports"))
+FEATURE_EXPORT_STORAGE = (
+    {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+        "bucket_name": os.environ.get("FEATURE_EXPORT_S3_BUCKET", ""),
+        "endpoint_url": os.environ.get("FEATURE_EXPORT_S3_ENDPOINT_URL") or None,
+        "location": os.environ.get("FEATURE_EXPORT_S3_PREFIX", "feature-exports"),
+        "file_overwrite": True, "default_acl": None}}
+    if FEATURE_EXPORT_STORAGE_BACKEND == "s3" else
+    {"BACKEND": "django.core.files.storage.FileSystemStorage",
+     "OPTIONS": {"location": FEATURE_EXPORT_DIR, "file_permissions_mode": 0o600, "directory_permissions_mode": 0o700}}
+)
+
+# Retention (PRIV-3), each rule a window with a beat job, a metric and a console line (likes_project.retention).
+RETENTION_EVERY_S = env_float("RETENTION_EVERY_S", 3600.0)
+RETENTION_BATCH = env_int("RETENTION_BATCH", 1000)  # rows per transaction
+RETENTION_MAX_BATCHES = env_int("RETENTION_MAX_BATCHES", 50)  # per rule per beat run
+COMMAND_RETENTION_DAYS = env_float("COMMAND_RETENTION_DAYS", 180.0)  # command rows that changed a relation
+OUTBOX_ARCHIVE_RETENTION_DAYS = env_float("OUTBOX_ARCHIVE_RETENTION_DAYS", 180.0)
+FEATURE_EXPORT_RETENTION_DAYS = env_float("FEATURE_EXPORT_RETENTION_DAYS", 30.0)
+NOTIFICATION_RETENTION_DAYS = env_float("NOTIFICATION_RETENTION_DAYS", 30.0)
+# UNLIKED tombstones: longer than the longest delay that can still deliver an older version (the stream's
+# retention plus SUBSCRIPTION_MAX_LAG_S); the settings check refuses a shorter window.
+TOMBSTONE_RETENTION_DAYS = env_float("TOMBSTONE_RETENTION_DAYS", 90.0)
+
 DOWNSTREAM_BEAT = (
     ("subscriptions-lag-check", "subscriptions.lag_check",   60.0),
     # The `notify` consumer's sweeper: publishes nudge it at once; this only guarantees progress, and notifications
     # are the lowest priority of the consumers (DEG-2), so it sweeps less often than the others' every second.
     ("project-notifications",   "notifications.project_all", 5.0),
+    ("feature-export",          "features.export",           FEATURE_EXPORT_EVERY_S),
+    ("retention-sweep",         "retention.sweep",           RETENTION_EVERY_S),
 )

@@ -67,6 +67,11 @@ SNAPSHOT_STORAGE_DIR = os.environ.setdefault("SNAPSHOT_STORAGE_DIR", tempfile.mk
 if SNAPSHOT_STORAGE_BACKEND == "filesystem":  # noqa: F405
     STORAGES["recovery_snapshots"]["OPTIONS"]["location"] = SNAPSHOT_STORAGE_DIR  # noqa: F405
 
+# The feature export's files too (issue 31 §3).
+FEATURE_EXPORT_DIR = os.environ.setdefault("FEATURE_EXPORT_DIR", tempfile.mkdtemp(prefix="likes-test-exports-"))
+if FEATURE_EXPORT_STORAGE_BACKEND == "filesystem":  # noqa: F405
+    STORAGES["feature_exports"]["OPTIONS"]["location"] = FEATURE_EXPORT_DIR  # noqa: F405
+
 from likes_project.settings.guards import refuse_dev_secrets  # noqa: E402
 
 refuse_dev_secrets(globals())

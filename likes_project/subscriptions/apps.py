@@ -11,6 +11,9 @@ class SubscriptionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from likes_project.subscriptions import observability, tasks  # noqa: F401 - the lag check's task
+        from likes_project.opsjobs.services import job_kind_register
+        from likes_project.subscriptions import observability, replay, tasks  # noqa: F401 - the lag check's task
 
         observability.register()
+        for kind in replay.JOB_KINDS:
+            job_kind_register(kind)

@@ -10,11 +10,14 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from likes_project.model_kit import approval_checks
+
 
 class SubscriptionStatus(models.TextChoices):
     ACTIVE = "ACTIVE"
     PAUSED = "PAUSED"  # reads refused; its position still holds the log back (until its lag passes the limit)
     BEHIND_RETENTION = "BEHIND_RETENTION"  # it fell too far behind: no longer holds the log; replay from the archive
+    REPLAYING = "REPLAYING"  # an approved replay copies what it missed from the archive; reads wait (409)
     RETIRED = "RETIRED"  # for good: token refused, position dropped
 
 
@@ -58,18 +61,65 @@ def consumer_name(name: str) -> str:
 
 
 class SubscriptionNotice(models.Model):
-    """An event for one subscription that is not on the log: an account's deletion (PRIV-4), written in the
-    deletion's own transaction for every subscription that receives user ids or pseudonyms. Served before the
-    log's events of the same pull; dropped once acknowledged."""
+    """An event for one subscription that is not on the log, served before the log's events of the same pull and
+    dropped once acknowledged (their ids grow):
+    - an account's deletion (PRIV-4), written in the deletion's own transaction for every subscription that
+      receives user ids or pseudonyms (`event` empty);
+    - a relation event the subscription missed while it was BEHIND_RETENTION, copied back from the outbox
+      archive by an approved replay (`event`: the event as the log carried it)."""
 
     subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="notices")
-    event_id = models.UUIDField(unique=True)
-    type = models.CharField(max_length=32)  # "account.deleted"
-    user_id = models.BigIntegerField()  # shaped per subscription when served (the id, or its pseudonym)
+    event_id = models.UUIDField()
+    type = models.CharField(max_length=32)  # "account.deleted" | "like.relation_changed"
+    user_id = models.BigIntegerField(null=True)  # shaped per subscription when served (the id, or its pseudonym)
     at = models.DateTimeField()
+    event = models.JSONField(null=True, blank=True)  # a replayed relation event, as the log carried it
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["subscription", "event_id"], name="uniq_subscription_notice")]
         indexes = [models.Index(fields=["subscription", "id"], name="subscription_notice_pos_idx")]
 
     def __str__(self) -> str:
         return f"{self.type} of user {self.user_id} for subscription {self.subscription_id}"
+
+
+class ReplayStatus(models.TextChoices):
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    APPROVED = "APPROVED"  # its job is queued or running
+    DONE = "DONE"
+    FAILED = "FAILED"
+    REJECTED = "REJECTED"
+
+
+class SubscriptionReplay(models.Model):
+    """A request to replay a BEHIND_RETENTION subscription from the outbox archive (issue 31 §1): requested by
+    one operator, approved by another (`likes_project.approvals`: bound to the parameters' hash, never by the
+    requester, checked by the database too), then run by the system as the ops job `subscription.replay`."""
+
+    subscription = models.ForeignKey(Subscription, on_delete=models.PROTECT, related_name="replays")
+    params = models.JSONField()  # {"subscription", "from": {partition: id}, "reason"}
+    params_hash = models.CharField(max_length=64)
+    reason = models.CharField(max_length=512)
+    requested_by = models.CharField(max_length=150)
+    approved_by = models.CharField(max_length=150, blank=True, default="")
+    approved_hash = models.CharField(max_length=64, blank=True, default="")
+    approved_at = models.DateTimeField(null=True, blank=True)
+    rejected_by = models.CharField(max_length=150, blank=True, default="")
+    status = models.CharField(max_length=20, choices=ReplayStatus.choices, default=ReplayStatus.AWAITING_APPROVAL)
+    job_id = models.BigIntegerField(null=True, blank=True)
+    replayed = models.BigIntegerField(default=0)  # events copied back
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [*approval_checks("subscription_replay")]
+        permissions = [("approve_subscriptionreplay", "Can approve a subscription's replay from the archive")]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of {self.subscription_id} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (ReplayStatus.DONE, ReplayStatus.FAILED, ReplayStatus.REJECTED)

@@ -76,7 +76,11 @@ def shaped(sub: Subscription, event: dict) -> dict | None:
     return {"eventId": event.get("eventId"), "type": kind, **{name: values[name] for name in sub.fields}}
 
 
-def notice_shaped(sub: Subscription, notice: SubscriptionNotice) -> dict:
+def notice_shaped(sub: Subscription, notice: SubscriptionNotice) -> dict | None:
+    """A notice as the subscription may see it: a replayed relation event shaped as the log's, or an account's
+    deletion."""
+    if notice.event is not None:
+        return shaped(sub, notice.event)
     return {"eventId": str(notice.event_id), "type": notice.type, **_user(sub, notice.user_id),
             "deletedAt": iso_utc(notice.at)}
 
@@ -87,7 +91,7 @@ def subscription_read(sub: Subscription, *, cursor: str | None, limit: int) -> P
     order. At least once: a page read again serves the same events."""
     at = cursor_decode(sub, cursor) if cursor else Position(acked_positions(sub), sub.notices_acked)
     notices = list(SubscriptionNotice.objects.filter(subscription=sub, id__gt=at.notices).order_by("id")[:limit])
-    events = [notice_shaped(sub, n) for n in notices]
+    events = [e for e in (notice_shaped(sub, n) for n in notices) if e is not None]
     positions, room = dict(at.partitions), limit - len(notices)
     read = _read_around(positions, room + 1) if room else {}
     entries = sorted((e for batch in read.values() for e in batch), key=lambda e: (*e.sort_key, e.partition))

@@ -50,6 +50,8 @@ class TokenInvalid(DomainError):
 PAUSED = ("The subscription is paused by an operator; it keeps its position.", "subscription_paused")
 BEHIND = ("The subscription fell further behind than its retention allows; an operator replays it from the outbox "
           "archive.", "behind_retention")
+REPLAYING = ("The subscription is being replayed from the outbox archive; read again when the replay is done.",
+             "subscription_replaying")
 
 
 @dataclass(frozen=True)
@@ -178,9 +180,9 @@ def subscription_authorize(*, name: str, token: str | None) -> Subscription:
 
 
 def subscription_readable(sub: Subscription) -> None:
-    if sub.status in (S.PAUSED, S.BEHIND_RETENTION):
-        message, code = PAUSED if sub.status == S.PAUSED else BEHIND
-        raise Conflict(message, code=code)
+    refusal = {S.PAUSED: PAUSED, S.BEHIND_RETENTION: BEHIND, S.REPLAYING: REPLAYING}.get(sub.status)
+    if refusal is not None:
+        raise Conflict(refusal[0], code=refusal[1])
 
 
 def subscription_ack(*, sub: Subscription, positions: dict[int, str], notices: int = 0) -> Subscription:

@@ -31,3 +31,15 @@ def round_trips(monkeypatch):
     """Counts the round trips to Redis from here on (see RoundTrips)."""
     cache_redis().ping()  # a just-used connection sends no health-check PING inside the measured call
     return RoundTrips(monkeypatch)
+
+
+@pytest.fixture
+def window(settings):
+    """Creator notifications coalesce over 600 s windows (`tests.counting.notify_kit.W`)."""
+    settings.NOTIFY_WINDOW_S = 600
+
+
+@pytest.fixture
+def one_window(settings):
+    """Every like a test makes falls in one notification window (its edges are in 2001 and 2033)."""
+    settings.NOTIFY_WINDOW_S = 10**9

@@ -4,11 +4,12 @@ its like back; the author's list (newest window first, signed cursor, privacy ap
 unknown videos and self-likes, and the pause switch that leaves the counts flowing (DEG-1 step 2). Likes go
 through the real command and the real publisher; the consumer runs its real task, or its projector is handed
 the published entries (re-timed where a test needs a window boundary). Each protection has its
-counter-example: a projector without the version guard, and one whose unlikes cancel after the window."""
+counter-example: a projector without the version guard, one whose unlikes cancel after the window, and one that
+writes about deleted accounts. A deleted account is erased (issue 31 §4, PRIV-4); the retention rule `notifications`
+deletes old windows (PRIV-3)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -22,90 +23,28 @@ from counting.notifications.windows import window_of
 from likes_project.audit.services import system_actor
 from likes_project.cursors import iso_utc
 from likes_project.eventlog import streams
-from likes_project.eventlog.consumer import ApplyResult
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
 from likes_project.switches import switch_set
 from relations.models import AccountStatus, UserPrivacy
 from tests.counting.helpers import bucket_sum, envelopes, liked_facts, project_all, publish_all
+from tests.counting.notify_kit import (
+    ALL_IN_ONE,
+    URL,
+    S,
+    W,
+    apply,
+    at,
+    listed,
+    notifications_reset,
+    notify_pass,
+    published,
+    published_for,
+    windows,
+    windows_of_five_videos,
+)
 from tests.relations.helpers import assert_error, cmd
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
-
-W = 600
-S = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)  # a window start for W = 600 (midnight is on every 600 s boundary)
-ALL_IN_ONE = 10**9  # every like made by the test falls in one window (its edges are in 2001 and 2033)
-URL = "/v1/me/notifications"
-
-
-@pytest.fixture
-def window(settings):
-    settings.NOTIFY_WINDOW_S = W
-
-
-@pytest.fixture
-def one_window(settings):
-    settings.NOTIFY_WINDOW_S = ALL_IN_ONE
-
-
-# --- driving the consumer ------------------------------------------------------------------------
-
-
-def notify_pass() -> list[dict]:
-    """The real pass task of the `notify` consumer over every stream partition."""
-    return [tasks.project_notify_task(p) for p in streams.all_partitions()]
-
-
-def published(video_id: str) -> dict[tuple[int, int], streams.StreamEntry]:
-    """Every entry of `video_id` on the stream, by (userId, relationVersion)."""
-    out = {}
-    for p in streams.all_partitions():
-        for e in streams.read_after(p, "0-0", 10_000):
-            if e.event["videoId"] == video_id:
-                out[(e.event["userId"], e.event["relationVersion"])] = e
-    return out
-
-
-def at(entry: streams.StreamEntry, seconds: float) -> streams.StreamEntry:
-    """The entry as if its relation changed `seconds` after S."""
-    when = S + dt.timedelta(seconds=seconds)
-    return dataclasses.replace(entry, event={**entry.event, "stateChangedAt": iso_utc(when)})
-
-
-def apply(entries: list[streams.StreamEntry], projector: NotifyProjector | None = None) -> ApplyResult:
-    """Hand the entries to the projector as the framework does: a batch per stream partition (entry ids are
-    unique within one), in the given order within each; each must be done. Returns the summed result."""
-    projector, total = projector or NotifyProjector(), ApplyResult()
-    for p in sorted({e.partition for e in entries}):
-        batch = [e for e in entries if e.partition == p]
-        result = projector.apply(batch, consumer="notify", partition=p, token=1)
-        assert not result.failed, result.failed
-        assert result.done == {e.entry_id for e in batch}
-        total.applied += result.applied
-        total.duplicates += result.duplicates
-        total.stale += result.stale
-    return total
-
-
-def windows() -> dict[tuple[str, dt.datetime], tuple[int, list[int]]]:
-    """Every listed window: (video, start) -> (newLikes, its likers' ids). new_likes always equals the likers."""
-    out = {}
-    for w in NotifyWindow.objects.all():
-        likers = sorted(w.likers.values_list("user_id", flat=True))
-        assert w.new_likes == len(likers), (w, likers)
-        if w.new_likes:
-            out[(w.video_id, w.window_start)] = (w.new_likes, likers)
-    return out
-
-
-def notifications_reset() -> None:
-    NotifyWindow.objects.all().delete()
-    NotifyRelation.objects.all().delete()
-
-
-def listed(api, user, **params) -> dict:
-    resp = api.as_user(user).get(URL, params)
-    assert resp.status_code == 200, resp.content[:300]
-    return resp.json()
 
 
 # --- coalescing, the open window -----------------------------------------------------------------
@@ -295,24 +234,9 @@ def test_private_banned_and_deleted_likers_are_counted_but_never_named(one_windo
 # --- the list: cursor, limit ---------------------------------------------------------------------
 
 
-def _windows_of_five_videos(make_user, make_video, author) -> list[str]:
-    """One like on each of five videos, each in its own window, the last one newest."""
-    fan = make_user()
-    videos = [f"nt-page-{i}" for i in range(5)]
-    for vid in videos:
-        make_video(vid, author)
-        cmd(fan, vid)
-    publish_all()
-    apply([at(published_for(fan, vid), i * W) for i, vid in enumerate(videos)])
-    return videos
-
-
-def published_for(user, video_id: str) -> streams.StreamEntry:
-    return published(video_id)[(user.pk, 1)]
-
 
 def test_the_list_pages_newest_window_first_with_a_signed_cursor(window, make_user, make_video, author, api):
-    videos = _windows_of_five_videos(make_user, make_video, author)
+    videos = windows_of_five_videos(make_user, make_video, author)
     client, seen, cursor = api.as_user(author), [], None
     while True:
         resp = client.get(URL, {"limit": 2, **({"cursor": cursor} if cursor else {})})
@@ -328,7 +252,7 @@ def test_the_list_pages_newest_window_first_with_a_signed_cursor(window, make_us
 
 def test_a_tampered_or_foreign_cursor_and_a_limit_outside_1_to_100_are_refused(window, make_user, make_video, author,
                                                                               api):
-    _windows_of_five_videos(make_user, make_video, author)
+    windows_of_five_videos(make_user, make_video, author)
     cursor = listed(api, author, limit=1)["nextCursor"]
     client = api.as_user(author)
     tampered = cursor[:-3] + ("AAA" if not cursor.endswith("AAA") else "BBB")
@@ -344,7 +268,7 @@ def test_a_tampered_or_foreign_cursor_and_a_limit_outside_1_to_100_are_refused(w
 
 
 def test_mark_read_up_to_a_window_end(window, make_user, make_video, author, api):
-    videos = _windows_of_five_videos(make_user, make_video, author)
+    videos = windows_of_five_videos(make_user, make_video, author)
     client = api.as_user(author)
 
     def post(up_to):
@@ -449,7 +373,7 @@ def test_the_consumer_runs_on_its_own_queue_which_the_worker_consumes():
 
 
 def test_the_console_shows_the_windows_read_only(window, make_user, make_video, author, admin_client):
-    _windows_of_five_videos(make_user, make_video, author)
+    windows_of_five_videos(make_user, make_video, author)
     listing = admin_client.get("/admin/notifications/notifywindow/")
     assert listing.status_code == 200 and "nt-page-4" in listing.content.decode()
     pk = NotifyWindow.objects.get(video_id="nt-page-4").pk

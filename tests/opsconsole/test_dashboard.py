@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases=
 
 OPERATOR = Actor(name="dash-operator", channel="admin")
 PANELS = ("switches", "outbox", "lag", "dead_letters", "diffs", "repairs", "moves", "subscriptions", "jobs",
-          "verdicts")
+          "verdicts", "retention")
 
 
 def logged_in(username: str, *groups: str) -> Client:
