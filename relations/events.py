@@ -20,7 +20,7 @@ def aggregate_key(user_id: int, video_id: str) -> str:
 
 
 def event_payload(*, event_id: uuid.UUID, alias: str, user_id: int, video_id: str, operation_id: str,
-                   previous, new_state: str, new_version: int, changed_at) -> dict:
+                   previous, new_state: str, new_version: int, changed_at, device_id: str = "") -> dict:
     """OUT-2's absolute-state payload (`previous` is the relation before the change, a RelationView).
     `sourceCommitSeq` is the outbox row id and is added by the publisher's envelope (the id is
     assigned by the insert)."""
@@ -37,6 +37,7 @@ def event_payload(*, event_id: uuid.UUID, alias: str, user_id: int, video_id: st
         "videoId": video_id,
         "sourceShard": alias,
         "operationId": operation_id,
+        "deviceId": device_id or "",  # the command's device ("" when the client named none); never logged
         "stateChangedAt": changed_at.isoformat().replace("+00:00", "Z"),
     }
 

@@ -385,3 +385,22 @@ def test_the_console_requests_a_replay_and_only_another_approver_approves_it():
     ap_client.post("/admin/subscriptions/subscriptionreplay/", {"action": "approve", "_selected_action": [row.pk]})
     row.refresh_from_db()
     assert row.status == "APPROVED" and row.approved_by == "ap" and row.job_id
+
+
+def test_the_device_is_sent_only_when_granted_and_only_as_the_subscriptions_own_pseudonym(make_user, make_video):
+    from relations.services.commands import relation_set_state
+
+    with_device, other = create("dev-a", fields="videoId,device"), create("dev-b", fields="videoId,device")
+    without = create("dev-none", fields="videoId,state")
+    user = make_user()
+    make_video("dev-v", make_user())
+    relation_set_state(user_id=user.pk, video_id="dev-v", desired_state="LIKED", operation_id="dev-1",
+                       device_id="iphone-7f3a")
+    cmd(user, "dev-v", "UNLIKED")  # no device named
+    publish_all()
+    [a1, a2], _ = read_all("dev-a", with_device["token"])
+    [b1, _b2], _ = read_all("dev-b", other["token"])
+    [n1, _n2], _ = read_all("dev-none", without["token"])
+    assert a1["device"] == services.device_pseudonym(Subscription.objects.get(name="dev-a"), "iphone-7f3a")
+    assert a2["device"] is None and b1["device"] != a1["device"] and "device" not in n1
+    assert "iphone-7f3a" not in json.dumps([a1, a2, b1])

@@ -56,7 +56,8 @@ def chain_view(request, *, admin_site):
 
 @admin.register(AuditRecord)
 class AuditRecordAdmin(ReadOnlyAdmin):
-    list_display = ("seq", "at", "actor", "channel", "action", "target_type", "target_id", "outcome", "job_id")
+    list_display = ("seq", "at", "actor", "channel", "action", "target_type", "target_id", "outcome", "job_id",
+                    "redacted_at")
     list_filter = ("action", "channel")
     search_fields = ("actor", "target_id", "=seq")
     date_hierarchy = "at"

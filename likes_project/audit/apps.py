@@ -11,7 +11,11 @@ class AuditConfig(AppConfig):
 
     def ready(self) -> None:
         from likes_project.audit import jobs
+        from likes_project.audit.redaction import audit_redact_user
+        from likes_project.erasure import account_eraser_register
         from likes_project.opsjobs.services import job_kind_register
 
         for kind in jobs.JOB_KINDS:
             job_kind_register(kind)
+        # A deleted account is named by its pseudonym only, in every record, on record (issue 31 §4, PRIV-4).
+        account_eraser_register("audit", audit_redact_user)

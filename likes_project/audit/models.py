@@ -6,11 +6,18 @@ import pgtrigger
 from django.db import models
 from django.utils import timezone
 
+from likes_project.migration_kit import sql_file
+
+REDACT_ACTION = "audit.redact"
+
 
 class AuditRecord(models.Model):
     """One operational action: who did what to which target, with which parameters and outcome, and
     the ops job it ran in (if any). Append-only, in the database: a row trigger refuses every UPDATE
     and DELETE (an outcome known later is a second record, never an edit), and the admin is read-only.
+    The one UPDATE it lets through is a redaction's (`likes_project.audit.redaction`, PRIV-4): a deleted
+    account's user id and username in `actor`/`target_id`/`params` replaced by its pseudonym, `redacted_at`
+    set, every other column unchanged; the redaction is itself on record (an `audit.redact` row).
 
     Tamper-evident (D82): every row written by `audit_record` carries `seq` (1, 2, 3 ... without gaps,
     in commit order), the previous row's `row_hash` as `prev_hash`, and its own `row_hash` (SHA-256 of
@@ -31,6 +38,9 @@ class AuditRecord(models.Model):
     seq = models.BigIntegerField(null=True, blank=True, unique=True)
     prev_hash = models.CharField(max_length=64, blank=True, db_default="")
     row_hash = models.CharField(max_length=64, blank=True, db_default="")
+    # Set when a deleted account's mentions were replaced by its pseudonym: the `at` of the `audit.redact` record
+    # that lists this row (its seq, its unchanged row_hash and the hash of its redacted content).
+    redacted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "opsconsole_auditrecord"
@@ -40,8 +50,11 @@ class AuditRecord(models.Model):
             models.Index(fields=["id"], condition=models.Q(seq__isnull=True), name="audit_unchained_idx"),
         ]
         triggers = [
-            # Row-level, so TRUNCATE (a test database flush) is not refused; see docs/decisions.md D49.
-            pgtrigger.Protect(name="audit_append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+            # Row-level, so TRUNCATE (a test database flush) is not refused; see docs/decisions.md D49. Refuses
+            # every UPDATE and DELETE but a redaction's (the SQL file says exactly which UPDATE passes).
+            pgtrigger.Trigger(name="audit_append_only", when=pgtrigger.Before,
+                              operation=pgtrigger.Update | pgtrigger.Delete,
+                              func=sql_file("likes_project.audit", "audit_append_only.v2.sql")),
         ]
 
     def __str__(self) -> str:

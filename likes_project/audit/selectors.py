@@ -5,6 +5,11 @@ The walk is resumable (an ops job runs it in slices): `chain_walk_begin` reads t
 then the head (in that order, so the checkpoint is never beyond the head read) and where to start;
 `chain_walk_step` reads the rows in seq order, a page at a time (keyset on the unique seq index, so memory
 stays bounded whatever the length of the log), and stops at the first broken link.
+
+A redacted row (`redacted_at` set: a deleted account's mentions replaced by its pseudonym, `audit.redaction`)
+no longer hashes to its row_hash, which it keeps, so its links and the checkpoints still hold. It is accepted
+only if a later `audit.redact` record whose `at` is its `redacted_at`, and whose own hash holds, lists it with
+its row_hash and the hash of its content as it is now; otherwise it is reported (`redaction_unrecorded`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from django.conf import settings
 from django.utils import dateparse
 
 from likes_project.audit import chain
-from likes_project.audit.models import AuditChainCheckpoint, AuditChainVerification, AuditRecord
+from likes_project.audit.models import REDACT_ACTION, AuditChainCheckpoint, AuditChainVerification, AuditRecord
 from likes_project.errors import InvalidInput
 
 PAGE_ROWS = 2000
 _ROW_FIELDS = ("seq", "at", "actor", "channel", "action", "target_type", "target_id", "params", "outcome", "job_id",
-               "prev_hash", "row_hash")
+               "prev_hash", "row_hash", "redacted_at")
 
 
 def signing_key() -> str:
@@ -119,8 +124,9 @@ def chain_walk_step(state: dict, *, deadline: float | None = None,
         cps = {}
         for cp in AuditChainCheckpoint.objects.filter(seq__gte=rows[0][0], seq__lte=rows[-1][0]).order_by("id"):
             cps.setdefault(cp.seq, []).append(cp)
+        redactions = _redactions_of(rows)
         for row in rows:
-            state["broken"] = _row_check(state, dict(zip(_ROW_FIELDS, row, strict=True)), cps, key)
+            state["broken"] = _row_check(state, dict(zip(_ROW_FIELDS, row, strict=True)), cps, key, redactions)
             if state["broken"] is not None:
                 state["done"] = True
                 break
@@ -131,12 +137,45 @@ def chain_walk_step(state: dict, *, deadline: float | None = None,
     return state
 
 
-def _row_check(state: dict, row: dict, cps: dict, key: str) -> dict | None:
+def _redactions_of(rows: list[tuple]) -> dict:
+    """The `audit.redact` records that may list the page's redacted rows, by `at` (one indexed read; none when
+    no row of the page is redacted)."""
+    ats = {row[-1] for row in rows if row[-1] is not None}
+    found: dict = {}
+    if ats:
+        for rec in AuditRecord.objects.filter(action=REDACT_ACTION, at__in=ats, seq__isnull=False).values_list(
+                *_ROW_FIELDS):
+            rec = dict(zip(_ROW_FIELDS, rec, strict=True))
+            found.setdefault(rec["at"], []).append(rec)
+    return found
+
+
+def _redaction_recorded(row: dict, content_hash: str, records: list[dict]) -> bool:
+    """A later `audit.redact` record, itself intact, lists the row with its row_hash and its content's hash. The
+    record's link to the row before it is checked when the walk reaches it (or by the next walk, if it was
+    appended after this walk read the head)."""
+    seq = str(row["seq"])
+    for rec in records:
+        params = rec["params"] if isinstance(rec["params"], dict) else {}
+        hashes, redacted = params.get("rowHashes"), params.get("redactedHashes")
+        if (rec["seq"] > row["seq"] and rec["redacted_at"] is None and isinstance(hashes, dict)
+                and isinstance(redacted, dict) and hashes.get(seq) == row["row_hash"]
+                and redacted.get(seq) == content_hash
+                and chain.row_hash_compute(**{f: rec[f] for f in chain.HASHED_FIELDS}) == rec["row_hash"]):
+            return True
+    return False
+
+
+def _row_check(state: dict, row: dict, cps: dict, key: str, redactions: dict) -> dict | None:
     seq, expected = row["seq"], state["nextSeq"]
     if seq != expected:
         return _broken(expected, "row_missing", f"no row with seq {expected} (the next row is seq {seq})")
-    content = {f: row[f] for f in chain.HASHED_FIELDS}
-    if chain.row_hash_compute(**content) != row["row_hash"]:
+    content_hash = chain.row_hash_compute(**{f: row[f] for f in chain.HASHED_FIELDS})
+    if row["redacted_at"] is not None:
+        if not _redaction_recorded(row, content_hash, redactions.get(row["redacted_at"], [])):
+            return _broken(seq, "redaction_unrecorded", "the row is marked redacted, but no later audit.redact "
+                                                        "record lists it with its row_hash and its content as it is")
+    elif content_hash != row["row_hash"]:
         return _broken(seq, "row_changed", "the row's content does not hash to its row_hash (it was changed)")
     if row["prev_hash"] != state["expectedPrev"]:
         return _broken(seq, "link_broken", f"prev_hash is not the row_hash of seq {seq - 1} (a row was changed, "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from likes_project.cursors import cursor_sign, cursor_unsign, invalid_cursor, iso_utc
 from likes_project.eventlog import streams
 from likes_project.subscriptions.models import Subscription, SubscriptionNotice
-from likes_project.subscriptions.services import acked_positions, lag_seconds, pseudonym
+from likes_project.subscriptions.services import acked_positions, device_pseudonym, lag_seconds, pseudonym
 
 CURSOR_VERSION = 1
 CURSOR_MAX_CHARS = 4096
@@ -70,9 +70,10 @@ def shaped(sub: Subscription, event: dict) -> dict | None:
     kind = TYPES.get(event.get("eventType"))
     if kind is None:
         return None
+    device = event.get("deviceId")  # "" (none named) or absent (an event from before v3 of the command)
     values = {"videoId": event.get("videoId"), "state": event.get("absoluteState"),
               "relationVersion": event.get("relationVersion"), "stateChangedAt": event.get("stateChangedAt"),
-              **_user(sub, event.get("userId"))}
+              "device": device_pseudonym(sub, device) if device else None, **_user(sub, event.get("userId"))}
     return {"eventId": event.get("eventId"), "type": kind, **{name: values[name] for name in sub.fields}}
 
 

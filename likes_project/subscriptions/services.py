@@ -31,7 +31,7 @@ LAG_CHECKER = "subscription-lag-check"
 NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,62}")
 # The event fields a subscription may be granted (PRIV-1); `eventId` and `type` are always sent. A user is
 # named by id or by the subscription's own pseudonym, never both.
-FIELDS = ("userId", "userPseudonym", "videoId", "state", "relationVersion", "stateChangedAt")
+FIELDS = ("userId", "userPseudonym", "videoId", "state", "relationVersion", "stateChangedAt", "device")
 S = SubscriptionStatus
 
 
@@ -67,6 +67,13 @@ def token_hash(token: str) -> str:
 def pseudonym(subscription: Subscription, user_id: int) -> str:
     """The subscription's own stable name for a user: HMAC-SHA256 under its key (another subscription's differs)."""
     return hmac.new(bytes.fromhex(subscription.pseudonym_key), str(user_id).encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def device_pseudonym(subscription: Subscription, device_id: str) -> str:
+    """The subscription's own stable name for a device (never the client's device id itself, SEC-6): HMAC-SHA256
+    under its key, in a namespace apart from its user pseudonyms."""
+    key = bytes.fromhex(subscription.pseudonym_key)
+    return hmac.new(key, f"device:{device_id}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _fields_clean(fields) -> list[str]:

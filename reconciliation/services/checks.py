@@ -189,6 +189,8 @@ def _both_sides(gen: routing.GenerationRoutes, videos: list[str], bucket_range) 
     """The facts, then the projection, of `videos` (within the bucket range, if one is given)."""
     source = evidence.source_relations(videos)
     projected = evidence.projected_relations(gen, videos)
+    for key in evidence.swept_tombstones(projected, source):  # no row in the facts is the same UNLIKED
+        del projected[key]
     if bucket_range is not None:
         def inside(key):
             return bucket_range[0] <= routing.virtual_bucket(gen.space, key[1], key[0]) <= bucket_range[1]

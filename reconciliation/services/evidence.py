@@ -19,7 +19,7 @@ from counting.services.projection import COUNT_CONSUMER
 from likes_project.eventlog.checkpoints import checkpoints_get
 from relations import routing as relation_routing
 from relations.events import aggregate_key
-from relations.models import LikeRelation, OutboxArchive, OutboxEvent
+from relations.models import LikeRelation, OutboxArchive, OutboxEvent, RelationVersionFloor
 
 LIKED = "LIKED"
 
@@ -54,6 +54,24 @@ def source_relations(videos: list[str]) -> dict[tuple[int, str], Rel]:
             for user_id, video_id, state, version in cursor.fetchall():
                 out[(user_id, video_id)] = Rel(state, version)
     return out
+
+
+def swept_tombstones(projected: dict[tuple[int, str], Rel], source: dict[tuple[int, str], Rel]) -> set:
+    """The relations the projection holds as UNLIKED that have no row in the facts because their tombstone was
+    swept past its retention (issue 31 §4): the version is at most its slot's floor on the owning shard, so the
+    facts remember it (a new like starts above the floor). Such a relation agrees with the facts: no row is
+    UNLIKED, and nothing it held can come back."""
+    gone = [k for k, p in projected.items() if k not in source and p.state == "UNLIKED"]
+    if not gone:
+        return set()
+    slots = {user: relation_routing.placement(user) for user in {k[0] for k in gone}}
+    floors: dict[tuple[str, int], int] = {}
+    for alias in {a for a, _slot in slots.values()}:
+        wanted = sorted({slot for a, slot in slots.values() if a == alias})
+        for slot, floor in RelationVersionFloor.objects.using(alias).filter(slot__in=wanted).values_list(
+                "slot", "floor"):
+            floors[(alias, slot)] = floor
+    return {k for k in gone if projected[k].version <= floors.get(slots[k[0]], 0)}
 
 
 def projected_relations(gen: routing.GenerationRoutes, videos: list[str],

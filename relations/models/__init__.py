@@ -7,6 +7,7 @@ One module per concern; every model is importable from `relations.models`."""
 
 from relations.models.cache import LikeRelationCacheProjection, RelationCacheGeneration
 from relations.models.contract import RelationShardContract, RelationShardSlot
+from relations.models.floors import RelationVersionFloor
 from relations.models.outbox import OutboxArchive, OutboxEvent, OutboxPublisherSwitch, OutboxStatus
 from relations.models.privacy import (
     AccountStatus,
@@ -31,6 +32,6 @@ __all__ = [
     "LikeRelation", "LikeRelationCacheProjection", "LikesReadOnlySwitch", "OutboxArchive", "OutboxEvent",
     "OutboxPublisherSwitch", "OutboxStatus", "RelationCacheGeneration", "RelationShardContract",
     "RelationShardSlot", "RelationSlotChange", "RelationSlotMove", "RelationSlotState", "RelationState",
-    "SlotFenceState", "SlotMoveState", "UserPrivacy", "VideoLikersVisibility", "VideoSnapshot", "VideoStatus",
-    "VideoVisibility",
+    "RelationVersionFloor", "SlotFenceState", "SlotMoveState", "UserPrivacy", "VideoLikersVisibility",
+    "VideoSnapshot", "VideoStatus", "VideoVisibility",
 ]

@@ -33,6 +33,7 @@ from relations.models import (
     LikesReadOnlySwitch,
     OutboxEvent,
     RelationState,
+    RelationVersionFloor,
     VideoStatus,
     VideoVisibility,
 )
@@ -188,19 +189,34 @@ def _cas_update(alias: str, rel: _LockedRelation, *, state: str, version: int, o
         return cursor.rowcount
 
 
+def _slot_floor(alias: str, slot: int) -> int:
+    """The slot's version floor on `alias`: every relation of the slot without a row had its last version at most
+    this (its tombstone deleted by the retention sweep, `relations.services.tombstones`); 0 when none was."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT floor FROM {RelationVersionFloor._meta.db_table} WHERE slot = %s", [slot])
+        row = cursor.fetchone()
+    return 0 if row is None else row[0]
+
+
 def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired_state: str, operation_id: str,
                   base_version: int | None, device_id: str, client_sequence: int | None) -> CommandResult:
     """CMD-5 steps 2-6 inside one durable transaction on `alias`, behind the write barrier (REC-5),
     statement by statement: the readable reference of `likes_relation_apply` (its current version:
-    `relations/sql/likes_relation_apply.v2.sql`), which `_apply_function` runs in one round trip (D84)."""
+    `relations/sql/likes_relation_apply.v3.sql`), which `_apply_function` runs in one round trip (D84).
+
+    A relation without a row reads UNLIKED v0 but may have had a tombstone the retention sweep deleted: its next
+    version is its slot's floor + 1, and a base version in [0, floor] is not stale (`relations.services.tombstones`)."""
     with transaction.atomic(using=alias, durable=True):
         write_barrier.admit(alias, video_id, slot)
         for _attempt in range(2):
             rel = _lock_relation(alias, user_id, video_id)
             current = RelationView(rel.state, rel.relation_version) if rel else selectors.UNLIKED_V0
+            # read after the row lock's statement: a sweep that deleted the row committed its floor with it
+            floor = 0 if rel else _slot_floor(alias, slot)
             if (
                 base_version is not None
                 and base_version != current.relation_version
+                and not (rel is None and 0 <= base_version <= floor)
                 and desired_state != current.state
                 and settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
             ):
@@ -213,7 +229,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
             if desired_state == current.state:
                 result, changed = current, False
                 break
-            new_version = current.relation_version + 1
+            new_version = max(current.relation_version, floor) + 1  # above every version it ever had
             if rel is None:
                 try:
                     with transaction.atomic(using=alias):  # savepoint: the first insert may race
@@ -238,7 +254,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
             outbox_event_write(alias=alias, now=now, payload=events.event_payload(
                 event_id=event_id, alias=alias, user_id=user_id, video_id=video_id,
                 operation_id=operation_id, previous=current, new_state=desired_state,
-                new_version=new_version, changed_at=changed_at,
+                new_version=new_version, changed_at=changed_at, device_id=device_id,
             ))
             result, changed = RelationView(desired_state, new_version), True
             break
@@ -290,7 +306,7 @@ def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desir
                     base_version: int | None, device_id: str, client_sequence: int | None,
                     lookup: bool = False) -> CommandResult:
     """`_apply_python` in one round trip: the shard's `likes_relation_apply`
-    (`relations/sql/likes_relation_apply.v2.sql`). With `lookup` it first looks the operation id up in the
+    (`relations/sql/likes_relation_apply.v3.sql`). With `lookup` it first looks the operation id up in the
     same statement (raises _Replayed)."""
     event_id = uuid.uuid4()
     global_ns, video_ns = write_barrier.LOCK_NAMESPACES

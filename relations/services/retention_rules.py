@@ -4,14 +4,16 @@
 - `noop-commands`: the command rows that changed nothing (CMD-15), past RELATION_COMMAND_RETENTION_HOURS, through
   `relations.services.retention`'s own batch (its command, beat job and page stay as they are);
 - `commands`: the command rows that changed a relation, past COMMAND_RETENTION_DAYS;
-- `outbox-archive`: the archived outbox events, published before OUTBOX_ARCHIVE_RETENTION_DAYS.
+- `outbox-archive`: the archived outbox events, published before OUTBOX_ARCHIVE_RETENTION_DAYS;
+- `tombstones`: UNLIKED relation rows past TOMBSTONE_RETENTION_DAYS (`relations.services.tombstones`).
 
 Kept whatever their age: the evidence of each relation's current version, which reconciliation reads to judge a
 projection that lags or leads the facts (`reconciliation.services.evidence`): the command whose (user, video,
 result_version) is the relation's (user, video, relation_version), and the archived event whose (aggregate_key,
 relation_version) is the relation's. A relation's version only grows, so a row that is not the evidence when a
-batch looks at it never becomes it again. The relations themselves, UNLIKED tombstones included, are not swept
-here (their window, TOMBSTONE_RETENTION_DAYS, is only checked: `relations.checks`).
+batch looks at it never becomes it again. UNLIKED tombstones are the fourth rule, `tombstones`, swept by
+`relations.services.tombstones` with each slot's version floor (their window, TOMBSTONE_RETENTION_DAYS, must
+exceed the longest event delay: `relations.checks`).
 
 Scale: the kept evidence is the oldest part of both tables, and neither table has an index that skips it (the
 archive has none on published_at at all), so a run walks it once per shard (`ShardedSweep` keeps each shard's
@@ -29,6 +31,7 @@ from likes_project.retention import RetentionRule, retention_rule_register
 from relations import routing
 from relations.models import LikeCommand, LikeRelation, OutboxArchive
 from relations.services.retention import MAX_BATCH, command_retention_batch
+from relations.services.tombstones import tombstones_oldest, tombstones_sweep
 
 CMD, REL, ARC = LikeCommand._meta.db_table, LikeRelation._meta.db_table, OutboxArchive._meta.db_table
 
@@ -181,5 +184,8 @@ def register() -> None:
         RetentionRule("outbox-archive", "OUTBOX_ARCHIVE_RETENTION_DAYS", "days",
                       "archived outbox events, except each relation's current version",
                       ShardedSweep(outbox_archive_batch_delete), outbox_archive_oldest),
+        RetentionRule("tombstones", "TOMBSTONE_RETENTION_DAYS", "days",
+                      "UNLIKED tombstones (their versions kept in each slot's floor)", tombstones_sweep,
+                      tombstones_oldest),
     ):
         retention_rule_register(rule)

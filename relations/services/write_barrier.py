@@ -10,7 +10,7 @@ until they commit: the drain), new commands' requests already fail, so the barri
 is held until it is lowered.
 
 The like command takes the same two locks inside its one-statement function (`likes_relation_apply`,
-`relations/sql/likes_relation_apply.v2.sql`) with `LOCK_NAMESPACES`, and polls through `admit_polling` as well.
+`relations/sql/likes_relation_apply.v3.sql`) with `LOCK_NAMESPACES`, and polls through `admit_polling` as well.
 
 A command that meets a barrier polls for up to RECONCILE_BARRIER_MAX_MS, then gives up with
 503 `write_barrier` and `Retry-After`, having written nothing (its transaction rolls back). The fast

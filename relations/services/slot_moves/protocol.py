@@ -8,9 +8,10 @@
   CATCHING_UP passes over the captured keys: each key's current source row re-copied (or deleted when gone), the
               capture rows applied deleted; until a pass applies at most RELATION_MOVE_CUTOVER_LAG keys.
   CUTOVER     the slots' exclusive locks on the source (in-flight commands drained, new ones poll `fenced`); the
-              last pass; source slots MOVED_OUT; ONE `default` transaction: contract version N+1 (the slots on
-              the target), the old one inactive, the ledger to VERIFY; the target's INCOMING rows removed; the
-              locks released. The write pause is lock -> release.
+              last pass; the slots' version floors copied (`floors_copy`: a tombstone the retention sweep deleted
+              on the source left no row to copy, only its floor); source slots MOVED_OUT; ONE `default`
+              transaction: contract version N+1 (the slots on the target), the old one inactive, the ledger to
+              VERIFY; the target's INCOMING rows removed; the locks released. The write pause is lock -> release.
   VERIFY      every source relation of the slots' users at a version the target has reached, every source
               command on the target.
   RETIRED     after RELATION_MOVE_RETENTION_S the source rows of the slots' users are deleted; its MOVED_OUT
@@ -43,6 +44,7 @@ from relations.services.slot_moves.rows import (
     TABLES,
     changes_delete,
     contract_now,
+    floors_copy,
     rows_write,
     slot_sql,
     slots_off_source,
@@ -258,6 +260,7 @@ def _cutover(m: RelationSlotMove, say: Say) -> None:
     try:
         RUNNER.hook(m, "cutover_locked")
         _apply_captured(m)  # the last pass: no command of the slots can write now
+        floors_copy(m.source_alias, m.target_alias, m.slots)  # after it: every delete it applied is in a floor
         with transaction.atomic(using=m.source_alias, durable=True), connections[m.source_alias].cursor() as cursor:
             cursor.execute(f"UPDATE {STATE_T} SET state = %s, changed_at = now() WHERE move_id = %s AND slot = ANY(%s)",
                            [SlotFenceState.MOVED_OUT, m.pk, m.slots])

@@ -10,10 +10,18 @@ from django.db import connections, transaction
 from likes_project.errors import Conflict
 from likes_project.ledgers.runner import beat
 from relations import routing
-from relations.models import LikeCommand, LikeRelation, RelationSlotChange, RelationSlotMove, RelationSlotState
+from relations.models import (
+    LikeCommand,
+    LikeRelation,
+    RelationSlotChange,
+    RelationSlotMove,
+    RelationSlotState,
+    RelationVersionFloor,
+)
 
 REL, CMD = LikeRelation._meta.db_table, LikeCommand._meta.db_table
 STATE_T, CHANGE_T = RelationSlotState._meta.db_table, RelationSlotChange._meta.db_table
+FLOOR_T = RelationVersionFloor._meta.db_table
 _REL_COLS = ("user_id", "video_id", "state", "relation_version", "last_operation_id", "state_changed_at",
              "created_at", "updated_at")
 _REL_TYPES = ("bigint", "text", "text", "bigint", "text", "timestamptz", "timestamptz", "timestamptz")
@@ -131,6 +139,26 @@ def rows_write(alias: str, kind: str, rows: list[tuple]) -> None:
         conflict = "ON CONFLICT (user_id, operation_id) DO NOTHING"
     with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM unnest({select}) {conflict}", arrays)
+
+
+def floors_copy(source: str, target: str, slots: list[int]) -> int:
+    """The slots' version floors (`RelationVersionFloor`) from `source` onto `target`, never lowering one there
+    (GREATEST); returns how many slots had one. A relation the tombstone sweep deleted on the source has no row to
+    copy, only its slot's floor: without it the target would start that relation at v1 again. Run after the last
+    catch-up: the target only lacks a row whose delete committed on the source, and the floor committed with it.
+
+    Transaction: one durable transaction on `target` (the read on the source before it).
+    Idempotency: GREATEST: a copy repeated, or a floor the target already had higher, changes nothing."""
+    with connections[source].cursor() as cursor:
+        cursor.execute(f"SELECT slot, floor FROM {FLOOR_T} WHERE slot = ANY(%s) ORDER BY slot", [slots])
+        found = cursor.fetchall()
+    if not found:
+        return 0
+    with transaction.atomic(using=target, durable=True), connections[target].cursor() as cursor:
+        cursor.execute(f"INSERT INTO {FLOOR_T} AS f (slot, floor) SELECT * FROM unnest(%s::integer[], %s::bigint[]) "
+                       f"ON CONFLICT (slot) DO UPDATE SET floor = GREATEST(f.floor, EXCLUDED.floor)",
+                       [[r[0] for r in found], [r[1] for r in found]])
+    return len(found)
 
 
 def undo_before_switch(m: RelationSlotMove) -> None:

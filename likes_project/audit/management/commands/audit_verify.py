@@ -2,7 +2,9 @@
 
 Walks the audit chain (D82) from `--since` (a seq, or the first row at or after an ISO-8601 time; default
 the first row) to the head, recomputing each row_hash and checking prev_hash linkage, seq continuity and
-the latest checkpoint (a deleted tail; its signature when AUDIT_CHAIN_SIGNING_KEY is set). It is the same
+the latest checkpoint (a deleted tail; its signature when AUDIT_CHAIN_SIGNING_KEY is set). A redacted row (a
+deleted account's mentions replaced by its pseudonym) must be listed by a later `audit.redact` record
+(`redaction_unrecorded` otherwise; likes_project/audit/redaction.py). It is the same
 ops job the console starts, run here in the foreground with progress on stderr; the verdict is recorded
 (the console shows it) and audited. Exit 0 intact, 1 broken, 3 not run (a bad --since, an actor without
 `audit.verify_auditchain`, the job failed)."""
