@@ -147,6 +147,29 @@ class ApproveCommand(OperatorCommand):
             raise CommandError(self.unfinished(row, timeout_s=options["wait_timeout"]))
 
 
+class RejectCommand(OperatorCommand):
+    """ID --reason TEXT --actor USER [--json]: reject a request that awaits approval (nothing is run). A command
+    says its `noun`, its id argument (`id_dest`, `id_metavar`), the approve permission and its `reject` service."""
+
+    id_dest: str
+    id_metavar = "ID"
+
+    def reject(self, request_id: int, actor, reason: str):
+        raise NotImplementedError  # the request's reject service
+
+    def add_arguments(self, parser):
+        parser.add_argument(self.id_dest, type=int, metavar=self.id_metavar)
+        parser.add_argument("--reason", default="", help="Why (required).")
+        parser.add_argument("--actor", required=True, help="The rejecting approver's username.")
+        add_json_argument(parser)
+
+    def act(self, options, actor):
+        return self.reject(options[self.id_dest], actor, options["reason"])
+
+    def line(self, row):
+        return f"{self.name(row)}: {row.status}"
+
+
 class JobCommand(DomainCommand):
     """A command whose work is an ops job (the same job the admin starts): in the foreground it runs
     the job here with a progress bar on stderr (a plain line per progress message when stderr is not a

@@ -45,3 +45,20 @@ class HashContract(models.Model):
 def one_active(name: str) -> models.UniqueConstraint:
     """A contract table's "at most one row has is_active" (the version new writes use)."""
     return models.UniqueConstraint(fields=["is_active"], condition=Q(is_active=True), name=name)
+
+
+class HashingReader:
+    """A read-only file wrapper that hashes (SHA-256) and counts what is read through it: a stored artifact's
+    digest and size, taken while it is streamed (recovery snapshots, feature export files)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        block = self.fh.read(n)
+        self.sha.update(block)
+        self.size += len(block)
+        return block
+
+    def readable(self) -> bool:
+        return True

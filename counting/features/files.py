@@ -25,6 +25,8 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import storages
 
+from likes_project.hashing import HashingReader
+
 STORAGE_ALIAS = "feature_exports"
 ROOT = "features"
 MANIFEST = ".manifest.json"
@@ -178,31 +180,15 @@ class LinesFile:
         return sha.hexdigest(), size
 
 
-class _Hashing:
-    """A read-only wrapper that hashes and counts what is read through it."""
-
-    def __init__(self, fh) -> None:
-        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
-
-    def read(self, n: int = -1) -> bytes:
-        block = self.fh.read(n)
-        self.sha.update(block)
-        self.size += len(block)
-        return block
-
-    def readable(self) -> bool:
-        return True
-
-
 @contextlib.contextmanager
-def rows_read(name: str) -> Iterator[tuple[Iterator[dict], _Hashing]]:
+def rows_read(name: str) -> Iterator[tuple[Iterator[dict], HashingReader]]:
     """Open a stored data file: an iterator of its rows, and the hasher whose `sha` / `size` are those of the stored
     bytes once the iterator is exhausted. Raises FileUnreadable (missing, truncated, not gzip JSON Lines)."""
     try:
         fh = storage().open(name, "rb")
     except OSError as exc:
         raise FileUnreadable(f"{name} cannot be opened ({exc.__class__.__name__})") from None
-    hashing = _Hashing(fh)
+    hashing = HashingReader(fh)
 
     def rows() -> Iterator[dict]:
         try:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from likes_project.settings.databases import build_databases
-from likes_project.settings.env import env_bool, env_float, env_int, env_list
+from likes_project.settings.env import env_bool, env_float, env_int, env_list, file_storage
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -441,17 +441,8 @@ RELATION_MOVE_LOCK_TIMEOUT_MS = env_int("RELATION_MOVE_LOCK_TIMEOUT_MS", 1000)
 # The source's rows of the moved slots are kept this long after VERIFY passed, then deleted.
 RELATION_MOVE_RETENTION_S = env_float("RELATION_MOVE_RETENTION_S", 24 * 3600.0)
 
-_SNAPSHOT_STORAGE = (
-    {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
-        "bucket_name": os.environ.get("SNAPSHOT_S3_BUCKET", ""),
-        "endpoint_url": os.environ.get("SNAPSHOT_S3_ENDPOINT_URL") or None,
-        "location": os.environ.get("SNAPSHOT_S3_PREFIX", "recovery-snapshots"),
-        "file_overwrite": False, "default_acl": None}}
-    if SNAPSHOT_STORAGE_BACKEND == "s3" else
-    {"BACKEND": "django.core.files.storage.FileSystemStorage",
-     "OPTIONS": {"location": SNAPSHOT_STORAGE_DIR, "file_permissions_mode": 0o600,
-                 "directory_permissions_mode": 0o700}}
-)
+_SNAPSHOT_STORAGE = file_storage(SNAPSHOT_STORAGE_BACKEND, env_prefix="SNAPSHOT", s3_location="recovery-snapshots",
+                                 directory=SNAPSHOT_STORAGE_DIR, overwrite=False)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

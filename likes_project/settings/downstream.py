@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from likes_project.settings.env import env_float, env_int
+from likes_project.settings.env import env_float, env_int, file_storage
 
 # A subscription lagging more than this stops holding the log back: BEHIND_RETENTION, an alert, and a replay
 # from the outbox archive by an approved operator action.
@@ -24,16 +24,8 @@ FEATURE_EXPORT_EVERY_S = env_float("FEATURE_EXPORT_EVERY_S", 60.0)  # how often 
 FEATURE_EXPORT_STORAGE_BACKEND = os.environ.get("FEATURE_EXPORT_STORAGE_BACKEND", "filesystem")  # or "s3"
 _DATA = Path(__file__).resolve().parents[2] / ".data"
 FEATURE_EXPORT_DIR = os.environ.get("FEATURE_EXPORT_DIR", str(_DATA / "exports"))
-FEATURE_EXPORT_STORAGE = (
-    {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
-        "bucket_name": os.environ.get("FEATURE_EXPORT_S3_BUCKET", ""),
-        "endpoint_url": os.environ.get("FEATURE_EXPORT_S3_ENDPOINT_URL") or None,
-        "location": os.environ.get("FEATURE_EXPORT_S3_PREFIX", "feature-exports"),
-        "file_overwrite": True, "default_acl": None}}
-    if FEATURE_EXPORT_STORAGE_BACKEND == "s3" else
-    {"BACKEND": "django.core.files.storage.FileSystemStorage",
-     "OPTIONS": {"location": FEATURE_EXPORT_DIR, "file_permissions_mode": 0o600, "directory_permissions_mode": 0o700}}
-)
+FEATURE_EXPORT_STORAGE = file_storage(FEATURE_EXPORT_STORAGE_BACKEND, env_prefix="FEATURE_EXPORT",
+                                      s3_location="feature-exports", directory=FEATURE_EXPORT_DIR, overwrite=True)
 
 # Retention (PRIV-3), each rule a window with a beat job, a metric and a console line (likes_project.retention).
 RETENTION_EVERY_S = env_float("RETENTION_EVERY_S", 3600.0)

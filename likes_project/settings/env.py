@@ -22,3 +22,17 @@ def env_float(name: str, default: float) -> float:
 
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def file_storage(backend: str, *, env_prefix: str, s3_location: str, directory: str, overwrite: bool) -> dict:
+    """A STORAGES entry: an S3-compatible bucket through django-storages when `backend` is "s3" (its bucket,
+    endpoint and key prefix from `<env_prefix>_S3_BUCKET`, `_S3_ENDPOINT_URL`, `_S3_PREFIX`), else a private
+    directory (files 0600, directories 0700)."""
+    if backend == "s3":
+        return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+            "bucket_name": os.environ.get(f"{env_prefix}_S3_BUCKET", ""),
+            "endpoint_url": os.environ.get(f"{env_prefix}_S3_ENDPOINT_URL") or None,
+            "location": os.environ.get(f"{env_prefix}_S3_PREFIX", s3_location),
+            "file_overwrite": overwrite, "default_acl": None}}
+    return {"BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": directory, "file_permissions_mode": 0o600, "directory_permissions_mode": 0o700}}

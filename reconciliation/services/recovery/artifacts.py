@@ -29,6 +29,8 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import storages
 
+from likes_project.hashing import HashingReader
+
 FORMAT = "likes-recovery-artifact"
 SCHEMA_VERSION = 1
 STORAGE_ALIAS = "recovery_snapshots"
@@ -96,23 +98,7 @@ def _file_digest(path: str) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-class _Hashing:
-    """A read-only file wrapper that hashes what is read through it."""
-
-    def __init__(self, fh):
-        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
-
-    def read(self, n: int = -1) -> bytes:
-        block = self.fh.read(n)
-        self.sha.update(block)
-        self.size += len(block)
-        return block
-
-    def readable(self) -> bool:
-        return True
-
-
-def artifact_stream(uri: str, *, chunk_bytes: int = 1 << 20) -> tuple[dict, Iterator[bytes], _Hashing]:
+def artifact_stream(uri: str, *, chunk_bytes: int = 1 << 20) -> tuple[dict, Iterator[bytes], HashingReader]:
     """Open a stored artifact: its header, an iterator of COPY text chunks (whole lines), and the hasher
     whose `sha` / `size` are final once the iterator is exhausted. Raises ArtifactInvalid."""
     name = _name(uri)
@@ -120,7 +106,7 @@ def artifact_stream(uri: str, *, chunk_bytes: int = 1 << 20) -> tuple[dict, Iter
         fh = storage().open(name, "rb")
     except (FileNotFoundError, OSError) as exc:
         raise ArtifactInvalid(f"artifact {uri} cannot be opened: {exc.__class__.__name__}") from None
-    hashing = _Hashing(fh)
+    hashing = HashingReader(fh)
     gz = gzip.GzipFile(fileobj=hashing, mode="rb")
     try:
         header = json.loads(gz.readline())
