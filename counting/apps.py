@@ -12,8 +12,10 @@ class CountingConfig(AppConfig):
         from counting import jobs, observability, tasks
         from counting.services.count_cache.rebuild import JOB_KIND as COUNT_CACHE_REBUILD
         from counting.services.projection import CountProjector
+        from counting.services.reverse.erasure import projections_erase_user
         from counting.services.reverse.projector import ReverseIndexProjector
         from counting.services.reverse.rebuild import JOB_KIND as REVERSE_REBUILD
+        from likes_project.erasure import account_eraser_register
         from likes_project.eventlog.registry import consumer_register
         from likes_project.health import readiness_detail_register
         from likes_project.opsjobs.services import job_kind_register
@@ -25,3 +27,5 @@ class CountingConfig(AppConfig):
             job_kind_register(kind)
         observability.register()
         readiness_detail_register("countPartitions", observability.count_partition_roles)
+        # A deleted account's UNLIKED rows leave the count projection and the reverse index (issue 31 §4, PRIV-4).
+        account_eraser_register("projections", projections_erase_user)

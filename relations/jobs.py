@@ -1,27 +1,32 @@
 """The ops-job kinds of the relations app (registered in RelationsConfig.ready): the relation cache
-rebuild, account deletion, the exact export of a user's likes and of a video's likers, and the slot move (the
-ledger kit's job). Thin adapters: each slice calls the
-services, saves its cursor in the job and reports progress."""
+rebuild, account deletion (the withdrawal of its likes, then the erasure of its user id: relations.services.erasure
+and every registered eraser), the exact export of a user's likes and of a video's likers, and the slot move (the
+ledger kit's job). Thin adapters: each slice calls the services, saves its cursor in the job and reports
+progress."""
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 from django.conf import settings
 
 from likes_project.audit.services import Actor
 from likes_project.cursors import iso_utc
+from likes_project.erasure import account_erase_everywhere
 from likes_project.ledgers.jobs import ledger_job_kind
 from likes_project.opsjobs.services import JobKind, SliceContext, job_files_dir
 from relations import routing
 from relations.models import LikeRelation, RelationState
-from relations.services import accounts, export
+from relations.services import accounts, erasure, export
 from relations.services.relation_cache_rebuild import JOB_KIND as RELCACHE_REBUILD
 from relations.services.slot_moves import ledger as slot_moves_ledger
 from relations.services.slot_moves import protocol as slot_moves_protocol
 
-ACCOUNT_DELETE = "account.delete"
+ACCOUNT_DELETE = accounts.ACCOUNT_DELETE_JOB
 LIKES_EXPORT = "likes.export"
+logger = logging.getLogger(__name__)
 
 
 # --- account deletion --------------------------------------------------------------------------------
@@ -31,12 +36,22 @@ def _account_delete_create(job, actor: Actor) -> None:
     user_id = int(job.params["user_id"])
     already = accounts.account_mark_deleted(user_id=user_id, actor=actor)  # hidden at once, in this transaction
     job.target = f"user:{user_id}"
-    job.state.update(already=already, reported=0, **accounts.WithdrawProgress().as_state())
+    job.state.update(already=already, reported=0, withdrawn=False, **accounts.WithdrawProgress().as_state())
 
 
 def _account_delete_slice(ctx: SliceContext) -> bool:
+    """Two steps: withdraw every like (each with its versioned unlike), then, once the pipeline has applied the
+    withdrawal, erase the user id (`_erase`). The job's progress counts the likes; the erasure says its own."""
     user_id = int(ctx.params["user_id"])
     name = ctx.params.get("username", str(user_id))
+    if not ctx.state.get("withdrawn") and not _withdraw(ctx, user_id, name):
+        return False
+    return _erase(ctx, user_id, name)
+
+
+def _withdraw(ctx: SliceContext, user_id: int, name: str) -> bool:
+    """The withdrawal, resumed from the job's cursor; True when it is done (audited), False when the slice's time
+    ran out first."""
     every = max(1, int(ctx.params.get("progress_every") or accounts.DEFAULT_PROGRESS_EVERY))
     st = ctx.state
     if ctx.job.total is None:
@@ -54,15 +69,77 @@ def _account_delete_slice(ctx: SliceContext) -> bool:
         ctx.progress(done=at.scanned)
         if at.finished:
             accounts.account_withdrawal_audit(user_id=user_id, actor=ctx.actor, at=at)
-            ctx.result = {"user_id": user_id, "alias": routing.alias_for_user(user_id),
-                          "already_deleted": st["already"], "scanned": at.scanned, "unliked": at.unliked,
-                          "skipped": at.skipped, "failed": at.failed, "failed_videos": at.failed_videos}
-            ctx.job.message = (f"Deleted account {name}: {at.unliked} of {at.scanned} likes withdrawn, "
-                               f"{at.skipped} found withdrawn, {at.failed} refused.")
+            now = time.time()
+            st.update(withdrawn=True, erase={"since": now, "movedAt": now, "seen": None})
+            ctx.save()
             return True
         left = ctx.time_left()
         if left is not None and left <= 0:
             return False
+
+
+# The erasure waits for the pipeline while it moves, polled every ERASE_POLL_S, also in a worker's slice (a parked
+# slice is started again at once: the poll keeps that from spinning). It stops waiting when nothing moved for
+# ACCOUNT_ERASE_STALL_S (no publisher or consumer at work: a paused publisher, a stopped consumer, a DEAD event) or
+# after ACCOUNT_ERASE_WAIT_MAX_S in all: the job then ends with the withdrawal done and the erasure waiting, said in
+# its message and result; running the deletion again (it resumes, and finds nothing to withdraw) erases, which the
+# beat does by itself (`erasure.account_erasures_resume`, every ACCOUNT_ERASE_RESUME_EVERY_S).
+ERASE_POLL_S = 0.25
+
+
+def _erase(ctx: SliceContext, user_id: int, name: str) -> bool:
+    st = ctx.state["erase"]
+    while True:
+        pending = erasure.account_erasure_pending(user_id)
+        if pending.ready:
+            break
+        now = time.time()
+        seen = [pending.unpublished, pending.dead, pending.unconsumed, pending.moving,
+                [[p, list(key)] for p, key in pending.position]]
+        if seen != st["seen"]:
+            st.update(seen=seen, movedAt=now)
+        if (now - st["movedAt"] >= settings.ACCOUNT_ERASE_STALL_S
+                or now - st["since"] >= settings.ACCOUNT_ERASE_WAIT_MAX_S):
+            logger.warning("account deletion job %s: the erasure waits for %s", ctx.job.pk, pending.describe())
+            _account_delete_result(ctx, name, {"status": "waiting", **pending.as_dict()})
+            return True
+        time.sleep(ERASE_POLL_S)  # polling the pipeline other processes drive: nothing to wait on
+        left = ctx.time_left()
+        if left is not None and left <= 0:
+            ctx.save()
+            return False
+    at = erasure.EraseProgress.from_state(st)
+    while True:
+        before = at.videos
+        at = erasure.account_relations_erase_chunk(user_id=user_id, at=at)
+        st.update(at.as_state())
+        if at.videos != before:
+            ctx.say(f"{name}: user id erased from the rows of {at.videos} relations...")
+        ctx.save()
+        if at.finished:
+            break
+        left = ctx.time_left()
+        if left is not None and left <= 0:
+            return False
+    reports = account_erase_everywhere(user_id)
+    erasure.account_erasure_audit(user_id=user_id, actor=ctx.actor, at=at, erasers=reports)
+    _account_delete_result(ctx, name, {"status": "done", **at.as_state(), "erasers": reports})
+    return True
+
+
+def _account_delete_result(ctx: SliceContext, name: str, erased: dict) -> None:
+    st, user_id = ctx.state, int(ctx.params["user_id"])
+    ctx.result = {"user_id": user_id, "alias": routing.alias_for_user(user_id), "already_deleted": st["already"],
+                  "scanned": st["scanned"], "unliked": st["unliked"], "skipped": st["skipped"], "failed": st["failed"],
+                  "failed_videos": st["failed_videos"], "erasure": erased}
+    if erased["status"] == "done":
+        then = f"user id erased from the rows of {erased['videos']} relations and by {len(erased['erasers'])} erasers."
+    else:
+        waits = erasure.Pending(erased["unpublished"], erased["dead"], erased["unconsumed"], erased["moving"])
+        then = (f"user id NOT erased yet: it waits for {waits.describe()} (run the deletion again once the pipeline "
+                "has caught up).")
+    ctx.job.message = (f"Deleted account {name}: {st['unliked']} of {st['scanned']} likes withdrawn, "
+                       f"{st['skipped']} found withdrawn, {st['failed']} refused; {then}")
 
 
 ACCOUNT_DELETE_KIND = JobKind(kind=ACCOUNT_DELETE, permission=accounts.ACCOUNT_DELETE_PERMISSION,

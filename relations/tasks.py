@@ -14,7 +14,7 @@ from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.services import streams_trim
 from likes_project.nudge import nudge, send_unless_pending
 from relations import routing
-from relations.services import outbox, retention
+from relations.services import erasure, outbox, retention
 from relations.services.relation_cache import (
     RelationCacheProjector,
     relation_cache_check_loss,
@@ -121,6 +121,12 @@ def command_retention_task() -> dict:
     except retention.RetentionRunning:
         return {"status": "busy"}
     return {"status": "ok", "deleted": report.deleted, "finished": report.finished}
+
+
+@shared_task(name="relations.account_erasures_resume", acks_late=True, ignore_result=True)
+def account_erasures_resume_task() -> list[int]:
+    """Beat: run again every account deletion whose erasure was left waiting for the pipeline (issue 31 §4)."""
+    return erasure.account_erasures_resume()
 
 
 @shared_task(name="relations.slot_moves_cleanup", acks_late=True, ignore_result=True)

@@ -264,3 +264,29 @@ def test_a_rebuild_longer_than_the_time_limit_completes_on_a_real_worker(populat
     assert job.slices >= 3
     assert (job.finished_at - job.started_at).total_seconds() > 4  # longer than the hard limit, yet not killed
     assert "TimeLimitExceeded" not in output
+
+
+def test_the_failure_reason_names_the_exception_that_started_it():
+    """A time limit that interrupts a query is followed by the driver's error while the block unwinds: the
+    reason leads with the time limit (the counter-example above asserts it), then names what followed."""
+    from billiard.exceptions import SoftTimeLimitExceeded
+    from django.db import ProgrammingError
+
+    from likes_project.generations.engine import failure_reason
+
+    try:
+        try:
+            raise SoftTimeLimitExceeded()
+        except SoftTimeLimitExceeded:
+            raise ProgrammingError("can't change 'autocommit' now") from None
+    except ProgrammingError as exc:
+        assert failure_reason(exc) == "ProgrammingError: can't change 'autocommit' now"  # `from None` hides it
+    try:
+        try:
+            raise SoftTimeLimitExceeded()
+        except SoftTimeLimitExceeded:
+            raise ProgrammingError("can't change 'autocommit' now")  # noqa: B904 - the driver's own raise
+    except ProgrammingError as exc:
+        reason = failure_reason(exc)
+    assert reason == "SoftTimeLimitExceeded: SoftTimeLimitExceeded() (then ProgrammingError: can't change " \
+                     "'autocommit' now)"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -151,13 +151,32 @@ def generation_abandon(lc: Lifecycle, generation: int, *, actor: Actor, reason: 
     return True
 
 
+def failure_reason(error: BaseException) -> str:
+    """What failed, first: the exception that started it (a time limit that interrupted a query is often followed
+    by the driver's own error while the block unwinds), then the one that reached the run."""
+    root, seen = error, {id(error)}
+    while True:
+        before = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if before is None or id(before) in seen:
+            break
+        root = before
+        seen.add(id(root))
+    text = f"{root.__class__.__name__}: {root}"
+    if root is not error:
+        text += f" (then {error.__class__.__name__}: {error})"
+    return text[:512]
+
+
 def generation_fail(lc: Lifecycle, generation: int, *, actor: Actor, error: BaseException, token: int,
                     progress: dict | None = None) -> None:
     """The run of `generation` raised: FAILED with the reason (and the run's progress as it stood),
     audited. A no-op when a newer lease token owns the row (this slice was fenced out) or it is no
     longer building."""
-    reason = f"{error.__class__.__name__}: {error}"[:512]
+    reason = failure_reason(error)
     extra = {} if progress is None else {"progress": progress}
+    if not connections["default"].in_atomic_block:
+        # A time limit that interrupted a query leaves the connection mid-statement: start on a fresh one.
+        connections["default"].close_if_unusable_or_obsolete()
     with transaction.atomic(using="default", durable=True):
         updated = lc.model.objects.filter(pk=generation, status__in=BUILDING, fencing_token__lte=token).update(
             status=S.FAILED, failure_reason=reason, finished_at=timezone.now(), **extra)

@@ -161,6 +161,7 @@ CELERY_TASK_ROUTES = {
     "relations.relcache_check_loss": {"queue": "maintenance"},
     "relations.relcache_sample_check": {"queue": "maintenance"},
     "relations.command_retention": {"queue": "maintenance"},
+    "relations.account_erasures_resume": {"queue": "maintenance"},
     "relations.relcache_repair": {"queue": "relcache"},
     "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_reverse*": {"queue": "reverse"},

@@ -39,6 +39,13 @@ NOTIFICATION_RETENTION_DAYS = env_float("NOTIFICATION_RETENTION_DAYS", 30.0)
 # retention plus SUBSCRIPTION_MAX_LAG_S); the settings check refuses a shorter window.
 TOMBSTONE_RETENTION_DAYS = env_float("TOMBSTONE_RETENTION_DAYS", 90.0)
 
+# An account's erasure waits for the pipeline to apply its withdrawal: it gives up after ACCOUNT_ERASE_STALL_S of no
+# progress or ACCOUNT_ERASE_WAIT_MAX_S in all (the job ends, its erasure "waiting"), and the beat runs such a
+# deletion again every ACCOUNT_ERASE_RESUME_EVERY_S until it erases.
+ACCOUNT_ERASE_STALL_S = env_float("ACCOUNT_ERASE_STALL_S", 3.0)
+ACCOUNT_ERASE_WAIT_MAX_S = env_float("ACCOUNT_ERASE_WAIT_MAX_S", 600.0)
+ACCOUNT_ERASE_RESUME_EVERY_S = env_float("ACCOUNT_ERASE_RESUME_EVERY_S", 600.0)
+
 DOWNSTREAM_BEAT = (
     ("subscriptions-lag-check", "subscriptions.lag_check",   60.0),
     # The `notify` consumer's sweeper: publishes nudge it at once; this only guarantees progress, and notifications
@@ -46,4 +53,5 @@ DOWNSTREAM_BEAT = (
     ("project-notifications",   "notifications.project_all", 5.0),
     ("feature-export",          "features.export",           FEATURE_EXPORT_EVERY_S),
     ("retention-sweep",         "retention.sweep",           RETENTION_EVERY_S),
+    ("account-erasure-resume",  "relations.account_erasures_resume", ACCOUNT_ERASE_RESUME_EVERY_S),
 )

@@ -1,5 +1,6 @@
 """Account deletion (issue 5 §3): the account is hidden at once, then every like it holds is withdrawn
-by a versioned UNLIKED command, so counts and the likers index converge through the normal projectors.
+by a versioned UNLIKED command, so counts and the likers index converge through the normal projectors. The ops
+job then erases the user id from what is kept (issue 31 §4: `relations.services.erasure`).
 
 Why a late like cannot resurface: (1) AccountStatus=deleted is committed FIRST, and every read path
 (likers merge, another user's liked list) hides non-active accounts; (2) each withdrawal is a new
@@ -30,6 +31,7 @@ from relations.services import commands
 logger = logging.getLogger(__name__)
 
 ACCOUNT_DELETE_PERMISSION = "relations.change_accountstatus"
+ACCOUNT_DELETE_JOB = "account.delete"  # the ops job that withdraws, then erases (relations.jobs)
 DEFAULT_PROGRESS_EVERY = 100
 SCAN_CHUNK = 500
 FAILED_VIDEOS_KEPT = 20
@@ -169,7 +171,9 @@ def account_delete(*, user_id: int, actor: Actor, progress: Callable[[int, int],
                    progress_every: int = DEFAULT_PROGRESS_EVERY) -> AccountDeleteResult:
     """Delete an account's likes in this process: mark it deleted (hidden from reads at once, login
     disabled, API token removed), then withdraw every LIKED relation with a versioned UNLIKED command.
-    The admin and `delete_account` run the same steps as an ops job (`account.delete`).
+    The admin and `delete_account` run the same steps as an ops job (`account.delete`), which then, once the
+    pipeline has applied the withdrawal, erases the user id (`relations.services.erasure`, then every registered
+    eraser); this in-process variant stops after the withdrawal.
 
     Transaction: first one durable transaction on `default` (status, user.is_active, token, audit
     record); then one durable transaction per relation on the user's shard (the like command's own).

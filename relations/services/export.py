@@ -35,7 +35,7 @@ from likes_project.audit.services import Actor, audit_record
 from likes_project.cursors import iso_utc
 from likes_project.errors import InvalidInput
 from relations import routing
-from relations.models import LikeRelation, RelationState, VideoSnapshot
+from relations.models import AccountStatus, AccountStatusValue, LikeRelation, RelationState, VideoSnapshot
 
 EXPORT_FORMAT = "likes-export"
 EXPORT_FORMAT_VERSION = 1
@@ -146,6 +146,15 @@ def user_likes_export(*, user_id: int, out: TextIO, actor: Actor, destination: s
 LIKERS_EXPORT_FORMAT = "likers-export"
 LIKERS_EXPORT_PERMISSION = "relations.export_video_likers"
 LIKERS_FIELDS = ["userId", "likedAt", "relationVersion", "shard"]
+# The privacy rules an export applied, pinned in its header (REV-9). Version 1 (docs/privacy.md): a deleted
+# account is left out (PRIV-4: it is erased, and its likes are being withdrawn); a private or banned liker is
+# listed, the export being an audited operator's view with a stated purpose, never the public list.
+PRIVACY_RULES_VERSION = 1
+
+
+def _deleted(user_ids: list[int]) -> set[int]:
+    return set(AccountStatus.objects.filter(user_id__in=user_ids, status=AccountStatusValue.DELETED)
+               .values_list("user_id", flat=True)) if user_ids else set()
 
 _LIKERS_SQL = """
 SELECT user_id, state_changed_at, relation_version
@@ -170,7 +179,8 @@ def video_likers_export(*, video_id: str, purpose: str, out: TextIO, actor: Acto
     audit it ("likers.export", with the purpose). Liker identities are not public because a count is
     (PRIV-1): an export needs LIKERS_EXPORT_PERMISSION, which no role holds by default, and a purpose.
 
-    File: a "header" line (format, videoId, purpose, fields), one "liker" line per LIKED relation
+    File: a "header" line (format, videoId, purpose, fields, privacyRulesVersion), one "liker" line per LIKED
+    relation of an account that is not deleted
     (userId, likedAt, relationVersion, shard; by shard, then user id), a "shard" line after each shard
     with the asOf of its snapshot, and an "end" line with rowCount.
     Transaction: the relations of a video are spread over every relation shard (they are placed by
@@ -184,7 +194,8 @@ def video_likers_export(*, video_id: str, purpose: str, out: TextIO, actor: Acto
     chunk = int(chunk_rows or getattr(settings, "LIKES_EXPORT_CHUNK_ROWS", DEFAULT_CHUNK_ROWS))
     table = LikeRelation._meta.db_table
     _write(out, {"type": "header", "format": LIKERS_EXPORT_FORMAT, "formatVersion": 1, "videoId": video_id,
-                 "purpose": purpose, "order": "shard, userId ASC", "fields": LIKERS_FIELDS})
+                 "purpose": purpose, "order": "shard, userId ASC", "fields": LIKERS_FIELDS,
+                 "privacyRulesVersion": PRIVACY_RULES_VERSION})
     rows, shards = 0, {}
     for alias in settings.RELATION_SHARD_ALIASES:
         with transaction.atomic(using=alias, durable=True), connections[alias].cursor() as cursor:
@@ -198,7 +209,8 @@ def video_likers_export(*, video_id: str, purpose: str, out: TextIO, actor: Acto
             while True:
                 cursor.execute(_LIKERS_SQL.format(table=table), [video_id, RelationState.LIKED, last, chunk])
                 batch = cursor.fetchall()
-                kept = [row for row in batch if owned.owns(row[0])]
+                gone = _deleted([row[0] for row in batch])
+                kept = [row for row in batch if owned.owns(row[0]) and row[0] not in gone]
                 for user_id, liked_at, version in kept:
                     _write(out, {"type": "liker", "userId": user_id, "likedAt": iso_utc(liked_at),
                                  "relationVersion": version, "shard": alias})

@@ -263,6 +263,7 @@ ROLE_MIGRATIONS = [
     ("counting.risk.migrations.0002_roles", "roles"),
     ("relations.migrations.0014_slot_moves", "roles"),
     ("likes_project.subscriptions.migrations.0002_roles", "roles"),
+    ("likes_project.subscriptions.migrations.0004_replay_roles", "roles"),
     ("counting.notifications.migrations.0002_roles", "roles"),
 ]
 

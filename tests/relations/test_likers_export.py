@@ -51,6 +51,7 @@ def test_the_export_lists_exactly_the_likers_with_the_purpose_and_is_audited(rin
                  stdout=stdout, stderr=io.StringIO())
     header, likers, shards, end = read(out.read_text())
     assert header["format"] == "likers-export" and header["purpose"] == "abuse report 77"
+    assert header["privacyRulesVersion"] == 1  # the rules it applied, pinned (REV-9)
     assert sorted(x["userId"] for x in likers) == sorted(u.pk for u in ring)  # not the one who unliked
     assert {x["shard"] for x in likers} == {"rel_00", "rel_01"} and [s["shard"] for s in shards] == ["rel_00",
                                                                                                        "rel_01"]
@@ -110,3 +111,15 @@ def test_the_console_export_needs_a_purpose_and_audits_the_download(ring, client
     assert read(body)[0]["purpose"] == "legal hold 5"
     [fetched] = AuditRecord.objects.filter(action="job.file_download")
     assert (fetched.actor, fetched.target_id) == ("lx-staff", str(job.pk))
+
+
+def test_a_deleted_account_is_left_out_of_the_export(ring, tmp_path):
+    """PRIV-4: while its likes are being withdrawn (or one could not be), a deleted account is not exported."""
+    from relations.models import AccountStatus
+
+    AccountStatus.objects.create(user_id=ring[1].pk, status="deleted")
+    out = tmp_path / "likers.jsonl"
+    call_command("export_video_likers", "lx-v", "--purpose", "abuse report 78", "--out", str(out),
+                 stdout=io.StringIO(), stderr=io.StringIO())
+    _header, likers, _shards, end = read(out.read_text())
+    assert sorted(x["userId"] for x in likers) == sorted([ring[0].pk, ring[2].pk]) and end["rowCount"] == 2
