@@ -284,8 +284,8 @@ def test_the_failure_reason_names_the_exception_that_started_it():
     try:
         try:
             raise SoftTimeLimitExceeded()
-        except SoftTimeLimitExceeded:
-            raise ProgrammingError("can't change 'autocommit' now")  # noqa: B904 - the driver's own raise
+        except SoftTimeLimitExceeded as exc:
+            raise ProgrammingError("can't change 'autocommit' now") from exc
     except ProgrammingError as exc:
         reason = failure_reason(exc)
     assert reason == "SoftTimeLimitExceeded: SoftTimeLimitExceeded() (then ProgrammingError: can't change " \
