@@ -67,9 +67,9 @@ SNAPSHOT_STORAGE_DIR = os.environ.setdefault("SNAPSHOT_STORAGE_DIR", tempfile.mk
 if SNAPSHOT_STORAGE_BACKEND == "filesystem":  # noqa: F405
     STORAGES["recovery_snapshots"]["OPTIONS"]["location"] = SNAPSHOT_STORAGE_DIR  # noqa: F405
 
-# An account's erasure gives up waiting for a stalled pipeline after 1 s, not 3 (a test that runs the deletion
+# An account's erasure gives up waiting for a stalled pipeline after 0.2 s, not 3 (a test that runs the deletion
 # without publishing would wait that long; tests/relations/test_account_erasure.py drives both paths).
-ACCOUNT_ERASE_STALL_S = 1.0
+ACCOUNT_ERASE_STALL_S = 0.2
 # The feature export's files too (issue 31 §3).
 FEATURE_EXPORT_DIR = os.environ.setdefault("FEATURE_EXPORT_DIR", tempfile.mkdtemp(prefix="likes-test-exports-"))
 if FEATURE_EXPORT_STORAGE_BACKEND == "filesystem":  # noqa: F405

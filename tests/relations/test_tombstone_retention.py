@@ -36,7 +36,7 @@ from tests.counting.helpers import bucket_sum, consume_everything, projection_ro
 from tests.reconciliation import helpers as live
 from tests.relations.helpers import cmd, relation_row
 
-pytestmark = [pytest.mark.topology]
+pytestmark = [pytest.mark.topology_independent]
 ALL = pytest.mark.django_db(databases="__all__")
 TX = pytest.mark.django_db(databases="__all__", transaction=True)
 WINDOW = dt.timedelta(days=settings.TOMBSTONE_RETENTION_DAYS)
