@@ -50,7 +50,9 @@ if [ "$#" -gt 0 ]; then
   exit
 fi
 
-JUNIT_DIR="$(mktemp -d "${TMPDIR:-/tmp}/likes-test-junit-XXXXXX")"
+# Each pass's per-test times stay in .data/test-junit/ for a closer look (scripts/test_report.py reads them).
+JUNIT_DIR="$DATA/test-junit"
+rm -rf "$JUNIT_DIR" && mkdir -p "$JUNIT_DIR"
 PASSES=()   # "name seconds exit-status" per pass
 FAILED=0
 RUN_STARTED=$(date +%s%N)
@@ -87,5 +89,4 @@ esac
 "$VENV/bin/python" "$ROOT/scripts/test_report.py" --junit-dir "$JUNIT_DIR" --out "$REPORT" \
   --budget-s "$TEST_BUDGET_S" --workers "$TEST_WORKERS" \
   --total-ms $(( ($(date +%s%N) - RUN_STARTED) / 1000000 )) "${PASSES[@]}"
-rm -rf "$JUNIT_DIR"
 exit "$FAILED"

@@ -60,10 +60,23 @@ CELERY_TASK_ALWAYS_EAGER = False
 # Tests drive the publisher and projectors explicitly (the real task functions), never via a broker; a
 # drill that runs a real worker turns nudges back on for that worker's process only.
 LIKES_NUDGE_ENABLED = os.environ.get("LIKES_TEST_NUDGES") == "1"
+
+
+def _worker_private_dir(variable: str, prefix: str) -> str:
+    """A temporary directory of this pytest-xdist worker's own, inherited by the processes it starts (a drill's
+    worker and beat) through the environment: the variable is named per worker, so the controller's directory,
+    which every worker's environment also holds, is never shared (two workers' export tests once verified each
+    other's files)."""
+    worker_variable = f"{variable}_{os.environ.get('PYTEST_XDIST_WORKER', 'main').upper()}"
+    if worker_variable not in os.environ:
+        os.environ[worker_variable] = tempfile.mkdtemp(prefix=prefix)
+    return os.environ[worker_variable]
+
+
 # Files ops jobs produce (exports) go to a private temporary directory, never into the checkout.
 OPS_JOB_FILES_DIR = tempfile.mkdtemp(prefix="likes-test-job-files-")
 # Recovery snapshot artifacts too (a drill's worker inherits the directory through the environment).
-SNAPSHOT_STORAGE_DIR = os.environ.setdefault("SNAPSHOT_STORAGE_DIR", tempfile.mkdtemp(prefix="likes-test-snapshots-"))
+SNAPSHOT_STORAGE_DIR = _worker_private_dir("SNAPSHOT_STORAGE_DIR", "likes-test-snapshots-")
 if SNAPSHOT_STORAGE_BACKEND == "filesystem":  # noqa: F405
     STORAGES["recovery_snapshots"]["OPTIONS"]["location"] = SNAPSHOT_STORAGE_DIR  # noqa: F405
 
@@ -71,7 +84,7 @@ if SNAPSHOT_STORAGE_BACKEND == "filesystem":  # noqa: F405
 # without publishing would wait that long; tests/relations/test_account_erasure.py drives both paths).
 ACCOUNT_ERASE_STALL_S = 0.2
 # The feature export's files too (issue 31 §3).
-FEATURE_EXPORT_DIR = os.environ.setdefault("FEATURE_EXPORT_DIR", tempfile.mkdtemp(prefix="likes-test-exports-"))
+FEATURE_EXPORT_DIR = _worker_private_dir("FEATURE_EXPORT_DIR", "likes-test-exports-")
 if FEATURE_EXPORT_STORAGE_BACKEND == "filesystem":  # noqa: F405
     STORAGES["feature_exports"]["OPTIONS"]["location"] = FEATURE_EXPORT_DIR  # noqa: F405
 
