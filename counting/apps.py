@@ -6,7 +6,6 @@ class CountingConfig(AppConfig):
     who-liked reverse index with its API."""
 
     name = "counting"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from counting import jobs, observability, tasks

@@ -11,6 +11,8 @@ generation: a rebuild writes a new namespace and a CAS of the durable row switch
   `<prefix>:count:g<gen>:{<videoId>|vb-<bucket>}` -> "activeCount|bucketVersion|routeEpoch|generation".
   The hash tag holds both the video and the bucket, so one hot video's buckets spread over the slots
   of a Redis Cluster (CCACHE-2; `like:count:{videoId}:vb-37` would put all of them on one slot).
+- Hot-spot figures (issue 32 §2): `<prefix>:count:hot:{<tag>}:<kind>:<slot>`, sorted sets of writes per
+  10-second slot, written and read only by `counting.hotspots` (figures, never counts).
 - Generation registry: `<prefix>:count:gens` (hash generation -> status), a mirror of the durable
   COUNT_CACHE_GENERATION rows, written after each commit that changes a status. `buckets_write` reads
   it before BUCKET_WRITE_LUA runs and writes only live generations (ACTIVE, or building), so a task of a
@@ -48,6 +50,13 @@ def view_key(generation: int, video_id: str) -> str:
 
 def bucket_key(generation: int, video_id: str, virtual_bucket: int) -> str:
     return f"{_p()}:count:g{generation}:{{{video_id}|vb-{virtual_bucket}}}"
+
+
+def hotspot_key(tag: str, kind: str, slot: int) -> str:
+    """A 10-second slot of the hot-spot figures (counting.hotspots): `<prefix>:count:hot:{<tag>}:<kind>:<slot>`, the
+    tag a count partition (its videos `v`, buckets `b`) or one of the global sets (users `u`, relation shards `s`),
+    so the slots a window adds up share one Cluster slot."""
+    return f"{_p()}:count:hot:{{{tag}}}:{kind}:{slot}"
 
 
 def gens_key() -> str:

@@ -266,6 +266,18 @@ class RuntimeSwitchAdmin(PauseSwitchAdmin):
 # --- extra pages -------------------------------------------------------------------------------
 
 
+def millis_field(attr: str, description: str):
+    """A ModelAdmin's column showing a duration in milliseconds, rounded to a tenth ("-" while not recorded), sorted
+    by the stored value."""
+
+    @admin.display(description=description, ordering=attr)
+    def field(self, obj) -> str:
+        value = getattr(obj, attr)
+        return "-" if value is None else f"{value:,.1f} ms"
+
+    return field
+
+
 def admin_url(name: str, *args, query: dict | str | None = None) -> str | None:
     """The console's `admin:<name>` URL with `args`, then `query` (a dict or an encoded string); None when the
     console has no such page (its model is not registered here)."""

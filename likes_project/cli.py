@@ -170,6 +170,33 @@ class RejectCommand(OperatorCommand):
         return f"{self.name(row)}: {row.status}"
 
 
+class ShowCommand(DomainCommand):
+    """ID [--json]: one record's report, as the JSON last line with --json or as `text`; exit 1 when there is no
+    such record, with --json its refusal envelope ({"code", "message"}) printed first. A command names its argument
+    (`id_dest`, `id_metavar`, `id_type`) and says what it reports (`report`, a DomainError when there is nothing)."""
+
+    id_dest: str
+    id_metavar: str
+    id_type: type | None = None  # argparse's: the argument as given
+
+    def report(self, key) -> dict:
+        raise NotImplementedError  # the record's lookup and its report
+
+    def text(self, report: dict) -> str:
+        raise NotImplementedError  # what it prints without --json
+
+    def add_arguments(self, parser):
+        parser.add_argument(self.id_dest, type=self.id_type, metavar=self.id_metavar)
+        add_json_argument(parser)
+
+    def run(self, *args, **options):
+        try:
+            report = self.report(options[self.id_dest])
+        except DomainError as exc:
+            raise refuse(self, options, exc) from exc
+        emit(self, options, report, self.text(report))
+
+
 class JobCommand(DomainCommand):
     """A command whose work is an ops job (the same job the admin starts): in the foreground it runs
     the job here with a progress bar on stderr (a plain line per progress message when stderr is not a

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Count, Min
 from django.utils import timezone
@@ -127,6 +128,10 @@ def _consumer_lag(scrape: Scrape) -> None:
     for (consumer, partition), (n, first_at) in lags.items():
         entries.add(n, consumer=consumer, partition=str(partition))
         seconds.add_since(first_at, consumer=consumer, partition=str(partition))
+    window = scrape.family("likes_convergence_window_seconds",
+                           "How old an event a chain's consumer has not applied may be (OBS-3; the alert's bound).")
+    for consumer, bound in sorted(settings.CONVERGENCE_WINDOW_S.items()):
+        window.add(bound, consumer=consumer)
 
 
 def _dead_letters(scrape: Scrape) -> None:

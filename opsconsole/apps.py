@@ -7,7 +7,6 @@ class OpsconsoleConfig(AppConfig):
 
     name = "opsconsole"
     default = True
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
         from rest_framework.authtoken.models import Token

@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from counting import hotspots
 from likes_project import switches
 from likes_project.admin_kit import admin_url
 from likes_project.eventlog.models import GaugeSnapshot
@@ -39,7 +40,7 @@ CHARTED = (
     "likes_outbox_oldest_pending_age_seconds", "likes_outbox_rows", "likes_consumer_lag_entries",
     "likes_consumer_lag_seconds", "likes_dead_letters", "likes_dead_letter_oldest_age_seconds",
     "likes_reconcile_open_diffs", "likes_repairs_awaiting_approval", "likes_reconcile_last_run_passed",
-    "likes_ops_jobs_unfinished", "likes_switches_set", "likes_ledgers_unfinished",
+    "likes_ops_jobs_unfinished", "likes_switches_set", "likes_ledgers_unfinished", "likes_partition_skew_ratio",
 )
 PENDING_OUTBOX = ("NEW", "RETRY", "UNCERTAIN")
 LIST_LIMIT = 20  # rows a list panel shows; the model list behind its link has the rest
@@ -89,35 +90,48 @@ class History:
         return sparkline(self.series(family, **match), start=self.start, end=self.end, what=what)
 
 
-def history_load(now: dt.datetime) -> History:
+def history_load(now: dt.datetime, current: dict[str, Samples] | None = None) -> History:
+    """The last hour of samples, and `current` (the stored gauges the tables show) as its newest point: a chart
+    ends at the value its table shows, not at the last minute's sample."""
     start = now - WINDOW
     rows = list(GaugeSample.objects.filter(at__gte=start).order_by("at").values_list("at", "values"))
+    if current:
+        rows.append((now, {name: [[labels, v] for labels, v in current[name]] for name in CHARTED if name in current}))
     return History(start=start, end=now, rows=rows)
 
 
 def sparkline(points: list[tuple[dt.datetime, float]], *, start: dt.datetime, end: dt.datetime, what: str,
-              width: int = 160, height: int = 28) -> SafeString:
-    """An inline SVG line of `points` over [start, end], scaled to its own maximum (its title and label
-    say the range, so the shape is never read without the numbers)."""
+              width: int = 200, height: int = 34) -> SafeString:
+    """An inline SVG line of `points` over [start, end] with its scale written on it: the top of the scale (the
+    maximum) and 0 on the left, the current value on the right of its last point, and the range in its title."""
     if not points:
         return mark_safe('<span class="spark-empty" title="no stored gauges in the last hour">no history</span>')
     span = max((end - start).total_seconds(), 1.0)
     values = [v for _t, v in points]
     top = max(values) or 1.0
+    left, right = 30, 44  # room for the scale and for the current value
+    plot = width - left - right
     coords = " ".join(
-        f"{(min(max((t - start).total_seconds(), 0.0), span) / span) * (width - 2) + 1:.1f},"
-        f"{height - 2 - (v / top) * (height - 4):.1f}" for t, v in points)
+        f"{left + (min(max((t - start).total_seconds(), 0.0), span) / span) * plot:.1f},"
+        f"{height - 2 - (v / top) * (height - 6):.1f}" for t, v in points)
     label = f"{what}, last hour: min {_num(min(values))}, max {_num(max(values))}, now {_num(values[-1])}"
     last_x, last_y = coords.rsplit(" ", 1)[-1].split(",")
     return format_html(
         '<svg class="spark" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{label}">'
-        '<title>{label}</title><polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{coords}"/>'
-        '<circle cx="{x}" cy="{y}" r="2" fill="currentColor"/></svg>',  # the latest value, drawn even when alone
-        w=width, h=height, label=label, coords=coords, x=last_x, y=last_y)
+        '<title>{label}</title>'
+        '<text class="spark-scale" x="{sx}" y="8" text-anchor="end">{top}</text>'
+        '<text class="spark-scale" x="{sx}" y="{h}" text-anchor="end">0</text>'
+        '<line x1="{left}" y1="{base}" x2="{end}" y2="{base}" stroke="currentColor" stroke-opacity="0.25"/>'
+        '<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{coords}"/>'
+        '<circle cx="{x}" cy="{y}" r="2" fill="currentColor"/>'  # the latest value, drawn even when alone
+        '<text class="spark-now" x="{nx}" y="{ny}">{now}</text></svg>',
+        w=width, h=height, label=label, coords=coords, x=last_x, y=last_y, sx=left - 3, top=_num(top),
+        left=left, end=left + plot, base=height - 2, nx=float(last_x) + 4, ny=min(max(float(last_y) + 4, 9), height),
+        now=_num(values[-1]))
 
 
 def _num(v: float) -> str:
-    return f"{v:.0f}" if abs(v - round(v)) < 1e-9 or abs(v) >= 100 else f"{v:.1f}"
+    return f"{v:.0f}" if abs(v - round(v)) < 1e-9 or abs(v) >= 100 else f"{v:.2g}" if abs(v) < 1 else f"{v:.1f}"
 
 
 # --- the page -----------------------------------------------------------------------------------
@@ -141,6 +155,7 @@ class Panel:
     empty: str = "None."
     link: tuple[str, str] | None = None  # (label, url) of the full list
     alert: bool = False  # something here needs an operator
+    notes: list[Cell] = field(default_factory=list)  # lines under the table
 
 
 def _list_link(label: str, name: str, query: str | None = None) -> tuple[str, str]:
@@ -342,6 +357,43 @@ def _retention() -> Panel:
     return panel
 
 
+def _hotspots(cur: dict[str, Samples], hist: History) -> Panel:
+    """Where the writes go (issue 32 §2), from the stored gauges: each count partition's share of the last 5
+    minutes' writes and its hottest buckets, the hottest videos, and past HOTSPOT_MOVE_SUGGEST_SHARE the suggested
+    bucket move, one click from the migration's plan form filled in (nothing moves without its approval)."""
+    from counting.observability import hotspot_window_from
+    from counting.services.migration.ledger import LEDGER
+
+    panel = Panel("hotspots", "Hot spots: writes per count partition (last 5 minutes)",
+                  ["Partition", "Share", "Writes 1 min / 5 min", "Hottest buckets (writes)"],
+                  empty="No write recorded in the last 5 minutes.")
+    window, minute = (hotspot_window_from(cur, s) for s in (hotspots.SUGGEST_WINDOW_S, 60))
+    if window.total:
+        for alias in sorted(window.partitions):
+            share = window.share(alias)
+            hot = ", ".join(f"{vb} ({n})" for vb, n in window.buckets.get(alias, [])[:3]) or "-"
+            panel.rows.append([Cell(alias), Cell(f"{share:.0%}", warn=share > settings.HOTSPOT_MOVE_SUGGEST_SHARE),
+                               Cell(f"{minute.partitions.get(alias, 0):,} / {window.partitions[alias]:,}"),
+                               Cell(hot)])
+        videos = ", ".join(f"{v} ({n:,})" for v, n in window.videos[:5])
+        panel.notes.append(Cell(f"Hottest videos: {videos}.", url=None))
+        suggestion = hotspots.suggest(window, busy=LEDGER.units_in_flight())
+        if suggestion is not None:
+            panel.alert = True
+            reason = (f"Hot spot: {suggestion.source} took {suggestion.source_share:.0%} of the writes of the last "
+                      f"5 minutes (over {settings.HOTSPOT_MOVE_SUGGEST_SHARE:.0%}).")
+            panel.notes.append(Cell(
+                f"Suggested: move buckets {suggestion.buckets_text} ({suggestion.moved_writes:,} writes) from "
+                f"{suggestion.source} to {suggestion.target}. Plan it ›",
+                url=admin_url("counting_migration_plan", query={"target": suggestion.target,
+                                                                "buckets": suggestion.buckets_text,
+                                                                "reason": reason}), warn=True))
+    panel.charts.append(("skew (hottest / mean)", hist.sparkline("likes_partition_skew_ratio", window="300s",
+                                                                  what="partition skew, 5-minute window")))
+    panel.link = _list_link("Bucket migrations", "counting_bucketmigration_changelist")
+    return panel
+
+
 def _verdicts(now: dt.datetime, hist: History) -> Panel:
     panel = Panel("verdicts", "Last reconciliation verdicts",
                   ["Mode", "Run", "Verdict", "Checked", "Diffs", "Finished"],
@@ -365,11 +417,11 @@ def front_page(now: dt.datetime | None = None) -> dict:
     """The front page's context: the panels in order, the stored gauges' age and failed parts."""
     now = now or timezone.now()
     cur, age, errors = _current(now)
-    hist = history_load(now)
+    hist = history_load(now, cur)
     panels = [
         _switches(now, hist), _outbox(cur, hist), _lag(cur, hist), _dead_letters(cur, hist), _diffs(cur, hist),
         _repairs(now, hist), _moves(now, hist), _subscriptions(cur, now, hist), _jobs(now, hist),
-        _verdicts(now, hist), _retention(),
+        _verdicts(now, hist), _hotspots(cur, hist), _retention(),
     ]
     return {"panels": panels, "gauges_age": None if age is None else _seconds(age),
             "gauges_stale": age is None or age > 3 * float(settings.METRICS_GAUGES_EVERY_S) + 30,

@@ -73,6 +73,12 @@ class VideoPanel:
         return bool(self.refresh_switch and self.refresh_switch.paused)
 
     @property
+    def known(self) -> bool:
+        """The service knows the video: a stored video row, a displayed count or a count bucket. An unknown one (a
+        typo) is shown as such, with nothing to reconcile or repair."""
+        return self.video is not None or self.display is not None or bool(self.buckets)
+
+    @property
     def display_identity_holds(self) -> bool | None:
         """display = raw − risk_hidden − policy_hidden (REC-2), on the stored display row."""
         if self.display is None:

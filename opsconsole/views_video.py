@@ -28,6 +28,8 @@ class VideoPanelForm(forms.Form):
 def _actions(request, panel) -> list[tuple[str, str]]:
     """(label, url) of what this user may do to the video from here (OPS-4, OPS-5)."""
     user, v = request.user, panel.video_id
+    if not panel.known and not panel.unreadable:
+        return []  # a typo: nothing to reconcile, repair or pause
     out = []
     if user.has_perm("reconciliation.run_check"):
         out.append(("Request a reconcile",

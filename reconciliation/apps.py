@@ -6,7 +6,6 @@ class ReconciliationConfig(AppConfig):
     from the facts with a second operator's approval (issue 11)."""
 
     name = "reconciliation"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from likes_project.opsjobs.services import job_kind_register

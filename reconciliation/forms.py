@@ -69,7 +69,7 @@ class CheckStartForm(JobForm):
         if bool(videos) == bool(all_videos):  # the console's words for scope_normalize's "exactly one scope"
             raise forms.ValidationError("Give either some videos (one a line) or All videos." if not videos else
                                         "Give either some videos or All videos, not both.", code="invalid_scope")
-        cleaned["scope"] = _scope_or_error(videos=videos, all_videos=all_videos)
+        cleaned["scope"] = _scope_or_error(videos=videos, all_videos=all_videos, known_only=True)
         return cleaned
 
     def start(self):

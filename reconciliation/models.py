@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 
 from likes_project.generations import GenerationModel
-from likes_project.model_kit import approval_checks
+from likes_project.model_kit import ApprovalRequest, FinishedByStatus, approval_checks
 from likes_project.switches import GlobalPauseSwitch
 
 
@@ -40,11 +40,13 @@ class RunKind(models.TextChoices):
     AFTER_MIGRATION = "after_migration"
 
 
-class CheckRun(models.Model):
+class CheckRun(FinishedByStatus, models.Model):
     """One reconciliation run. `scope` is `{"videos": [...]}`, `{"all": true}` or
     `{"bucketRange": [low, high]}`; `watermarks` what it was measured against (REC-7: source shard
     watermarks, the count offset vector, bucket-space version, projection generation, manifest id);
     `checkpoint` its resumable cursor; `skipped` the videos it could not judge, and why."""
+
+    finished_statuses = FINISHED_RUN_STATUSES
 
     kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.MANUAL)
     mode = models.CharField(max_length=10, choices=RunMode.choices)
@@ -75,10 +77,6 @@ class CheckRun(models.Model):
 
     def __str__(self) -> str:
         return f"check run {self.pk} {self.mode} ({self.status})"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED_RUN_STATUSES
 
 
 class DiffLayer(models.TextChoices):
@@ -162,34 +160,24 @@ class RepairStatus(models.TextChoices):
 FINISHED_REPAIR_STATUSES = (RepairStatus.SUCCEEDED, RepairStatus.FAILED, RepairStatus.VOID)
 
 
-class RepairRequest(models.Model):
+class RepairRequest(ApprovalRequest):
     """A repair from the facts (REPAIR-1, REPAIR-3, REPAIR-6). `params` (videos, source, reason, the
     motivating diffs) hash to `params_hash`; an approval records the hash it approved, and the executor
     runs only while the parameters still hash to it. The database refuses an approval by the requester
     and an approval of other parameters than the request's."""
 
-    params = models.JSONField()
-    params_hash = models.CharField(max_length=64)
-    reason = models.CharField(max_length=512)
-    requested_by = models.CharField(max_length=150)
+    finished_statuses = FINISHED_REPAIR_STATUSES
+
     requested_channel = models.CharField(max_length=16)
-    approved_by = models.CharField(max_length=150, blank=True, default="")
-    approved_hash = models.CharField(max_length=64, blank=True, default="")
-    approved_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=RepairStatus.choices, default=RepairStatus.AWAITING_APPROVAL)
     watermarks_before = models.JSONField(default=dict, blank=True)
     watermarks_after = models.JSONField(default=dict, blank=True)
     before = models.JSONField(default=dict, blank=True)  # per video: each layer's value before
     after = models.JSONField(default=dict, blank=True)
     result = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True, default="")
-    job_id = models.BigIntegerField(null=True, blank=True)
     verify_run_id = models.BigIntegerField(null=True, blank=True)  # the exact run after the repair
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-id"]
+    class Meta(ApprovalRequest.Meta):
         constraints = approval_checks("repair")
         permissions = [("request_repair", "Can request a count repair"),
                        ("approve_repair", "Can approve another operator's count repair")]
@@ -200,10 +188,6 @@ class RepairRequest(models.Model):
     @property
     def video_ids(self) -> list[str]:
         return list(self.params.get("videos", []))
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED_REPAIR_STATUSES
 
 
 class SnapshotStatus(models.TextChoices):

@@ -6,6 +6,9 @@ run as an ops job on the workers, unless its previous run is still going (no pil
 - coverage on the same, every 5 minutes;
 - a rotating coverage pass over every video by id (so no cold shard or partition starves), the next
   RECONCILE_ROTATING_VIDEOS_PER_RUN videos after where the previous pass stopped, every 10 minutes;
+- exact on the RECONCILE_EXACT_HOT_LIMIT hottest videos (highest displayed count), once a day: the priority exact
+  reconciliation of hot videos (REC-8), under its short write barrier; a scheduled exact PASSED is also what
+  clears a refused or failed one-off check from the console's verdicts panel;
 - exact on request, after a repair (the repair runs it) and after a migration (`exact_verify`).
 
 `likes_reconcile_schedule_overdue{schedule}` is 1 when a schedule's last run finished longer ago than
@@ -38,6 +41,7 @@ SCHEDULES = (
     Schedule("reconcile-identity-recent", RunMode.IDENTITY, 60.0, "reconciliation.identity_recent"),
     Schedule("reconcile-coverage-recent", RunMode.COVERAGE, 300.0, "reconciliation.coverage_recent"),
     Schedule("reconcile-coverage-rotating", RunMode.COVERAGE, 600.0, "reconciliation.coverage_rotating"),
+    Schedule("reconcile-exact-hot", RunMode.EXACT, 86400.0, "reconciliation.exact_hot"),
 )
 BY_NAME = {s.name: s for s in SCHEDULES}
 
@@ -47,6 +51,12 @@ def recent_videos(*, limit: int | None = None) -> list[str]:
     since = timezone.now() - dt.timedelta(seconds=settings.RECONCILE_RECENT_WINDOW_S)
     return list(VideoDisplayCount.objects.filter(generated_at__gte=since).order_by("-display_count", "video_id")
                 .values_list("video_id", flat=True)[:limit or settings.RECONCILE_RECENT_LIMIT])
+
+
+def hot_videos() -> list[str]:
+    """The hottest videos by displayed count, whenever they last moved."""
+    return list(VideoDisplayCount.objects.order_by("-display_count", "video_id")
+                .values_list("video_id", flat=True)[:settings.RECONCILE_EXACT_HOT_LIMIT])
 
 
 def rotating_videos() -> list[str]:
@@ -69,7 +79,8 @@ def scheduled_start(name: str) -> dict:
     spec = BY_NAME[name]
     if CheckRun.objects.filter(schedule=name, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
         return {"status": "previous_running"}
-    videos = rotating_videos() if name == "reconcile-coverage-rotating" else recent_videos()
+    videos = {"reconcile-coverage-rotating": rotating_videos, "reconcile-exact-hot": hot_videos}.get(
+        name, recent_videos)()
     if not videos:
         return {"status": "nothing_to_check"}
     job = job_start(kind=job_for_mode(spec.mode), actor=system_actor(f"schedule:{name}"),

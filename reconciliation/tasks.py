@@ -22,6 +22,11 @@ def coverage_rotating_task() -> dict:
     return schedule.scheduled_start("reconcile-coverage-rotating")
 
 
+@shared_task(name="reconciliation.exact_hot", acks_late=True, ignore_result=True)
+def exact_hot_task() -> dict:
+    return schedule.scheduled_start("reconcile-exact-hot")
+
+
 # --- recovery snapshots (issue 12): a snapshot every SNAPSHOT_INTERVAL_S, a daily test-restore, and the
 # drop of replaced generations' rows after their observation period.
 

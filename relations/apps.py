@@ -6,7 +6,6 @@ class RelationsConfig(AppConfig):
     the liked lists, exports and accounts."""
 
     name = "relations"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from django.core import checks as django_checks

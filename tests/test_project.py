@@ -28,6 +28,19 @@ def test_migrations_are_complete():
     assert "No changes detected" in out.getvalue()
 
 
+def test_every_model_is_named_in_english_in_the_console():
+    """The console's sidebar once said "Count refresh switchs" and "Account statuss" (issue 32 §4): a plural that
+    is the singular plus "s" after s, ch, sh, x or a consonant-y is Django's default, and wrong."""
+    import re
+
+    from django.apps import apps
+
+    wrong = [f"{m._meta.label}: {m._meta.verbose_name_plural}" for m in apps.get_models()
+             if str(m._meta.verbose_name_plural) == f"{m._meta.verbose_name}s"
+             and re.search(r"(s|ch|sh|x|[^aeiou]y)$", str(m._meta.verbose_name))]
+    assert not wrong
+
+
 def test_openapi_schema_validates_without_warnings():
     call_command("spectacular", "--validate", "--fail-on-warn", stdout=io.StringIO())
 

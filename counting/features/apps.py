@@ -8,7 +8,6 @@ class FeaturesConfig(AppConfig):
     name = "counting.features"
     label = "features"
     verbose_name = "Offline feature export"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from counting.features import observability, tasks  # noqa: F401 - the beat job's task

@@ -35,6 +35,9 @@ class CountRefreshSwitch(PauseSwitch):
     video_id = models.CharField(max_length=64, primary_key=True)
     paused = models.BooleanField(default=True)
 
+    class Meta:
+        verbose_name_plural = "count refresh switches"
+
 
 class CountCacheGeneration(GenerationModel):
     """COUNT_CACHE_GENERATION (E-15): one generation of the Redis count cache (bucket and view layers

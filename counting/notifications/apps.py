@@ -8,7 +8,6 @@ class NotificationsConfig(AppConfig):
     name = "counting.notifications"
     label = "notifications"
     verbose_name = "Creator notifications"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from counting.notifications import tasks

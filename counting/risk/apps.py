@@ -8,7 +8,6 @@ class RiskConfig(AppConfig):
     name = "counting.risk"
     label = "risk"
     verbose_name = "Risk control"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from counting.risk.jobs import JOB_KINDS

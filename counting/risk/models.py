@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from likes_project.model_kit import approval_checks
+from likes_project.model_kit import ApprovalRequest, approval_checks
 
 
 class RiskKind(models.TextChoices):
@@ -35,34 +35,24 @@ STANDING = (RiskStatus.APPROVED, RiskStatus.APPLYING, RiskStatus.APPLIED)
 FINISHED = (RiskStatus.APPLIED, RiskStatus.RESTORED, RiskStatus.REJECTED, RiskStatus.FAILED)
 
 
-class RiskDecision(models.Model):
+class RiskDecision(ApprovalRequest):
     """One hide or restore decision. `params` (kind, video, users, reason, evidence, restores) hash to
     `params_hash`; the approval records the hash it approved. The database refuses an approval by the
     requester and an approval of other parameters than the request's."""
 
+    finished_statuses = FINISHED
+
     kind = models.CharField(max_length=8, choices=RiskKind.choices)
     video_id = models.CharField(max_length=64)
     restores = models.BigIntegerField(null=True, blank=True)  # the hide a restore decision restores
-    params = models.JSONField()
-    params_hash = models.CharField(max_length=64)
-    reason = models.CharField(max_length=512)
     evidence = models.TextField(blank=True, default="")
-    requested_by = models.CharField(max_length=150)
     requested_channel = models.CharField(max_length=16)
-    approved_by = models.CharField(max_length=150, blank=True, default="")
-    approved_hash = models.CharField(max_length=64, blank=True, default="")
-    approved_at = models.DateTimeField(null=True, blank=True)
     rejected_by = models.CharField(max_length=150, blank=True, default="")
     status = models.CharField(max_length=20, choices=RiskStatus.choices, default=RiskStatus.AWAITING_APPROVAL)
     risk_version = models.BigIntegerField(null=True, blank=True)  # from risk_version_seq, at approval
     applied_users = models.PositiveIntegerField(default=0)
-    job_id = models.BigIntegerField(null=True, blank=True)
-    error = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-id"]
+    class Meta(ApprovalRequest.Meta):
         constraints = [
             *approval_checks("risk"),
             models.CheckConstraint(condition=Q(kind="HIDE", restores__isnull=True)
@@ -74,10 +64,6 @@ class RiskDecision(models.Model):
 
     def __str__(self) -> str:
         return f"risk {self.pk}: {self.kind} {len(self.user_ids)} users on {self.video_id} ({self.status})"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
 
     @property
     def user_ids(self) -> list[int]:

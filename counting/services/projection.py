@@ -20,7 +20,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from counting import routing
+from counting import hotspots, routing
 from counting.models import (
     CountEventReceipt,
     CountGenerationFence,
@@ -35,6 +35,7 @@ from likes_project.dbraw import raw_cursor
 from likes_project.eventlog.consumer import NonRetryable, Retryable
 from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
+from relations import routing as relation_routing
 from relations.events import LIKED, validate_event
 
 logger = logging.getLogger(__name__)
@@ -313,4 +314,8 @@ def apply_entries(gen: routing.GenerationRoutes, entries: list[StreamEntry], *, 
         except (Retryable, DatabaseError) as exc:
             logger.warning("count group on %s failed (%s); it will be replayed", alias, exc.__class__.__name__)
             outcome.failed.update({e.entry.entry_id: retryable_from(exc) for e in events})
+    if live:  # where the writes went (M4, M11), after the commits; a restore's replay is not traffic
+        hotspots.record((alias, e.video_id, e.vb, e.user_id, relation_routing.alias_for_user(e.user_id))
+                        for alias, events in groups.items() for e in events
+                        if outcome.verdicts.get(e.entry.entry_id) == kit.APPLIED)
     return kit.apply_result(entries, outcome)

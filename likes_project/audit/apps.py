@@ -7,7 +7,6 @@ class AuditConfig(AppConfig):
 
     name = "likes_project.audit"
     label = "audit"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from likes_project.audit import jobs

@@ -7,7 +7,6 @@ class EventlogConfig(AppConfig):
 
     name = "likes_project.eventlog"
     label = "eventlog"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from likes_project.eventlog import redrive

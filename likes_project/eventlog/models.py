@@ -97,6 +97,9 @@ class ConsumerSwitch(PauseSwitch):
 
     consumer = models.CharField(max_length=64, primary_key=True)
 
+    class Meta:
+        verbose_name_plural = "consumer switches"
+
     @classmethod
     def switch_key_choices(cls) -> list[str]:
         return sorted(CONSUMERS)

@@ -69,7 +69,7 @@ class LedgerApproveCommand(LedgerCommand, ApproveCommand):
                 "copiedRows": m.copied_rows, **self.ledger.progress_fields(m), "error": m.error or None}
 
     def line(self, m: ApprovedLedgerModel) -> str:
-        return super().line(m) + (f"; write pause {m.write_pause_ms} ms" if m.write_pause_ms is not None else "")
+        return super().line(m) + (f"; write pause {m.write_pause_ms:.1f} ms" if m.write_pause_ms is not None else "")
 
 
 class LedgerResumeCommand(LedgerCommand):

@@ -19,7 +19,15 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_http_methods, require_POST
 
-from likes_project.admin_kit import AdminPage, ReadOnlyAdmin, ReasonForm, render_page, require_permission
+from likes_project.admin_kit import (
+    AdminPage,
+    ReadOnlyAdmin,
+    ReasonForm,
+    millis_field,
+    query_initial,
+    render_page,
+    require_permission,
+)
 from likes_project.audit.services import Actor, admin_actor
 from likes_project.errors import DomainError
 from likes_project.ledgers.model import ApprovedLedgerModel, LedgerState
@@ -81,13 +89,15 @@ class LedgerConsole:
         """The Plan page (`plan_permission`): `form(data)` is the form, `plan(cleaned_data, actor)` the ledger's plan
         service; a refusal is an error on the field `error_fields` names for its code (else above the form) and
         writes nothing. A plan goes to the ledger's page with `planned(m)`; nothing runs until another operator
-        approves it."""
+        approves it. A GET's query parameters that name the form's fields fill it in (the hot-spot panel's suggested
+        move links here); nothing is planned until the operator submits it."""
         noun = self.ledger.noun
 
         @require_http_methods(["GET", "POST"])
         def view(request, *, admin_site):
             require_permission(request, self.ledger.plan_permission)
             bound = form(request.POST if request.method == "POST" else None)
+            bound.initial.update(query_initial(request, type(bound)))  # a link that opens the plan filled in
             if bound.is_valid():
                 try:
                     m = plan(bound.cleaned_data, admin_actor(request.user))
@@ -230,9 +240,7 @@ class LedgerAdmin(ReadOnlyAdmin):
     def copy_progress(self, m: ApprovedLedgerModel) -> str:
         return f"{m.copied_rows} / {m.rows_to_copy}"
 
-    @admin.display(description="write pause", ordering="write_pause_ms")
-    def write_pause(self, m: ApprovedLedgerModel) -> str:
-        return "-" if m.write_pause_ms is None else f"{m.write_pause_ms:.1f} ms"
+    write_pause = millis_field("write_pause_ms", "write pause")
 
     @admin.display(description="error")
     def error_text(self, m: ApprovedLedgerModel) -> str:

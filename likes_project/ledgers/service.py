@@ -168,6 +168,10 @@ class ApprovedLedger(ABC):
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [self.plan_lock])
             yield
 
+    def units_in_flight(self) -> set[int]:
+        """Every unit an unfinished ledger of this kind moves."""
+        return {u for m in self.model.objects.exclude(state__in=TERMINAL) for u in self.units(m)}
+
     def refuse_overlap(self, units: list[int], *, besides: int | None = None) -> None:
         """Inside `plan_transaction`: no unfinished ledger of this kind moves any of `units`."""
         wanted = set(units)

@@ -9,7 +9,6 @@ class OpsJobsConfig(AppConfig):
     name = "likes_project.opsjobs"
     label = "opsjobs"
     verbose_name = "Ops jobs"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from likes_project.opsjobs import observability

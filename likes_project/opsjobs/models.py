@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from likes_project.model_kit import FinishedByStatus
+
 
 class JobStatus(models.TextChoices):
     QUEUED = "QUEUED"  # created; no slice has run yet
@@ -16,10 +18,12 @@ class JobStatus(models.TextChoices):
 FINISHED_JOB_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
 
-class OpsJob(models.Model):
+class OpsJob(FinishedByStatus, models.Model):
     """One long operator action. Its handler (by `kind`) runs it in slices: each slice holds a lease,
     works until its budget is spent and saves `state` (its resumable cursor) and the progress counters.
     `holder` is the slice running now; empty between slices."""
+
+    finished_statuses = FINISHED_JOB_STATUSES
 
     kind = models.CharField(max_length=64, db_index=True)
     params = models.JSONField(default=dict, blank=True)
@@ -47,10 +51,6 @@ class OpsJob(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.kind} ({self.status})"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED_JOB_STATUSES
 
     @property
     def rate(self) -> float | None:

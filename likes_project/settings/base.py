@@ -235,6 +235,7 @@ CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every_s} for name, task
     ("reconcile-identity-recent",   "reconciliation.identity_recent",   60.0),
     ("reconcile-coverage-recent",   "reconciliation.coverage_recent",   300.0),
     ("reconcile-coverage-rotating", "reconciliation.coverage_rotating", 600.0),
+    ("reconcile-exact-hot",         "reconciliation.exact_hot",         86400.0),
     ("audit-chain-checkpoint",      "audit.chain_checkpoint",           3600.0),  # D80
 )}
 
@@ -396,6 +397,8 @@ RECONCILE_BATCH_VIDEOS = env_int("RECONCILE_BATCH_VIDEOS", 200)  # videos per ch
 RECONCILE_RECENT_WINDOW_S = env_int("RECONCILE_RECENT_WINDOW_S", 600)
 RECONCILE_RECENT_LIMIT = env_int("RECONCILE_RECENT_LIMIT", 2000)
 RECONCILE_ROTATING_VIDEOS_PER_RUN = env_int("RECONCILE_ROTATING_VIDEOS_PER_RUN", 5000)
+# The daily exact check's videos: the hottest by displayed count (REC-8), each under a short write barrier.
+RECONCILE_EXACT_HOT_LIMIT = env_int("RECONCILE_EXACT_HOT_LIMIT", 100)
 
 # --- recovery snapshots (issue 12, reconciliation.services.recovery) ---------------------------------
 # Artifacts go to the storage alias "recovery_snapshots": a local directory by default; with
@@ -461,6 +464,9 @@ CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name,
 # Subscriptions, creator notifications, the feature export and retention (issue 31): settings/downstream.py.
 from likes_project.settings.downstream import *  # noqa: E402, F403
 from likes_project.settings.downstream import DOWNSTREAM_BEAT  # noqa: E402
+
+# Hot spots and convergence windows (issue 32): settings/watch.py.
+from likes_project.settings.watch import *  # noqa: E402, F403
 
 CELERY_BEAT_SCHEDULE.update({name: {"task": task, "schedule": every_s} for name, task, every_s in DOWNSTREAM_BEAT})
 STORAGES["feature_exports"] = FEATURE_EXPORT_STORAGE  # noqa: F405

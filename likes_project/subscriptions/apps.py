@@ -8,7 +8,6 @@ class SubscriptionsConfig(AppConfig):
     name = "likes_project.subscriptions"
     label = "subscriptions"
     verbose_name = "Subscriptions"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from likes_project.opsjobs.services import job_kind_register

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from likes_project.model_kit import approval_checks
+from likes_project.model_kit import ApprovalRequest, approval_checks
 
 
 class SubscriptionStatus(models.TextChoices):
@@ -91,35 +91,22 @@ class ReplayStatus(models.TextChoices):
     REJECTED = "REJECTED"
 
 
-class SubscriptionReplay(models.Model):
+class SubscriptionReplay(ApprovalRequest):
     """A request to replay a BEHIND_RETENTION subscription from the outbox archive (issue 31 §1): requested by
     one operator, approved by another (`likes_project.approvals`: bound to the parameters' hash, never by the
-    requester, checked by the database too), then run by the system as the ops job `subscription.replay`."""
+    requester, checked by the database too), then run by the system as the ops job `subscription.replay`.
+    `params`: `{"subscription", "from": {partition: id}, "reason"}`."""
+
+    finished_statuses = (ReplayStatus.DONE, ReplayStatus.FAILED, ReplayStatus.REJECTED)
 
     subscription = models.ForeignKey(Subscription, on_delete=models.PROTECT, related_name="replays")
-    params = models.JSONField()  # {"subscription", "from": {partition: id}, "reason"}
-    params_hash = models.CharField(max_length=64)
-    reason = models.CharField(max_length=512)
-    requested_by = models.CharField(max_length=150)
-    approved_by = models.CharField(max_length=150, blank=True, default="")
-    approved_hash = models.CharField(max_length=64, blank=True, default="")
-    approved_at = models.DateTimeField(null=True, blank=True)
     rejected_by = models.CharField(max_length=150, blank=True, default="")
     status = models.CharField(max_length=20, choices=ReplayStatus.choices, default=ReplayStatus.AWAITING_APPROVAL)
-    job_id = models.BigIntegerField(null=True, blank=True)
     replayed = models.BigIntegerField(default=0)  # events copied back
-    error = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-id"]
-        constraints = [*approval_checks("subscription_replay")]
+    class Meta(ApprovalRequest.Meta):
+        constraints = approval_checks("subscription_replay")
         permissions = [("approve_subscriptionreplay", "Can approve a subscription's replay from the archive")]
 
     def __str__(self) -> str:
         return f"replay {self.pk} of {self.subscription_id} ({self.status})"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in (ReplayStatus.DONE, ReplayStatus.FAILED, ReplayStatus.REJECTED)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from likes_project.admin_kit import admin_url
+from likes_project.admin_kit import admin_url, millis_field
 from likes_project.ledgers.console import json_field
-from reconciliation.admin.common import StatusAdmin, audit_field, link, link_field, list_text, table
+from reconciliation.admin.common import StatusAdmin, audit_field, link, link_field, list_text, shortened, table
 from reconciliation.forms import CheckStartForm
 from reconciliation.models import CheckRun
 
@@ -17,17 +17,18 @@ DIFFS_SHOWN = 100  # diffs listed on a run's page (the rest are one link away)
 
 @admin.register(CheckRun)
 class CheckRunAdmin(StatusAdmin):
-    list_display = ("id", "mode", "kind", "status_code", "scope_text", "checked", "diffs_found", "barrier_held_ms",
-                    "refused_because", "created_at", "finished_at")
+    # The list fits a laptop's screen: the scope and the refusal are cut short there (the run's page has them whole).
+    list_display = ("id", "mode", "kind", "status_code", "scope_short", "checked", "diffs_found", "barrier_held",
+                    "refused_short", "created_at", "finished_at")
     list_filter = ("mode", "status", "kind")
     search_fields = ("=id", "=actor", "schedule")
     ordering = ("-id",)
     fields = ("mode", "kind", "status_code", "scope_text", "checked", "total", "diffs_found", "diffs_fixed",
-              "barrier_held_ms", "refused_because", "watermarks_json", "skipped_json", "diffs_table", "actor",
+              "barrier_held", "refused_because", "watermarks_json", "skipped_json", "diffs_table", "actor",
               "channel", "schedule", "job_link", "repair_link", "checkpoint", "audit_link", "created_at",
               "started_at", "finished_at")
-    readonly_fields = ("status_code", "scope_text", "watermarks_json", "skipped_json", "diffs_table", "job_link",
-                       "repair_link", "audit_link")
+    readonly_fields = ("status_code", "scope_text", "barrier_held", "watermarks_json", "skipped_json", "diffs_table",
+                       "job_link", "repair_link", "audit_link")
     change_list_template = "reconciliation/admin/checkrun_change_list.html"
     change_form_template = "reconciliation/admin/checkrun_change_form.html"
     pages = [CheckStartForm.page("start/", "reconciliation_check_start")]
@@ -43,6 +44,15 @@ class CheckRunAdmin(StatusAdmin):
         videos = scope.get("videos", [])
         return f"{len(videos)} video(s): {list_text(videos)}"
 
+    @admin.display(description="scope")
+    def scope_short(self, run: CheckRun) -> str:
+        return shortened(self.scope_text(run), 60)
+
+    @admin.display(description="refused because")
+    def refused_short(self, run: CheckRun) -> str:
+        return shortened(run.refused_because, 80) or "-"
+
+    barrier_held = millis_field("barrier_held_ms", "barrier held")
     watermarks_json = json_field("watermarks", "run-watermarks", "watermarks")
     skipped_json = json_field("skipped", "run-skipped", "skipped", empty="none")
 

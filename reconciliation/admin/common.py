@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.template.loader import render_to_string
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from likes_project.admin_kit import ReadOnlyAdmin, admin_url
 
@@ -42,6 +43,14 @@ def audit_field(target_type: str):
         return audit_records_link(target_type, obj.pk)
 
     return field
+
+
+def shortened(text: str, limit: int) -> SafeString:
+    """`text` cut to `limit` characters with an ellipsis, the whole of it in the cell's title (shown on hover)."""
+    text = text or ""
+    if len(text) <= limit:
+        return format_html("{}", text)
+    return format_html('<span title="{}">{}…</span>', text, text[:limit - 1])
 
 
 def list_text(items: list[str], shown: int = 5) -> str:

@@ -17,7 +17,7 @@ from django.http import HttpResponseRedirect
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from likes_project.admin_kit import AdminPage, admin_url, require_permission, start_job_or_message
+from likes_project.admin_kit import AdminPage, admin_url, millis_field, require_permission, start_job_or_message
 from likes_project.errors import DomainError
 from likes_project.ledgers.console import json_field
 from likes_project.opsjobs.models import OpsJob
@@ -106,9 +106,7 @@ class RecoverySnapshotAdmin(StatusAdmin):
     def test_restore(self, request, queryset):
         return self._one_job(request, queryset, kind=SNAPSHOT_TEST_JOB)
 
-    @admin.display(description="dispatch paused", ordering="dispatch_paused_ms")
-    def dispatch_pause(self, snap: RecoverySnapshot) -> str:
-        return "-" if snap.dispatch_paused_ms is None else f"{snap.dispatch_paused_ms:.1f} ms"
+    dispatch_pause = millis_field("dispatch_paused_ms", "dispatch paused")
 
     @admin.display(description="rows")
     def rows_text(self, snap: RecoverySnapshot) -> str:

@@ -38,6 +38,8 @@ from likes_project.eventlog.checkpoints import checkpoints_get
 from reconciliation.models import CheckDiff, CheckRun, DiffLayer, RunKind, RunMode, RunStatus
 from reconciliation.services import evidence
 from reconciliation.services.evidence import LIKED, Rel
+from relations import selectors as relation_selectors
+from relations import validation
 
 RUN_PERMISSION = "reconciliation.run_check"
 DETAIL_MAX = 50  # relations kept as evidence per diff
@@ -70,16 +72,21 @@ class ChunkResult:
 
 
 def scope_normalize(*, videos: list[str] | None = None, all_videos: bool = False,
-                    bucket_range: tuple[int, int] | None = None) -> dict:
-    """Exactly one of: some videos, all videos, or a virtual-bucket range (all videos, those buckets)."""
+                    bucket_range: tuple[int, int] | None = None, known_only: bool = False) -> dict:
+    """Exactly one of: some videos, all videos, or a virtual-bucket range (all videos, those buckets). Each video
+    id is well formed (`invalid_video_id`); with `known_only` (an operator's scope: the command, the console) each
+    is a video the service knows (`video_not_found`), so a typo is refused instead of recorded as a PASSED run
+    over nothing."""
     given = [bool(videos), all_videos, bucket_range is not None]
     if sum(given) != 1:
         raise InvalidInput("Give exactly one scope: --video ID (repeatable), --all, or a bucket range.",
                            code="invalid_scope")
     if videos:
-        clean = sorted({v.strip() for v in videos})
-        if any(not v or len(v) > 64 or "\x00" in v for v in clean):
-            raise InvalidInput("A video id is 1 to 64 characters.", code="invalid_video_id")
+        clean = sorted({validation.video_id(v.strip() if isinstance(v, str) else v) for v in videos})
+        unknown = sorted(set(clean) - relation_selectors.video_ids_known(clean)) if known_only else []
+        if unknown:
+            raise InvalidInput(f"No video {', '.join(unknown[:10])}" + (" ..." if len(unknown) > 10 else "") + ".",
+                               code="video_not_found", unknown=unknown[:100])
         return {"videos": clean}
     if bucket_range is not None:
         low, high = bucket_range

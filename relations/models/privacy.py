@@ -17,6 +17,9 @@ class UserPrivacy(models.Model):
     likers_public = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        verbose_name_plural = "user privacy settings"
+
     def __str__(self) -> str:
         return f"privacy of {self.user_id} (likes_private={self.likes_private}, likers_public={self.likers_public})"
 
@@ -26,6 +29,9 @@ class VideoLikersVisibility(models.Model):
 
     video_id = models.CharField(max_length=64, primary_key=True)
     likers_public = models.BooleanField()
+
+    class Meta:
+        verbose_name_plural = "video likers visibility overrides"
 
     def __str__(self) -> str:
         return f"{self.video_id} likers_public={self.likers_public}"
@@ -43,6 +49,9 @@ class AccountStatus(models.Model):
     user_id = models.BigIntegerField(primary_key=True)
     status = models.CharField(max_length=8, choices=AccountStatusValue.choices, default=AccountStatusValue.ACTIVE)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "account statuses"
 
     def __str__(self) -> str:
         return f"{self.user_id} {self.status}"

@@ -97,6 +97,11 @@ def video_record_get(*, video_id: str, using: str = "default") -> VideoRecord | 
     return None if row is None else VideoRecord(*row)
 
 
+def video_ids_known(video_ids: list[str]) -> set[str]:
+    """Which of these videos the service knows (a stored row, whatever its status: a deleted video is known)."""
+    return set(VideoSnapshot.objects.filter(video_id__in=video_ids).values_list("video_id", flat=True))
+
+
 def video_cache_entry(video: VideoView) -> dict:
     """The visibility cache's value for a video (its cache version is `video.revision`)."""
     return {"author_id": video.author_id, "visibility": video.visibility, "status": video.status,

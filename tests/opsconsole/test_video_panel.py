@@ -101,6 +101,10 @@ def test_a_bad_or_unknown_video_is_an_error_on_the_form_not_a_500():
     unknown = show(client, "panel-nobody")
     assert "no video snapshot" in cell(unknown, "video-visibility")
     assert cell(unknown, "count-display") == "no display snapshot yet"
+    assert "knows no video panel-nobody" in cell(unknown, "video-unknown")
+    operator = logged_in("panel-op3", "likes-operator")  # may reconcile and repair, but not a typo
+    page = show(operator, "panel-nobody")
+    assert 'id="video-unknown"' in page and 'id="video-actions"' not in page
 
 
 def test_the_panel_needs_a_console_role():

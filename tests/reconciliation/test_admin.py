@@ -190,7 +190,10 @@ def test_the_pages_refuse_non_staff_and_anonymous_users(client):
 # --- start a check -----------------------------------------------------------------------------
 
 
-def test_an_operator_starts_a_check_and_is_shown_its_job():
+def test_an_operator_starts_a_check_and_is_shown_its_job(make_user, make_video):
+    author = make_user()
+    for video_id in ("vid-a", "vid-b"):
+        make_video(video_id, author)
     op, client = logged_in("check-operator", "likes-operator")
     index = client.get("/admin/").content.decode()
     assert START_URL in index and REQUEST_URL in index  # listed under Reconciliation
@@ -226,6 +229,7 @@ def test_an_operator_starts_a_check_and_is_shown_its_job():
     ({"mode": "identity", "videos": "vid-a\nnot a video id"}, "Line 2: videoId must be 1-64 characters"),
     ({"mode": "identity", "videos": "v" * 65}, "Line 1: videoId must be 1-64 characters"),
     ({"mode": "identity", "videos": "vid\x00x"}, "Line 1: videoId must be 1-64 characters"),
+    ({"mode": "exact", "videos": "vid-typo"}, "No video vid-typo."),  # not a PASSED run over nothing (issue 32)
     ({"mode": "everything", "videos": "vid-a"}, "Select a valid choice."),
     ({"videos": "vid-a"}, "This field is required."),
 ])

@@ -155,6 +155,13 @@ BAD_INPUT = {
     "reconcile_without_a_scope": (["reconcile", "--mode", "identity"], "invalid_scope"),
     "reconcile_with_both_scopes": (["reconcile", "--mode", "identity", "--video", "{video}", "--all"],
                                    "invalid_scope"),
+    # A typo is refused, not recorded as a PASSED run over nothing that becomes the front page's verdict (issue 32).
+    "reconcile_of_a_malformed_video_id": (["reconcile", "--mode", "identity", "--video", "bad id!"],
+                                          "invalid_video_id"),
+    "reconcile_of_an_unknown_video": (["reconcile", "--mode", "coverage", "--video", "cm-no-such-video"],
+                                      "video_not_found"),
+    "reconcile_of_a_known_and_an_unknown_video": (["reconcile", "--mode", "exact", "--video", "{video}",
+                                                  "--video", "cm-no-such-video"], "video_not_found"),
     "reconcile_by_an_unknown_actor": (["reconcile", "--mode", "identity", "--video", "{video}",
                                        "--actor", "nobody-here"], "unknown_actor"),
     "reconcile_by_an_actor_without_the_permission": (["reconcile", "--mode", "exact", "--video", "{video}",
@@ -191,7 +198,7 @@ def test_bad_input_is_a_clean_error_with_a_stable_code_and_writes_nothing(api, m
                      clerk=clerk.username, repair=repair_id) for a in argv]
     before = _written()
     ran = manage(*argv, "--json")
-    assert ran.code != 0
+    assert ran.code == (3 if argv[0] == "reconcile" else 1), ran.err  # reconcile: 3, no run was made
     assert ran.json["code"] == code and ran.json["message"], ran.out
     assert "Traceback" not in ran.err and ran.err.strip()
     assert _written() == before

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", t
               pytest.mark.usefixtures("close_db_connections")]
 
 IDENTITY, COVERAGE, ROTATING = "reconcile-identity-recent", "reconcile-coverage-recent", "reconcile-coverage-rotating"
+EXACT_HOT = "reconcile-exact-hot"
 
 
 def _videos(api, make_user, make_video, likes: dict[str, int]) -> list:
@@ -57,6 +58,28 @@ def test_recent_schedules_pick_recently_changed_videos_hottest_first(api, make_u
         assert (run.mode, run.kind, run.schedule, run.status, run.actor) == (mode, "scheduled", name, "QUEUED",
                                                                               f"schedule:{name}")
         assert _finish(job).status == "PASSED"
+
+
+def test_the_daily_exact_check_takes_the_hottest_videos_whenever_they_moved_and_clears_a_refused_verdict(
+        api, make_user, make_video, settings):
+    """REC-8's priority exact reconciliation of hot videos: the hottest by displayed count, the stale one too; a
+    one-off manual exact check that was refused is no longer the mode's verdict once this one has PASSED."""
+    _videos(api, make_user, make_video, {"sc-a": 1, "sc-b": 3, "sc-c": 2, "sc-stale": 4})
+    _unchanged_for_hours("sc-stale")
+    refused = CheckRun.objects.create(mode="exact", status="REFUSED", scope={"videos": ["sc-a"]}, actor="someone",
+                                      refused_because="the barrier could not be held", finished_at=timezone.now())
+    settings.RECONCILE_EXACT_HOT_LIMIT = 3
+    job, run = _started(EXACT_HOT)
+    assert job.params["scope"] == {"videos": ["sc-stale", "sc-b", "sc-c"]}
+    assert (job.kind, run.mode, run.kind, run.schedule) == ("reconcile.exact", "exact", "scheduled", EXACT_HOT)
+    assert _finish(job).status == "PASSED"
+    from opsconsole.dashboard import front_page
+
+    [verdicts] = [p for p in front_page()["panels"] if p.key == "verdicts"]
+    exact = next(row for row in verdicts.rows if row[0].text == "exact")
+    assert exact[1].text == f"#{run.pk}" and exact[1].text != f"#{refused.pk}" and exact[2].text == "PASSED"
+    assert not verdicts.alert
+    assert EXACT_HOT in settings.CELERY_BEAT_SCHEDULE
 
 
 def test_a_scheduled_run_checks_every_video_it_picked_across_chunks(api, make_user, make_video, settings):
@@ -128,12 +151,12 @@ def test_a_schedule_is_overdue_when_no_run_finished_within_three_periods(api, ma
         return {dict(labels)["schedule"]: v for (name, labels), v in samples.items()
                 if name == "likes_reconcile_schedule_overdue"}
 
-    assert gauges() == {IDENTITY: 1.0, COVERAGE: 1.0, ROTATING: 1.0}
+    assert gauges() == {IDENTITY: 1.0, COVERAGE: 1.0, ROTATING: 1.0, EXACT_HOT: 1.0}
     job, _run = _started(IDENTITY)
     run = _finish(job)
     age, late = schedule.overdue()[IDENTITY]
     assert not late and age is not None and age >= 0
-    assert gauges() == {IDENTITY: 0.0, COVERAGE: 1.0, ROTATING: 1.0}
+    assert gauges() == {IDENTITY: 0.0, COVERAGE: 1.0, ROTATING: 1.0, EXACT_HOT: 1.0}
     ages = {dict(labels)["schedule"]: v for (name, labels), v in parse(scrape_text(client)).items()
             if name == "likes_reconcile_schedule_age_seconds"}
     assert set(ages) == {IDENTITY} and ages[IDENTITY] >= 0

@@ -229,7 +229,7 @@ def _cutover(m: BucketMigration, say: Say) -> None:
     routing.reset_cache()
     metrics.observe("likes_bucket_migration_write_pause_seconds", pause_ms / 1000.0)
     source_fences_retire(m)
-    say(f"cutover: manifest {replaced} -> {manifest.pk}; write pause {pause_ms} ms; H = {h}")
+    say(f"cutover: manifest {replaced} -> {manifest.pk}; write pause {pause_ms:.1f} ms; H = {h}")
 
 
 def _drained_cutover(m: BucketMigration, sources: dict[str, list[int]], h: dict[str, int], started: float,

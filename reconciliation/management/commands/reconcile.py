@@ -50,7 +50,7 @@ class Command(JobCommand):
         from reconciliation.jobs import job_for_mode
 
         try:
-            scope = checks.scope_normalize(videos=options["video"], all_videos=options["all"])
+            scope = checks.scope_normalize(videos=options["video"], all_videos=options["all"], known_only=True)
         except DomainError as exc:
             raise refuse(self, options, exc, returncode=NOT_RUN) from exc
         self.job_kind = job_for_mode(options["mode"])

@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import json
 
-from likes_project.cli import DomainCommand
-from likes_project.errors import DomainError
-from reconciliation.management.output import add_json_argument, emit, refuse
+from likes_project.cli import ShowCommand
 from reconciliation.services import repair
 
 
-class Command(DomainCommand):
+class Command(ShowCommand):
     help = ("Show a repair: who requested and approved it, why, its parameters, both watermark sets, each video's "
             "before and after, the result and its job.")
+    id_dest, id_metavar, id_type = "repair_id", "REPAIR_ID", int
 
-    def add_arguments(self, parser):
-        parser.add_argument("repair_id", type=int, metavar="REPAIR_ID")
-        add_json_argument(parser)
+    def report(self, key):
+        return repair.repair_report(repair.repair_get(key))
 
-    def run(self, *args, **options):
-        try:
-            report = repair.repair_report(repair.repair_get(options["repair_id"]))
-        except DomainError as exc:
-            raise refuse(self, options, exc) from exc
-        text = "\n".join(f"{k}: {json.dumps(v, sort_keys=True, default=str)}" for k, v in report.items())
-        emit(self, options, report, text)
+    def text(self, report):
+        return "\n".join(f"{k}: {json.dumps(v, sort_keys=True, default=str)}" for k, v in report.items())

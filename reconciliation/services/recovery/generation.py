@@ -284,7 +284,7 @@ def generation_switch(old: routing.GenerationRoutes, new: routing.GenerationRout
             leases.lease_release(g)
         fence_ms = round((time.monotonic() - started) * 1000.0, 3)
     routing.reset_cache()
-    say(f"switched generation {old.generation} -> {new.generation} at T = {target}; dispatch fenced {fence_ms} ms")
+    say(f"switched generation {old.generation} -> {new.generation} at T = {target}; dispatch fenced {fence_ms:.1f} ms")
     return {"consumptionBarrier": target, "finalReplayed": final, "fenceMs": fence_ms, **barrier}
 
 

@@ -197,7 +197,7 @@ def _cut_snapshots(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -
             paused_ms = round((time.monotonic() - started) * 1000.0, 3)
             RecoverySnapshot.objects.filter(pk=snap.pk).update(dispatch_paused_ms=paused_ms)
             metrics.observe("likes_snapshot_dispatch_pause_seconds", paused_ms / 1000.0)
-        say(f"cut: dispatch paused {paused_ms} ms; B[p] = " + ", ".join(f"{o['partition']}:{o['through']}"
+        say(f"cut: dispatch paused {paused_ms:.1f} ms; B[p] = " + ", ".join(f"{o['partition']}:{o['through']}"
                                                                         for o in offsets))
         yield {"offsets": offsets}
 

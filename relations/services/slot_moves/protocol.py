@@ -280,7 +280,7 @@ def _cutover(m: RelationSlotMove, say: Say) -> None:
     save(m, write_pause_ms=pause_ms)
     routing.reset_cache()
     metrics.observe("likes_relation_slot_move_write_pause_seconds", pause_ms / 1000.0)
-    say(f"cutover: contract v{new}; write pause {pause_ms} ms")
+    say(f"cutover: contract v{new}; write pause {pause_ms:.1f} ms")
 
 
 # --- VERIFY and RETIRED ------------------------------------------------------------------------------

@@ -5,20 +5,15 @@ Requests the replay of a BEHIND_RETENTION subscription from the outbox archive; 
 
 from __future__ import annotations
 
-from likes_project.cli import OperatorCommand, add_json_argument
 from likes_project.subscriptions import replay
+from likes_project.subscriptions.management.commands._move import NamedCommand
 
 
-class Command(OperatorCommand):
+class Command(NamedCommand):
     help = ("Request the replay of a subscription that fell behind its retention, from the outbox archive. Another "
             "operator approves it; the system then runs it.")
     noun, permission = "replay", replay.REQUEST_PERMISSION
-
-    def add_arguments(self, parser):
-        parser.add_argument("name", metavar="NAME")
-        parser.add_argument("--reason", default="", help="Why (required; recorded in the audit log).")
-        self.add_actor_argument(parser)
-        add_json_argument(parser)
+    reason_help = "Why (required; recorded in the audit log)."
 
     def act(self, options, actor):
         return replay.replay_request(name=options["name"], actor=actor, reason=options["reason"])
