@@ -161,29 +161,43 @@ ensure_redis() {
     "redis://127.0.0.1:$PRIVATE_REDIS_PORT/0" .data/redis/redis.log
 }
 
-# Debian's Chromium, the browser the console's browser tests drive through Playwright (D56); Playwright's
-# own browser download cannot work here. Not fatal: without it only those tests fail, saying why.
-CHROMIUM=/usr/bin/chromium
-ensure_chromium() {
-  [ -x "$CHROMIUM" ] && return
-  local how="sudo apt-get install -y --no-install-recommends chromium"
+# ensure_debian_tool BINARY PACKAGE PURPOSE: a Debian package the tests need, installed (as root, with apt-get) when
+# BINARY is missing; one install at a time (parallel test runs share the machine). Not fatal: without it only the
+# tests that need it fail or skip, saying why.
+ensure_debian_tool() {
+  local binary=$1 package=$2 purpose=$3
+  [ -x "$binary" ] && return
+  local how="sudo apt-get install -y --no-install-recommends $package"
   if [ "$(id -u)" != "0" ]; then
-    log "no $CHROMIUM and not root: the browser tests will be skipped; install it with: $how"
+    log "no $binary and not root: $purpose will be skipped; install it with: $how"
     return
   fi
   if ! command -v apt-get >/dev/null; then
-    log "no $CHROMIUM and no apt-get to install it: the browser tests will fail"
+    log "no $binary and no apt-get to install it: $purpose will fail"
     return
   fi
-  (  # one install at a time (parallel test runs share the machine); the second finds it installed
+  (
     flock 9
-    [ -x "$CHROMIUM" ] && exit 0
-    log "installing Debian packages: chromium (for the browser tests)"
+    [ -x "$binary" ] && exit 0
+    log "installing Debian packages: $package (for $purpose)"
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null \
       || log "apt-get update failed; trying the package lists as they are"
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-      chromium >/dev/null || log "installing chromium failed: the browser tests will fail"
-  ) 9>"${TMPDIR:-/tmp}/likes-chromium-install.lock"
+      "$package" >/dev/null || log "installing $package failed: $purpose will fail"
+  ) 9>"${TMPDIR:-/tmp}/likes-apt-install.lock"
+}
+
+# Debian's Chromium, the browser the console's browser tests drive through Playwright (D56); Playwright's
+# own browser download cannot work here.
+CHROMIUM=/usr/bin/chromium
+ensure_chromium() {
+  ensure_debian_tool "$CHROMIUM" chromium "the browser tests"
+}
+
+# Debian's `promtool` (package prometheus) checks and unit-tests deploy/prometheus/alerts.yml (tests/test_alerts.py).
+PROMTOOL=/usr/bin/promtool
+ensure_promtool() {
+  ensure_debian_tool "$PROMTOOL" prometheus "the alert rule tests"
 }
 
 # --- the scaled topology (LIKES_TOPOLOGY=scaled, issue 16) ------------------------------------------
@@ -283,6 +297,7 @@ setup_all() {
   ensure_postgres
   ensure_redis
   ensure_chromium
+  ensure_promtool
 }
 
 # --- the service's environment (run.sh, manage.sh) ------------------------------------------------
