@@ -50,6 +50,8 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 # Request and query latency: 1 ms .. 10 s.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, math.inf)
 # Pipeline lags (commit -> published / applied / displayed): 10 ms .. 10 min.
+# Histograms of things that take minutes, with the lag buckets (up to 600 s): repairs, a ledger's time in a state.
+LONG_HISTOGRAMS = frozenset({"likes_repair_duration_seconds", "likes_ledger_state_seconds"})
 LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, math.inf)
 
 _lock = threading.Lock()
@@ -87,7 +89,7 @@ def inc(name: str, amount: float = 1.0, **labels: str) -> None:
 
 def observe(name: str, amount: float, **labels: str) -> None:
     """Record one observation in the histogram `name` (`_bucket`, `_sum`, `_count` are exported)."""
-    buckets = LAG_BUCKETS if name.endswith("_lag_seconds") else LATENCY_BUCKETS
+    buckets = LAG_BUCKETS if name.endswith("_lag_seconds") or name in LONG_HISTOGRAMS else LATENCY_BUCKETS
     _child(_metric(Histogram, name, tuple(sorted(labels)), buckets=buckets), labels).observe(max(0.0, amount))
 
 

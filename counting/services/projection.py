@@ -104,6 +104,7 @@ class Fold:
     """The versioned absolute-state rule (PROJ-1, PROJ-2) applied in stream order, in memory."""
 
     verdicts: dict[str, str] = field(default_factory=dict)  # entry id -> applied | duplicate | stale
+    version_jumps: int = 0  # applied events more than one version above the relation's (M8: one in between is late)
     delta: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))  # (video, vb) -> net
     relations: dict[tuple[int, str], tuple[str, int, int]] = field(default_factory=dict)  # -> (state, v, vb)
 
@@ -115,6 +116,8 @@ def fold_events(events: list[Event], before: dict[tuple[int, str], tuple[str, in
 
     def apply(e: Event, current):
         was_liked = current is not None and current[0] == LIKED
+        if e.version > (current[1] if current is not None else 0) + 1:
+            fold.version_jumps += 1
         if (e.state == LIKED) != was_liked:
             fold.delta[(e.video_id, e.vb)] += 1 if e.state == LIKED else -1
         fold.relations[(e.user_id, e.video_id)] = (e.state, e.version, e.vb)
@@ -204,6 +207,7 @@ def _apply_group(alias: str, gen: routing.GenerationRoutes, events: list[Event],
             out.add(e.entry.entry_id, fold.verdicts[e.entry.entry_id])
     if live:  # a restore's replay applies old events: their age is not the pipeline's lag
         _observe_lag(fresh, fold, now)
+        _observe_jumps(fold, consumer)
     return out
 
 
@@ -276,6 +280,16 @@ def _observe_lag(fresh: list[Event], fold: Fold, now) -> None:
         metrics.inc("likes_projection_over_target_total", len(slow))
         logger.warning("projection lag %.2fs exceeds the %.1fs target on %s events", max(slow),
                        settings.COUNT_CONVERGENCE_TARGET_S, len(slow))
+
+
+def _observe_jumps(fold: Fold, consumer: str) -> None:
+    """M8 and M12: versions that skipped one (an event in between arrives late, or never), and buckets that moved by
+    BUCKET_JUMP_ALERT or more in one group (a replay storm, a bulk script: worth a look, never refused)."""
+    if fold.version_jumps:
+        metrics.inc("likes_version_jumps_total", fold.version_jumps, consumer=consumer)
+    jumps = sum(1 for d in fold.delta.values() if abs(d) >= settings.BUCKET_JUMP_ALERT)
+    if jumps:
+        metrics.inc("likes_bucket_jumps_total", jumps, consumer=consumer)
 
 
 class CountProjector:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from likes_project import metrics
 from likes_project.approvals import Approval
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import Conflict, DomainError, InvalidInput, NotFound
@@ -156,9 +157,20 @@ class ApprovedLedger(ABC):
 
     def transition(self, m: ApprovedLedgerModel, to: str, *, actor: Actor, params: dict | None = None,
                    **fields) -> ApprovedLedgerModel:
-        """Move `m` to `to` through the table, a compare-and-set audited in the caller's transaction, if any."""
-        return ledger_transition(m, to, refused=self.refused, what=f"{self.noun} {m.pk}", target_type=self.target_type,
-                                 actor=actor, params=params, **fields)
+        """Move `m` to `to` through the table, a compare-and-set audited in the caller's transaction, if any. The time
+        it spent in the state it leaves is observed (M13: `likes_ledger_state_seconds{ledger, state}`)."""
+        was, since = m.state, m.state_changed_at
+        moved = ledger_transition(m, to, refused=self.refused, what=f"{self.noun} {m.pk}",
+                                  target_type=self.target_type, actor=actor, params=params, **fields)
+        if since is not None:
+            metrics.observe("likes_ledger_state_seconds", (timezone.now() - since).total_seconds(),
+                            ledger=self.target_type, state=was)
+        return moved
+
+    def catch_up_observed(self, rows: int) -> None:
+        """One catch-up pass replayed `rows` changed rows: the source/target gap it closed (M13)."""
+        metrics.inc("likes_ledger_catchup_passes_total", ledger=self.target_type)
+        metrics.inc("likes_ledger_catchup_rows_total", rows, ledger=self.target_type)
 
     @contextlib.contextmanager
     def plan_transaction(self):

@@ -22,3 +22,7 @@ CONVERGENCE_WINDOW_S = {
     "reverse": env_float("CONVERGENCE_WINDOW_REVERSE_S", 60.0),
     "relcache": env_float("CONVERGENCE_WINDOW_RELCACHE_S", 30.0),
 }
+
+# A bucket whose count moves by this much or more within one projector group is counted as an abnormal jump (M12,
+# `likes_bucket_jumps_total`): never refused, only shown.
+BUCKET_JUMP_ALERT = env_int("BUCKET_JUMP_ALERT", 100)

@@ -25,6 +25,7 @@ from django.utils import timezone
 from counting import routing
 from counting.services import rebuild_scoped, route_switch, snapshots
 from counting.services.migration import ledger as migration_ledger
+from likes_project import metrics
 from likes_project.approvals import Approval, ApprovalVoid, params_hash
 from likes_project.audit.services import Actor, audit_record, system_actor
 from likes_project.errors import InvalidInput
@@ -208,7 +209,12 @@ def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
         if moving:
             return _repair_refuse(repair_id, f"bucket migration {moving[0].pk} is {moving[0].state}; request the "
                                              "repair again once it has cut over")
-        return _repair_execute(repair_id, say=say)
+        started = time.monotonic()
+        repair = _repair_execute(repair_id, say=say)
+        if repair.finished:  # M14: how long a repair took, by its outcome and source
+            metrics.observe("likes_repair_duration_seconds", time.monotonic() - started, status=repair.status,
+                            source=str(repair.params.get("source", "facts")).split(":", 1)[0])
+        return repair
 
 
 def _repair_refuse(repair_id: int, why: str) -> RepairRequest:

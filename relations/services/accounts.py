@@ -18,7 +18,6 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from likes_project import metrics
 from likes_project.audit.services import Actor, audit_record
 from likes_project.errors import DomainError
 from likes_project.nudge import nudge
@@ -73,7 +72,7 @@ def _unlike(*, user_id: int, video_id: str) -> bool:
                                      device_id="", client_sequence=None)
     except commands._DuplicateOperation:
         return False  # this withdrawal id already committed (a concurrent or earlier run of the deletion)
-    metrics.inc("likes_commands_total", outcome="account_delete" if out.changed else "account_delete_noop")
+    commands._counted("account_delete" if out.changed else "account_delete_noop", RelationState.UNLIKED)
     if out.changed:
         nudge("relations.publish_outbox", alias)
     return out.changed

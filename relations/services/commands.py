@@ -40,6 +40,7 @@ from relations.models import (
 from relations.selectors import RelationView
 from relations.services import limits, write_barrier
 
+ACTIONS = {RelationState.LIKED: "like", RelationState.UNLIKED: "unlike"}  # M1's split of likes_commands_total
 STALE_POLICY_REJECT = "reject"
 STALE_POLICY_LAST_COMMIT_WINS = "last_commit_wins"
 
@@ -100,11 +101,16 @@ def like_authorize(*, user_id: int, video_id: str) -> None:
         raise VideoFriendsOnly()
 
 
+def _counted(outcome: str, desired_state: str | None) -> None:
+    """`likes_commands_total{outcome, action}` (M1): each command's outcome, like and unlike apart."""
+    metrics.inc("likes_commands_total", outcome=outcome, action=ACTIONS.get(desired_state, "unknown"))
+
+
 def _replay(cmd: selectors.CommandRecord, *, video_id: str, desired_state: str | None,
             current: RelationView | None = None) -> CommandResult:
     """The stored verdict of `cmd` (and the relation now: `current`, or read here)."""
     if cmd.video_id != video_id or (desired_state is not None and cmd.desired_state != desired_state):
-        metrics.inc("likes_commands_total", outcome="key_reused")
+        _counted("key_reused", desired_state or cmd.desired_state)
         raise IdempotencyKeyReused(
             operationId=cmd.operation_id, boundVideoId=cmd.video_id, boundDesiredState=cmd.desired_state
         )
@@ -220,7 +226,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
                 and desired_state != current.state
                 and settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
             ):
-                metrics.inc("likes_commands_total", outcome="stale_base")
+                _counted("stale_base", desired_state)
                 raise StaleBaseVersion(
                     f"baseVersion {base_version} is not the current version {current.relation_version}.",
                     currentRelation=current.as_dict(),
@@ -333,7 +339,7 @@ def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desir
         raise _Replayed(selectors.CommandRecord(user_id, operation_id, cmd_video, cmd_desired, state, version,
                                                 changed), current)
     if outcome == "stale":
-        metrics.inc("likes_commands_total", outcome="stale_base")
+        _counted("stale_base", desired_state)
         raise StaleBaseVersion(f"baseVersion {base_version} is not the current version {cur_version}.",
                                currentRelation=current.as_dict())
     result = RelationView(state, version)
@@ -369,7 +375,7 @@ def _apply(*, user_id: int, video_id: str, desired_state: str, operation_id: str
                 return _apply_function(**kwargs, lookup=lookup)
             return _apply_python(**kwargs)
         except write_barrier.SlotMoved:
-            metrics.inc("likes_commands_total", outcome="slot_moved")
+            _counted("slot_moved", desired_state)
             routing.reset_cache()
             return write_barrier.FENCED  # the switch is being committed: poll, bounded like a cutover's pause
 
@@ -401,7 +407,7 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
     too, is refused with 503 `likes_read_only` and the current relation, and nothing is written.
     """
     if switch_is_set(LikesReadOnlySwitch):  # read-only likes (issue 14 §3): refused before anything is read or written
-        metrics.inc("likes_commands_total", outcome="read_only")
+        _counted("read_only", desired_state)
         retry_after = settings.READ_ONLY_RETRY_AFTER_S
         raise LikesReadOnly(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after,
                             currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
@@ -413,7 +419,7 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
         existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
         if existing is None:
             return None
-        metrics.inc("likes_commands_total", outcome="replayed")
+        _counted("replayed", desired_state)
         return _replay(existing, video_id=video_id, desired_state=desired_state)
 
     if not in_statement and (replayed := replay_if_recorded()) is not None:
@@ -447,14 +453,14 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
                                 operation_id=operation_id, base_version=base_version, device_id=device_id,
                                 client_sequence=client_sequence, lookup=in_statement)
     except _Replayed as found:
-        metrics.inc("likes_commands_total", outcome="replayed")
+        _counted("replayed", desired_state)
         return _replay(found.record, video_id=video_id, desired_state=desired_state, current=found.current)
     except _DuplicateOperation:
-        metrics.inc("likes_commands_total", outcome="concurrent_duplicate")
+        _counted("concurrent_duplicate", desired_state)
         cmd = selectors.command_get(user_id=user_id, operation_id=operation_id)
         return _replay(cmd, video_id=video_id, desired_state=desired_state)
 
-    metrics.inc("likes_commands_total", outcome="changed" if outcome.changed else "unchanged")
+    _counted("changed" if outcome.changed else "unchanged", desired_state)
     if outcome.changed:
         limits.relation_transition_record(user_id=user_id, video_id=video_id)
         nudge("relations.publish_outbox", alias)  # after commit; latency only, beat sweeps anyway

@@ -20,6 +20,7 @@ from counting.models import (
     VideoLikeCountVbucket,
 )
 from counting.services.migration import ledger, protocol
+from likes_project import metrics
 from likes_project.audit.models import AuditRecord
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.opsjobs.services import job_run_inline
@@ -111,9 +112,15 @@ def test_half_the_buckets_move_to_the_new_partition_under_commands_and_back_agai
     half = list(range(gen.space.virtual_buckets // 2))
     sources = {vb: gen.routes[vb].partition for vb in half}
     during = _traffic(api, [make_user() for _ in range(16)], videos)
+    passes = metrics.value("likes_ledger_catchup_passes_total", ledger="bucket_migration")
+    in_copying = metrics.value("likes_ledger_state_seconds_count", ledger="bucket_migration", state="COPYING")
     m = _run(half, "cnt_02", reason="scale out")
     during.join()
     assert m.state == S.RETIRED, (m.state, m.error)
+    # M13: the catch-up passes and the time in each state are observed (issue 32 §2).
+    assert metrics.value("likes_ledger_catchup_passes_total", ledger="bucket_migration") == passes + m.catchup_passes
+    assert metrics.value("likes_ledger_state_seconds_count", ledger="bucket_migration", state="COPYING") == (
+        in_copying + 1)
     assert m.write_pause_ms is not None and m.write_pause_ms >= 0
     assert m.copied_rows > 0 and m.verify_result["ok"]
     gen = _gen()

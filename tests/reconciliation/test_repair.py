@@ -10,6 +10,7 @@ import threading
 import pytest
 from django.db import IntegrityError
 
+from likes_project import metrics
 from likes_project.approvals import SelfApproval
 from likes_project.audit.models import AuditRecord
 from likes_project.errors import Conflict
@@ -211,8 +212,11 @@ def test_damage_by_hand_is_found_by_its_mode_and_repaired_from_the_facts(api, ma
 def test_a_bucket_repair_recounts_from_the_projection_and_says_what_it_changed(api, make_user, make_video):
     video, users = live.api_liked_video(api, make_user, make_video, "rp-recount", 3)
     live.bucket_add(users[0].pk, video.video_id, 3)
+    timed = metrics.value("likes_repair_duration_seconds_count", status="SUCCEEDED", source="facts")
     req = _run_repair(repair.repair_approve(repair_id=_requested(video.video_id).pk, actor=live.APPROVER))
     assert req.status == "SUCCEEDED"
+    # M14: its duration is observed, by outcome and source (issue 32 §2).
+    assert metrics.value("likes_repair_duration_seconds_count", status="SUCCEEDED", source="facts") == timed + 1
     [(_vb, (was, now))] = req.result["recount"][video.video_id].items()
     assert now == was - 3
     assert (req.before[video.video_id]["buckets"], req.after[video.video_id]["buckets"]) == (6, 3)

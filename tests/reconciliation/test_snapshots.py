@@ -190,9 +190,16 @@ def test_a_truncated_artifact_makes_the_snapshot_unusable(sealed):
 
 
 def test_a_vector_missing_a_partition_makes_the_snapshot_unusable(sealed):
+    from likes_project import metrics
+
+    before = metrics.value("likes_snapshot_problems_total", problem="offset_vector_incomplete")
+    assert not _problems(sealed)  # whole: nothing counted
+    assert metrics.value("likes_snapshot_problems_total", problem="offset_vector_incomplete") == before
     RecoverySnapshot.objects.filter(pk=sealed.pk).update(offsets=sealed.offsets[1:])
     problems = _problems(sealed)
     assert any(p.startswith("offset_vector_incomplete") for p in problems), problems
+    # M7: a hole in the offset vector is counted by kind (issue 32 §2).
+    assert metrics.value("likes_snapshot_problems_total", problem="offset_vector_incomplete") == before + 1
 
 
 def test_an_offset_past_the_streams_retention_makes_the_snapshot_unusable(api, make_user, make_video, sealed):

@@ -161,6 +161,7 @@ def _catch_up(m: BucketMigration, say: Say) -> None:
             through = changelog.horizon(alias, space_version=m.bucket_space_version, buckets=vbs)
             n += _replay(m, alias, vbs, through)
         save(m, catchup_passes=m.catchup_passes + 1)
+        LEDGER.catch_up_observed(n)
         RUNNER.hook(m, "catch_up")
         say(f"catch-up pass {m.catchup_passes}: {n} changed rows replayed")
         if n <= settings.BUCKET_MIGRATION_CUTOVER_LAG:

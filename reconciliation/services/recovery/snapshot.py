@@ -403,6 +403,8 @@ def snapshot_problems(snap: RecoverySnapshot) -> list[str]:
     if redriven:
         problems.append(f"dead_letters_redriven_since: dead letters {redriven} were applied after the cut, below "
                         "its offsets; repair from the facts (--source facts)")
+    for problem in problems:  # M7, M12: holes in the offset vector, offsets past retention, and the rest, counted
+        metrics.inc("likes_snapshot_problems_total", problem=problem.split(":", 1)[0])
     return problems
 
 

@@ -186,6 +186,7 @@ def _catch_up(m: RelationSlotMove, say: Say) -> None:
     while True:
         applied = _apply_captured(m)
         save(m, catchup_passes=m.catchup_passes + 1)
+        LEDGER.catch_up_observed(applied)
         if applied <= settings.RELATION_MOVE_CUTOVER_LAG or m.catchup_passes >= settings.RELATION_MOVE_CATCHUP_PASSES:
             break
     transition(m, S.CUTOVER, actor=RUNNER.actor(), params={"capturedApplied": m.captured_applied,
