@@ -10,7 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from bench.harness import driver
+from bench.harness import driver, seed
 from bench.harness.phases import backlog_events, drain_jobs, publish
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct, ratio
@@ -69,8 +69,7 @@ def likers_load(args) -> dict:
                             "'LIKED', t, s, now() FROM unnest(%s::bigint[], %s::int[], %s::timestamptz[]) "
                             "AS x(u, s, t)",
                             [gen.generation, PAGE_VIDEO, u, s, t])
-            cur.execute(f"ANALYZE {table(LikeReverseSort)}")
-            cur.execute(f"ANALYZE {table(LikeReverseProjection)}")
+        seed.vacuum(alias, LikeReverseSort, LikeReverseProjection, analyze_only=True)
     return {"likers": len(user_ids), "generation": gen.generation, "shards": gen.shards, "per_shard": per_shard,
             "per_partition": {a: len(r) for a, r in sorted(by_alias.items())},
             "load_seconds": round(time.monotonic() - t0, 1)}
@@ -121,7 +120,6 @@ def run_latency(args) -> dict:
 
 
 def projector_round(args, pool: Pool, kind: str, rnd: int) -> dict:
-    from django.conf import settings
     from django.db import connections
 
     from counting.models import LikeReverseSort
@@ -134,11 +132,7 @@ def projector_round(args, pool: Pool, kind: str, rnd: int) -> dict:
     res = pool.run(drain_jobs("reverse", CONSUMERS, start_at=time.time() + 0.3, max_s=240,
                               batch_size=args.batch_size), timeout=300)
     elapsed = max(r["t_end"] for r in res) - min(r["t_first"] for r in res)
-    liked = 0
-    for alias in settings.COUNT_PARTITION_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT count(*) FROM {table(LikeReverseSort)}")
-            liked += cur.fetchone()[0]
+    liked = sum(seed.rows(a, f"SELECT count(*) FROM {table(LikeReverseSort)}")[0][0] for a in seed.partitions())
     dispatched, applied = sum(r.get("dispatched", 0) for r in res), sum(r.get("applied", 0) for r in res)
     return {"kind": kind, "round": rnd + 1, "events": len(events), "videos": len({e["videoId"] for e in events}),
             "seconds": round(elapsed, 3), "events_per_s": round(len(events) / elapsed, 1), "applied": applied,
@@ -175,11 +169,13 @@ def headline(result: dict) -> dict:
             "ceiling": "-", "ratio": f"deep ÷ 1: {lat['ratio_p50']}; hot ÷ uniform {pj['hot_over_uniform']}"}
 
 
+def options_wrong(args) -> str | None:
+    return "--likers must cover --limit * --deep-page" if args.likers < args.limit * args.deep_page else None
+
+
 def main(argv=None) -> int:
-    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261129)
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261129, check=options_wrong)
     args = run.args
-    if args.likers < args.limit * args.deep_page:
-        args.error("--likers must cover --limit * --deep-page")
     result: dict = {}
     try:
         reverse_reset()
@@ -188,15 +184,13 @@ def main(argv=None) -> int:
         run.interference.note("likers latency")
         result["latency"] = run_latency(args)
         likers_unload()
-        pool, rounds = Pool(CONSUMERS, name="consumer"), []
-        try:
+        rounds = []
+        with Pool(CONSUMERS, name="consumer") as pool:
             for rnd in range(args.rounds):
                 for kind in ("uniform", "hot"):
                     run.interference.note(f"projector {kind} round {rnd + 1}")
                     rounds.append(projector_round(args, pool, kind, rnd))
                     run.log(f"projector {kind} round {rnd + 1}: {rounds[-1]['events_per_s']:.0f} events/s")
-        finally:
-            pool.close()
     finally:
         likers_unload()
     median = {k: pct([r["events_per_s"] for r in rounds if r["kind"] == k], 0.5, 1) for k in ("uniform", "hot")}

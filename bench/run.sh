@@ -1,17 +1,10 @@
 #!/usr/bin/env bash
-# The one entry point of the benchmarks (docs/benchmarks.md: what each measures, its figures, its quick settings):
+# The one entry point of the benchmarks; docs/benchmarks.md ("How to run") says what it sets up and what each runs.
 #
 #   bench/run.sh NAME [ARGS]        NAME: command levers projection projector convergence read reverse downstream reconcile
 #                                         snapshot migration slotmove growth profile topology
 #   bench/run.sh [ARGS]             the command path (NAME command), as bench/run.sh always ran it
 #   bench/run.sh NAME --help        the options of NAME
-#
-# Does the setup through scripts/lib.sh (.venv, PostgreSQL, Redis), then points every setting at the bench's OWN
-# databases (likes_bench, likes_bench_rel_NN, likes_bench_cnt_NN on the server found; migration and slotmove: a set
-# of their own, dropped and made again every run) and its own Redis namespace (db 14, prefix likes-bench), so dev
-# and test data are never touched; only 127.0.0.1 is contacted. One benchmark at a time: every one empties those
-# databases, so each run takes a lock. `manage.py migrate_all`, then `python -m MODULE ARGS` in a session of its
-# own; on exit or Ctrl-C the driver, anything left in its session and any gunicorn it started are stopped.
 set -euo pipefail
 BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 

@@ -1,9 +1,5 @@
-"""Relation slot moves (issue 16): `bench/run.sh slotmove`, on its own databases (three relation shards, contract v1
-over two: rel_02 starts empty). Seeds `--scale` relations in the `--slots` slots that move, then under a command
-load flipping relations of users over every slot (every command timed): the slots rel_00 -> rel_02 by the product
-(planned by one operator, approved by another) and back, then `--series` small moves: the duration, the steps, the
-write pause and what the clients saw; with the load stopped, the naive copy and the COPY ceiling of the same rows
-(rolled back); finally every acknowledged state on the shard the contract names and the row counts exact."""
+"""Relation slot moves (issue 16): `bench/run.sh slotmove`, on its own databases, under a command load, against a
+naive copy and the COPY ceiling (docs/benchmarks.md, "Relation slot moves")."""
 
 from __future__ import annotations
 
@@ -12,10 +8,10 @@ import time
 from collections import Counter
 
 from bench.harness import checks, driver
-from bench.harness.phases import ROLE
+from bench.harness.phases import ROLE, STEPS, step_times
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct
-from bench.harness.seed import author_id, named_users, prepare, relations_insert, snapshots_insert, table
+from bench.harness.seed import author_id, named_users, prepare, relations_insert, snapshots_insert, table, vacuum
 
 NAME = "slotmove"
 DB_NAME, SOURCE, TARGET, CONTRACT = "likes_bench_slot", "rel_00", "rel_02", ("rel_00", "rel_01")
@@ -33,7 +29,6 @@ OPTIONS = {
     "series": (20, "then this many moves of --series-slots slots, there and back in turn", 0, 200),
     "series_slots": (1, "slots each series move takes", 1, 128), "no_baselines": (False, "skip naive and ceiling"),
 }
-STEPS = ("prepare", "copy", "catch-up", "cutover", "verify", "cleanup")
 
 
 def seed(contract, moving: list[int], args) -> dict:
@@ -63,10 +58,7 @@ def seed(contract, moving: list[int], args) -> dict:
                     "result_version, changed, base_version, device_id, client_sequence, created_at) SELECT u, 'seed-' "
                     f"|| u || '-' || k, v, 'LIKED', 'LIKED', 1, true, NULL, 'bench', NULL, now() - interval '30 days' "
                     f"FROM ({pairs}) AS p", params)
-    with connections[SOURCE].cursor() as cur:
-        cur.execute("SET statement_timeout = 0")
-        for model in (LikeRelation, LikeCommand):
-            cur.execute(f"VACUUM ANALYZE {table(model)}")
+    vacuum(SOURCE, LikeRelation, LikeCommand)
     return {"moving_relations": len(mine) * args.per_user, "rest_relations": len(rest) * args.per_user,
             "seconds": round(time.monotonic() - t0, 1)}
 
@@ -82,12 +74,8 @@ def run_move(slots: list[int], target: str, *, series: bool = False) -> dict:
     says: list[tuple[float, str]] = []
     job_run_inline(m.job_id, on_say=lambda text: says.append((time.time(), text)))
     m, t1 = ledger.move_get(m.pk), time.time()
-    steps, last, cut = {}, t0, None
-    for t, text in says:  # "relation slot move N STATE: <step>: ..." at each step's end
-        name = next((st for st in STEPS if text.split(": ", 1)[-1].startswith(st)), None)
-        if name:
-            steps[name], last = round(steps.get(name, 0.0) + t - last, 2), t
-            cut = t if name == "cutover" else cut
+    steps, ends = step_times(says, t0, 2)
+    cut = ends.get("cutover")
     pause = (m.write_pause_ms or 0) / 1000
     driver.make_log(NAME)(f"move {m.pk} {m.source_alias} -> {m.target_alias}: {m.state} in {t1 - t0:.1f} s, "
                           f"{m.copied_rows:,} rows, write pause {m.write_pause_ms} ms")

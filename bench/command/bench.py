@@ -1,8 +1,5 @@
-"""The like command path (issue #2; spec TEST-2, TEST-3, TEST-4): `bench/run.sh command` (or `bench/run.sh`). For the
-`uniform` (users x many videos) and `hot` (one video) workloads, windows of concurrent clients at the service layer
-(relation_set_state) and over HTTP (gunicorn), each also with the naive counter-row UPDATE in the transaction
-(bench/command/naive.py), then the same statements as raw SQL with pgbench (bench/pgbench/like_tx.sql: the
-ceiling, and -D naive_hot=1); plus the cost of one command with one client. Nothing asserts on timings."""
+"""The like command path (issue #2; TEST-2, TEST-3, TEST-4): `bench/run.sh command`, at the service layer and over
+HTTP, ours against the naive counter row, and the pgbench ceiling (docs/benchmarks.md, "Command path")."""
 
 from __future__ import annotations
 
@@ -17,13 +14,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.harness import driver
+from bench.harness import driver, seed
 from bench.harness.driver import BENCH_DIR
-from bench.harness.phases import pgbench
+from bench.harness.phases import clients_run, pgbench, pgbench_found, window_times
 from bench.harness.pool import Gunicorn, Pool
-from bench.harness.report import fmt, md_table, pct, pooled, ratio, resources_table
+from bench.harness.report import clients_pooled, fmt, md_table, pct, ratio, resources_table
 from bench.harness.roles import CommandMix
-from bench.harness.sampler import ResourceSampler, merge, sampled
+from bench.harness.sampler import ResourceSampler, count_io, merge
 from bench.harness.seed import HOT_VIDEO, NAIVE_VIDEO_TABLE, flush_redis, prepare, reset_state
 
 NAME = "command"
@@ -51,7 +48,6 @@ def start(argv, name: str = NAME, options=OPTIONS, doc: str = __doc__, seed: int
     """The start this benchmark shares with levers: the frame, a work directory, the bench data."""
     run = driver.start(name, argv, doc, options, seed=seed, nudges=True)
     args = run.args
-    args.mix_shares = driver.parse_mix(args)
     args.pgbench_clients_list = driver.int_list(args.pgbench_clients)
     flush_redis()
     users, videos = prepare(users=args.users, videos=args.videos)
@@ -66,23 +62,15 @@ def measure_once(pool: Pool, sampler: ResourceSampler, args, *, layer: str, naiv
     """One measured window of one workload at one layer, from an empty relation state (`settings`: overrides in the
     client processes for the window, a lever)."""
     reset_state()
-    n = args.procs if layer == "service" else args.http_clients
-    t_start = time.time() + 0.5
-    t_measure, run_id = t_start + args.warmup, secrets.token_hex(3)
-    t_end = t_measure + args.duration
+    n, run_id = args.procs if layer == "service" else args.http_clients, secrets.token_hex(3)
     tag = tag or f"{layer}-{'naive' if naive else 'ours'}-{workload}"
     jobs = [{"role": "bench.command.naive:window", "tag": tag, "layer": layer, "naive": naive,
              "port": server.port if server else None, "users": users[i::n],
              "videos": [HOT_VIDEO] if workload == "hot" else videos, "mix": args.mix_shares,
              "seed": args.seed * 1000 + i, "key_prefix": f"b{run_id}{int(naive)}{workload[0]}{layer[0]}{i}",
-             "t_start": t_start, "t_measure": t_measure, "t_end": t_end, "settings": settings or {}}
-            for i in range(n)]
-    results, resources = sampled(sampler, lambda: pool.run(jobs, timeout=(t_end - time.time()) + 90),
-                                 pool.labels("bench clients"), window=(t_measure, t_end), server=server)
-    errors, kinds, sizes = pooled(results, "errors", "kinds", "sizes")
-    part = {k: sum(r[k] for r in results) for k in ("ok", "changed", "replayed")}
-    part.update(errors=errors, kinds=kinds, sizes=sizes, resources=resources,
-                latencies=[x for r in results for x in r["latencies_ms"]])
+             "settings": settings or {}} for i in range(n)]
+    results, resources = clients_run(pool, sampler, jobs, window_times(args), server)
+    part = clients_pooled(results, ("ok", "changed", "replayed"), ("errors", "kinds", "sizes"), resources=resources)
     if layer == "service" and not naive and workload == "uniform":
         part["outbox_payload_bytes"] = _outbox_payload_size()
     if naive and part["changed"] and not _shard_sum(f"SELECT coalesce(sum(abs(like_count)), 0), 1 FROM "
@@ -95,18 +83,17 @@ def measure_once(pool: Pool, sampler: ResourceSampler, args, *, layer: str, naiv
 
 def aggregate(parts: list[dict], args, *, layer: str, variant: str, workload: str) -> dict:
     """One row from the windows of all rounds (as if one window of rounds x duration)."""
-    lat = [x for p in parts for x in p["latencies"]]
-    ok = sum(p["ok"] for p in parts)
-    errors, kinds, sizes = pooled(parts, "errors", "kinds", "sizes")
+    tot = clients_pooled(parts, ("ok", "changed", "replayed"), ("errors", "kinds", "sizes"))
+    ok, lat, errors, sizes = tot["ok"], tot["latencies_ms"], tot["errors"], tot["sizes"]
     payload = [p["outbox_payload_bytes"] for p in parts if p.get("outbox_payload_bytes")]
     row = {"layer": layer, "variant": variant, "workload": workload,
            "clients": args.procs if layer == "service" else args.http_clients,
            "commands_per_s": round(ok / (args.duration * len(parts)), 1),
            "per_round_commands_per_s": [round(p["ok"] / args.duration, 1) for p in parts],
            "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "ok": ok, "errors": sum(errors.values()),
-           "error_kinds": dict(errors.most_common(5)), "mix_sent": dict(kinds),
-           "changed_share": round(sum(p["changed"] for p in parts) / ok, 3) if ok else None,
-           "replayed_share": round(sum(p["replayed"] for p in parts) / ok, 3) if ok else None,
+           "error_kinds": dict(errors.most_common(5)), "mix_sent": dict(tot["kinds"]),
+           "changed_share": round(tot["changed"] / ok, 3) if ok else None,
+           "replayed_share": round(tot["replayed"] / ok, 3) if ok else None,
            "avg_request_body_bytes": round(sizes["request"] / sizes["n"]) if sizes["n"] else None,
            "avg_response_body_bytes": round(sizes["response"] / sizes["n"]) if sizes["n"] else None,
            "avg_outbox_payload_bytes": round(sum(payload) / len(payload)) if payload else None,
@@ -130,17 +117,9 @@ def run_layer(pool, sampler, args, *, layer: str, variants: list[bool], users, v
 
 def _shard_sum(sql: str) -> tuple[int, ...]:
     """The column sums of one aggregate row of `sql` over every relation shard."""
-    from django.db import connections
-
     from relations import routing
-    total: tuple[int, ...] = ()
-    for alias in routing.all_aliases():
-        with connections[alias].cursor() as cur:
-            cur.execute(sql)
-            row = cur.fetchone()
-        total = tuple(int(x or 0) for x in row) if not total else tuple(a + int(x or 0) for a, x in zip(total, row,
-                                                                                                          strict=True))
-    return total
+    return tuple(sum(int(x or 0) for x in col) for col in zip(*(seed.rows(a, sql)[0] for a in routing.all_aliases()),
+                                                                 strict=True))
 
 
 def _outbox_payload_size() -> int | None:
@@ -167,10 +146,6 @@ def pgbench_row(args, sampler, *, naive_hot: bool, clients: int) -> dict:
 def cost_probe(job: dict, ctl) -> dict:
     """One client, no concurrency: SQL statements (Django's execute_wrapper, so a transaction's implicit BEGIN and
     COMMIT come on top; every statement psycopg sent besides), Redis calls and app CPU per command."""
-    import psycopg
-    import redis
-    from django.db import connections
-
     from bench.command import naive
     from relations.services import commands
     naive.install(enabled=False)
@@ -185,40 +160,20 @@ def cost_probe(job: dict, ctl) -> dict:
         gen.observe(ui, vid, res.current.state)
         counts[f"kind:{kind}"] += 1
 
-    def wrapper(alias):
-        def wrap(execute, sql, params, many, context):
-            counts[f"sql:{alias}"] += 1
-            return execute(sql, params, many, context)
-        return wrap
-
     deadline = time.time() + 60
     for _ in range(job["warm"]):
         if time.time() < deadline:
             one()
     counts.clear()
-    original, pg_original = redis.Redis.execute_command, psycopg.Cursor.execute
-
-    def counting(self, *a, **kw):
-        counts["redis"] += 1
-        return original(self, *a, **kw)
-
-    def pg_counting(self, *a, **kw):
-        counts["pg"] += 1
-        return pg_original(self, *a, **kw)
-
-    n = 0
+    n, stop_counting = 0, count_io(counts, statements=True)
     try:
-        with contextlib.ExitStack() as stack:
-            for alias in connections:
-                stack.enter_context(connections[alias].execute_wrapper(wrapper(alias)))
-            redis.Redis.execute_command, psycopg.Cursor.execute = counting, pg_counting
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            while n < job["commands"] and time.time() < deadline:
-                one()
-                n += 1
-            cpu1, wall1 = time.process_time(), time.perf_counter()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        while n < job["commands"] and time.time() < deadline:
+            one()
+            n += 1
+        cpu1, wall1 = time.process_time(), time.perf_counter()
     finally:
-        redis.Redis.execute_command, psycopg.Cursor.execute = original, pg_original
+        stop_counting()
     n = max(n, 1)
     return {"commands": n, "app_cpu_ms": round((cpu1 - cpu0) * 1000 / n, 2),
             "wall_ms": round((wall1 - wall0) * 1000 / n, 2),
@@ -336,38 +291,31 @@ def headline(result: dict) -> dict:
 def main(argv=None) -> int:
     run, workdir, users, videos = start(argv)
     args = run.args
-    rows, probe, pool = [], None, None
+    rows, probe, sampler = [], None, ResourceSampler()
+    variants = [False] if args.skip_naive else [False, True]
     try:
-        pool = Pool(max(args.procs, 1 if args.skip_http else args.http_clients), name="client")
-        sampler = ResourceSampler()
-        variants = [False] if args.skip_naive else [False, True]
-        rows += run_layer(pool, sampler, args, layer="service", variants=variants, users=users, videos=videos)
-        if args.probe_commands:
-            reset_state()
-            (probe,) = pool.run([{"role": "bench.command.bench:cost_probe", "seed": args.seed, "warm": 50,
-                                  "users": users[:max(1, len(users) // args.procs)], "videos": videos,
-                                  "mix": args.mix_shares, "key_prefix": f"bprobe{secrets.token_hex(3)}",
-                                  "commands": args.probe_commands}], timeout=150)
-        if not args.skip_http:
-            # Both servers run side by side (an idle one costs no CPU), so the rounds can alternate.
-            with contextlib.ExitStack() as stack:
-                servers = {naive: stack.enter_context(Gunicorn(APPS[naive], args.gunicorn_workers, workdir))
-                           for naive in variants}
-                rows += run_layer(pool, sampler, args, layer="http", variants=variants, users=users, videos=videos,
-                                  servers=servers)
-        pool.close()
-        pool = None
-        if not args.skip_pgbench and not shutil.which("pgbench") and not Path("/usr/bin/pgbench").exists():
-            run.log("pgbench not found (Debian package postgresql-client); no raw SQL ceiling")
-        elif not args.skip_pgbench:
+        with Pool(max(args.procs, 1 if args.skip_http else args.http_clients), name="client") as pool:
+            rows += run_layer(pool, sampler, args, layer="service", variants=variants, users=users, videos=videos)
+            if args.probe_commands:
+                reset_state()
+                (probe,) = pool.run([{"role": "bench.command.bench:cost_probe", "seed": args.seed, "warm": 50,
+                                      "users": users[:max(1, len(users) // args.procs)], "videos": videos,
+                                      "mix": args.mix_shares, "key_prefix": f"bprobe{secrets.token_hex(3)}",
+                                      "commands": args.probe_commands}], timeout=150)
+            if not args.skip_http:
+                # Both servers run side by side (an idle one costs no CPU), so the rounds can alternate.
+                with contextlib.ExitStack() as stack:
+                    servers = {naive: stack.enter_context(Gunicorn(APPS[naive], args.gunicorn_workers, workdir))
+                               for naive in variants}
+                    rows += run_layer(pool, sampler, args, layer="http", variants=variants, users=users,
+                                      videos=videos, servers=servers)
+        if not args.skip_pgbench and pgbench_found(run):
             rows += [pgbench_row(args, sampler, naive_hot=False, clients=c) for c in args.pgbench_clients_list]
             if not args.skip_naive:
                 rows += [pgbench_row(args, sampler, naive_hot=True, clients=c)
                          for c in driver.int_list(args.pgbench_naive_clients)]
         reset_state()
     finally:
-        if pool is not None:
-            pool.close()
         shutil.rmtree(workdir, ignore_errors=True)
     result = {"rows": rows, "ratios": compute_ratios(rows), "single_client_probe": probe,
               "meta": {"hot_video": HOT_VIDEO, "mix": args.mix_shares}}

@@ -1,11 +1,7 @@
 """The command path's levers one at a time, each before and after in the same run (issue 15 §1):
-`bench/run.sh levers`. Each lever's "before" and "after" (the current code) alternate over --rounds windows of
-the uniform workload (ABAB, so a drift of the machine hits both alike); the raw SQL ceiling
-(bench/pgbench/like_tx.sql on one shard) runs at the start and at the end, the highest is the ceiling.
-
-Levers (the "before" of each): the statement-by-statement transaction (LIKE_COMMAND_WRITE_PATH=python, D84); a
-50 ms nudge window (NUDGE_DEBOUNCE_S=0.05, D86); the snapshot and the edges in two round trips
-(AUTHOR_HINTS_MAX=0, D87); DRF's ORM token lookup (D85); gthread workers instead of sync ones (D85)."""
+`bench/run.sh levers`. Each lever's "before" (LEVERS) and "after" (the current code) alternate over --rounds windows
+of the uniform workload (ABAB, so a drift of the machine hits both alike); the raw SQL ceiling
+(bench/pgbench/like_tx.sql on one shard) runs at the start and at the end, the highest is the ceiling."""
 
 from __future__ import annotations
 
@@ -104,31 +100,26 @@ def headline(result: dict) -> dict:
 def main(argv=None) -> int:
     run, workdir, users, videos = start(argv, NAME, OPTIONS, __doc__, seed=20261202)
     args = run.args
-    ceiling_rows, levers, pool = [], [], None
+    ceiling_rows, levers, sampler = [], [], ResourceSampler()
     try:
-        sampler = ResourceSampler()
         ceiling_rows += [pgbench_row(args, sampler, naive_hot=False, clients=c) for c in args.pgbench_clients_list]
-        pool = Pool(max(args.procs, args.http_clients), name="client")
-        # One discarded window first: the clients' first connections and caches are no lever's.
-        measure_once(pool, sampler, args, layer="service", naive=False, workload="uniform", users=users,
-                     videos=videos, tag="warm-up (discarded)")
-        for i, lever in enumerate(LEVERS, 1):
-            run.log(f"lever {i}: {lever.layer} {lever.name}")
-            # A lever's two servers run only during its windows: every worker holds its own connections, and all of
-            # them at once would pass PostgreSQL's max_connections.
-            with contextlib.ExitStack() as stack:
-                servers = {(s.app, s.env): stack.enter_context(Gunicorn(s.app, args.gunicorn_workers, workdir,
-                                                                        env=dict(s.env),
-                                                                        label=f"-{secrets.token_hex(2)}"))
-                           for s in (lever.before, lever.after)} if lever.layer == "http" else {}
-                levers.append(lever_rows(pool, sampler, args, lever, i, servers, users, videos))
-        pool.close()
-        pool = None
+        with Pool(max(args.procs, args.http_clients), name="client") as pool:
+            # One discarded window first: the clients' first connections and caches are no lever's.
+            measure_once(pool, sampler, args, layer="service", naive=False, workload="uniform", users=users,
+                         videos=videos, tag="warm-up (discarded)")
+            for i, lever in enumerate(LEVERS, 1):
+                run.log(f"lever {i}: {lever.layer} {lever.name}")
+                # A lever's two servers run only during its windows: every worker holds its own connections, and
+                # all of them at once would pass PostgreSQL's max_connections.
+                with contextlib.ExitStack() as stack:
+                    servers = {(s.app, s.env): stack.enter_context(Gunicorn(s.app, args.gunicorn_workers, workdir,
+                                                                            env=dict(s.env),
+                                                                            label=f"-{secrets.token_hex(2)}"))
+                               for s in (lever.before, lever.after)} if lever.layer == "http" else {}
+                    levers.append(lever_rows(pool, sampler, args, lever, i, servers, users, videos))
         ceiling_rows += [pgbench_row(args, sampler, naive_hot=False, clients=c) for c in args.pgbench_clients_list]
         reset_state()
     finally:
-        if pool is not None:
-            pool.close()
         shutil.rmtree(workdir, ignore_errors=True)
     ceiling = max(r["commands_per_s"] for r in ceiling_rows)
     for lv in levers:

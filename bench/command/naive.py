@@ -1,9 +1,5 @@
-"""The command path's naive baseline and the gunicorn apps of the command benchmarks (bench only, never deployed).
-
-The naive baseline changes no production code: `relations.services.commands.outbox_event_write` runs inside the
-command's durable transaction, on the user's relation shard, only when the relation changes; the wrapper first
-runs `UPDATE bench_naive_video SET like_count = like_count +/- 1` on that connection, so the counter row's lock is
-held until the command commits, exactly as a synchronous `UPDATE video SET like_count = like_count + 1` would."""
+"""The command path's naive baseline (the counter-row UPDATE inside the command's transaction, as
+docs/benchmarks.md describes it) and the gunicorn apps of the command benchmarks (bench only, never deployed)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Costs that do not grow with history (issue 15 §5): `bench/run.sh growth`. Loads the first size of history with
-COPY into every store (bench/growth/load.py), measures in-process, one client, sequentially (bench/growth/measure.py)
-the like command, the batch query, the my-likes and likers pages 1 and deep, an exact reconciliation of the hot
-video; drains the pipeline, grows the SAME history to the next size and measures again: each figure per size, the
-ratio last ÷ first (goal at most 1.2x), disk and load time, and the plans of the items above the goal."""
+"""Costs that do not grow with history (issue 15 §5): `bench/run.sh growth`. The same operations measured at each size
+of one growing history; the ratio last ÷ first, goal at most 1.2x (docs/benchmarks.md, "Growth")."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ import traceback
 from bench.growth import measure
 from bench.growth import plan as shape
 from bench.growth.load import Users, disk_used, grow
-from bench.harness import checks, driver
+from bench.harness import checks, driver, seed
 from bench.harness.report import fmt, md_table
 from bench.harness.seed import consumer_reset, named_users, reset_all, table, truncate
 
@@ -64,10 +61,7 @@ def reset() -> None:
 
 
 def free_bytes() -> int:
-    from django.db import connections
-    with connections["default"].cursor() as cur:
-        cur.execute("SHOW data_directory")
-        path = cur.fetchone()[0]
+    path = seed.rows("default", "SHOW data_directory")[0][0]
     try:
         return shutil.disk_usage(path).free
     except OSError:  # the data directory is not readable from here: the root filesystem's

@@ -1,7 +1,5 @@
-"""The growth benchmark's loader: relations `a .. b-1` of the plan streamed with COPY into every store as the
-service leaves them once every event was published and consumed (relation, command and SENT outbox rows on the
-shards; projection, reverse and sort rows on the partitions; one connection and one COPY a table a database), then
-what derives from them (vbuckets, display snapshots, recent likers REV-10, checkpoints), VACUUM and ANALYZE."""
+"""The growth benchmark's loader: relations `a .. b-1` of the plan by COPY into every store as the service leaves them
+(docs/benchmarks.md, "The load"), then what derives from them, VACUUM and ANALYZE."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The timed operations of the growth benchmark, in-process, one client, sequential: a warm-up, then `reps` timed
-repetitions each, with the SQL statements a call sent and, for each, its statements' plans (captured once, then
-EXPLAIN (ANALYZE, BUFFERS) of each SELECT, slowest first). Also the drain of the pipeline after the commands, so
-the next size grows a history the service has fully projected."""
+"""The timed operations of the growth benchmark, in-process, one client, sequential, with their statements' plans;
+and the drain of the pipeline after the commands."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.growth import plan as shape
+from bench.harness.phases import check_inline
 from bench.harness.report import pct
 from bench.harness.seed import author_id, make_log
 
@@ -224,16 +223,10 @@ def run_exact(*, reps: int) -> dict:
     """Exact runs over the hot video, as `manage.py reconcile --mode exact --video bgr-hot` runs them (the ops job,
     inline): one untimed, then `reps` timed; every verdict must be PASSED with no diff."""
     from counting import routing
-    from likes_project.audit.services import Actor
-    from likes_project.opsjobs.services import job_run_inline, job_start
-    from reconciliation.jobs import job_for_mode
-    from reconciliation.models import CheckRun
     from reconciliation.services import evidence
     def check() -> dict:
         t0 = time.perf_counter()
-        done = job_run_inline(job_start(kind=job_for_mode("exact"), actor=Actor(name=shape.OPERATOR, channel="cli"),
-                                        params={"mode": "exact", "scope": {"videos": [shape.HOT_VIDEO]}}).pk)
-        run = CheckRun.objects.get(pk=done.params["runId"])
+        _done, run = check_inline("exact", {"videos": [shape.HOT_VIDEO]}, shape.OPERATOR)
         return {"ms": (time.perf_counter() - t0) * 1000, "status": run.status, "checked": run.checked,
                 "diffs": run.diffs_found}
 

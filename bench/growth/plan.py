@@ -1,11 +1,6 @@
-"""The shape of the growth benchmark's history, a pure function of the relation index, so a larger size is the
-smaller one grown (the first N relations never change). Index order is time order (relation idx changed at
-BASE + idx * STEP): `heavy` one user (bgr-heavy) with enough relations for `heavy_likes` LIKED ones; `hot` one video
-(bgr-hot) with one relation per light user (bgr-l0000000 ...), enough for `hot_likes` LIKED ones; `core` users
-bgr-c0000000 ... one after the other, user j with 150 + (7919 j mod 301) relations on distinct videos of the catalog
-as it stood when the user started (the catalog grows with the history: max(catalog_min, relations so far / 40)
-videos; a user's k-th video is (s_j + k P) mod C_j, P a prime above any catalog size). State by m = 37 idx mod 100:
-m < 82 LIKED v1, < 94 UNLIKED v2, < 99 LIKED v3, else UNLIKED v4 (87% LIKED)."""
+"""The shape of the growth benchmark's history (docs/benchmarks.md, "The history"), a pure function of the relation
+index, so a larger size is the smaller one grown: the heavy user, the hot video's light users, then the core users
+on a catalog that grows with the history; the state by 37 idx mod 100."""
 
 from __future__ import annotations
 
@@ -55,14 +50,6 @@ def relations_for(liked: int, start: int) -> int:
 
 def video_id(i: int) -> str:
     return f"{VIDEO_PREFIX}{i:07d}"
-
-
-def core_name(j: int) -> str:
-    return f"{CORE_PREFIX}{j:07d}"
-
-
-def light_name(i: int) -> str:
-    return f"{LIGHT_PREFIX}{i:07d}"
 
 
 def core_likes(j: int) -> int:

@@ -1,6 +1,5 @@
-"""The result checks, against the relation facts: per video the LIKED relations in the shards, the Σ of its
-vbuckets, its durable display snapshot and what the read path serves; every acknowledged command's state in the
-facts; what the pipeline still has to do."""
+"""The result checks against the relation facts: Σ vbuckets, display snapshots, served counts, acknowledged
+commands; what the pipeline still has to do."""
 
 from __future__ import annotations
 

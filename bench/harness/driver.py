@@ -1,6 +1,5 @@
-"""The frame of every benchmark driver: its options, the safety checks (only the bench's own databases on
-127.0.0.1), the machine, the wait for other clients of the bench databases to go, and the end of a run (the
-result file, the report, docs/benchmarks.md). `bench/run.sh NAME` does the setup and runs `python -m MODULE`."""
+"""The frame of every benchmark driver (`bench/run.sh NAME` runs `python -m MODULE`): its options, the safety checks,
+the machine, the wait for a quiet machine, and the end of a run (the result file, the report, docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -35,10 +34,11 @@ def make_log(tag: str):
     return log
 
 
-def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wait_quiet: float = 120.0):
+def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wait_quiet: float = 120.0, check=None):
     """`options`: {name: (default, help)} or (default, help, lo, hi): `--name-with-dashes`, typed by the default
     (False: a flag), checked against [lo, hi]. Every benchmark also takes --wait-quiet, --seed, --no-docs (a trial
-    run: docs/benchmarks.md and the history stay as they are) and --out (the result file)."""
+    run: docs/benchmarks.md and the history stay as they are) and --out (the result file). `check(args)`: what is
+    wrong with the options together, or None."""
     p = argparse.ArgumentParser(prog=f"bench/run.sh {name}", description=doc.split("\n\n")[0])
     options = {**options, "wait_quiet": (wait_quiet, "seconds to wait for other clients of the bench databases"),
                "seed": (seed, ""), "no_docs": (False, "a trial: leave docs/benchmarks.md and the history alone"),
@@ -54,6 +54,8 @@ def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wa
     for opt, (_default, _text, *bounds) in options.items():
         if bounds and not bounds[0] <= getattr(args, opt) <= bounds[1]:
             p.error(f"--{opt.replace('_', '-')} must be in [{bounds[0]:g}, {bounds[1]:g}]")
+    if check and (wrong := check(args)):
+        p.error(wrong)
     args.error = p.error
     return args
 
@@ -213,11 +215,13 @@ def _on_sigterm(signum, frame):
 
 
 def start(name: str, argv, doc: str, options: dict, *, seed: int, wait_quiet: float = 120.0, env=None,
-          nudges: bool = False) -> Run:
-    """Parse the options, set `env(args)` in the environment (before the settings are read; the spawned processes
-    inherit it), django.setup(), the safety checks (the nudges must be off unless `nudges`), the wait for a quiet
-    machine, the machine spec."""
-    args = parse(argv, name, doc, options, seed=seed, wait_quiet=wait_quiet)
+          nudges: bool = False, check=None) -> Run:
+    """Parse the options (checked by `check`; --mix also as args.mix_shares), set `env(args)` in the environment
+    (before the settings are read; the spawned processes inherit it), django.setup(), the safety checks (the nudges
+    must be off unless `nudges`), the wait for a quiet machine, the machine spec."""
+    args = parse(argv, name, doc, options, seed=seed, wait_quiet=wait_quiet, check=check)
+    if "mix" in options:
+        args.mix_shares = parse_mix(args)
     for key, value in (env(args) if env else {}).items():
         os.environ[key] = str(value)
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -1,6 +1,5 @@
-"""What the drivers do with the pool: which process plays which role (Layout), a session of command load with the
-pipeline running (Session: start and stop the loops, the drain, one check at a time), the figures of the commands
-in a window, pgbench, and backlogs of crafted events in the streams."""
+"""What the drivers do with the pool: the roles' layout, sessions of command load with the pipeline running, windows,
+drains, checks, pgbench, and backlogs of crafted events in the streams."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from bench.harness import checks, roles
 from bench.harness.driver import make_log, pg_conninfo
-from bench.harness.pool import role
+from bench.harness.pool import Pool, role
 from bench.harness.report import pct
 from bench.harness.sampler import ResourceSampler, sampled
 
@@ -37,11 +36,12 @@ def partition_shares(n: int) -> list[list[int]]:
 
 
 class Layout:
-    """Which pool process plays which role: the command clients, a publisher per relation shard, the projectors,
-    the display snapshot loop, and a probe and a checker when asked; `extra` processes for replays wider than that."""
+    """Which pool process plays which role: --procs command clients, a publisher per relation shard, --projectors
+    projectors, the display snapshot loop, and a probe and a checker when asked; `extra` processes for replays wider
+    than that."""
 
-    def __init__(self, *, commands: int, shards: list[str], projectors: int, probe: bool = False,
-                 checker: bool = False, extra: int = 0):
+    def __init__(self, args, *, probe: bool = False, checker: bool = False, extra: int = 0):
+        from relations import routing
         n = 0
 
         def take(k: int) -> list[int]:
@@ -49,16 +49,17 @@ class Layout:
             n += k
             return list(range(n - k, n))
 
-        self.commands = take(commands)
+        shards = routing.all_aliases()
+        self.commands = take(args.procs)
         self.publishers = dict(zip(shards, take(len(shards)), strict=True))
-        self.projectors = take(projectors)
+        self.projectors = take(args.projectors)
         self.snapshot = take(1)[0]
         self.probe = take(1)[0] if probe else None
         self.checker = take(1)[0] if checker else None
         roles = [*self.projectors, *self.commands, *self.publishers.values(), self.snapshot, self.probe, self.checker]
         self.replay_order = [i for i in roles if i is not None] + take(max(0, extra - n))
         self.size = n
-        self.shares = partition_shares(projectors)
+        self.shares = partition_shares(args.projectors)
 
     @property
     def loops(self) -> list[int]:
@@ -71,6 +72,20 @@ class Layout:
         out |= {pool.pid(i): name for i, name in ((self.snapshot, "snapshot loop"), (self.probe, "probe"),
                                                   (self.checker, "checker")) if i is not None}
         return out
+
+
+def window_times(args, lead: float = 0.5) -> dict:
+    """When a window's clients start (in `lead` s), when its measured --duration starts (after --warmup), its end."""
+    t_start = time.time() + lead
+    return {"t_start": t_start, "t_measure": t_start + args.warmup, "t_end": t_start + args.warmup + args.duration}
+
+
+def clients_run(pool, sampler, jobs: list[dict], times: dict, server=None) -> tuple[list[dict], dict]:
+    """A job each to the first len(jobs) client processes over a window (`times`), the sampler over its measured
+    part: (their answers, where the time went)."""
+    jobs = [{**times, **job} for job in jobs]
+    return sampled(sampler, lambda: pool.run(jobs, timeout=times["t_end"] - time.time() + 90),
+                   pool.labels("bench clients"), window=(times["t_measure"], times["t_end"]), server=server)
 
 
 def drain_wait(timeout: float, *, active_only: bool = False) -> tuple[dict, float]:
@@ -92,6 +107,12 @@ class Session:
     def __init__(self, pool, layout: Layout, args, users: list, *, actor: str = "bench-operator"):
         self.pool, self.layout, self.args, self.users, self.actor = pool, layout, args, users, actor
         self.sampler, self.run_id, self.acks, self._probing = ResourceSampler(), secrets.token_hex(3), {}, False
+
+    @classmethod
+    def on_workers(cls, args, users: list, *, actor: str, **layout) -> Session:
+        """A session on a pool of its own, laid out for `args` (Layout's `layout` keywords)."""
+        lay = Layout(args, **layout)
+        return cls(Pool(lay.size, name="worker"), lay, args, users, actor=actor)
 
     def pipeline_start(self, hard: float, times: dict | None = None) -> None:
         """The publishers, projectors and snapshot loop (`times`: when they start, the window they count in)."""
@@ -293,16 +314,20 @@ def check(job: dict, ctl) -> dict:
     return {"t_start": t0, "t_end": time.time(), **out, "logged": dict(logged.counts)}
 
 
-def _check_run(job: dict) -> dict:
+def check_inline(mode: str, scope: dict, actor: str) -> tuple:
+    """A reconciliation run through the ops job as `manage.py reconcile` starts it, run here: (the job, its run)."""
     from likes_project.audit.services import Actor
     from likes_project.opsjobs.services import job_run_inline, job_start
     from reconciliation.jobs import job_for_mode
     from reconciliation.models import CheckRun
+    done = job_run_inline(job_start(kind=job_for_mode(mode), actor=Actor(name=actor, channel="cli"),
+                                    params={"mode": mode, "scope": scope}).pk)
+    return done, CheckRun.objects.get(pk=done.params["runId"])
+
+
+def _check_run(job: dict) -> dict:
     t0 = time.time()
-    started = job_start(kind=job_for_mode(job["mode"]), actor=Actor(name=job["actor"], channel="cli"),
-                        params={"mode": job["mode"], "scope": job["scope"]})
-    done = job_run_inline(started.pk)
-    run = CheckRun.objects.get(pk=done.params["runId"])
+    done, run = check_inline(job["mode"], job["scope"], job["actor"])
     return {"run_id": run.pk, "mode": run.mode, "status": run.status, "checked": run.checked, "diffs": run.diffs_found,
             "diff_ids": list(run.diffs.order_by("id").values_list("id", flat=True)[:50]),
             "diff_layers": dict(Counter(run.diffs.values_list("layer", flat=True))), "skipped": len(run.skipped),
@@ -346,6 +371,28 @@ def pooled_windows(rows, windows: list[tuple[float, float]]) -> dict:
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
 _FAILED = re.compile(r"^number of failed transactions: (\d+)", re.M)
 _PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.M)
+
+
+STEPS = ("prepare", "copy", "catch-up", "cutover", "verify", "cleanup")  # of a bucket migration and a slot move
+
+
+def step_times(said: list[tuple[float, str]], t0: float, nd: int = 3) -> tuple[dict, dict]:
+    """A move's steps from what its job said at each step's end ("... STATE: <step>: ..."; copy: once a table):
+    ({step: seconds since the previous end, from t0}, {step: when it last ended})."""
+    steps, ends, last = {}, {}, t0
+    for t, msg in said:
+        name = next((st for st in STEPS if msg.split(": ", 1)[-1].startswith(st)), None)
+        if name:
+            steps[name], ends[name], last = round(steps.get(name, 0.0) + t - last, nd), t, t
+    return steps, ends
+
+
+def pgbench_found(run) -> bool:
+    """Whether pgbench is installed (said when it is not: the run goes on without its raw SQL ceiling)."""
+    if shutil.which("pgbench") or Path("/usr/bin/pgbench").exists():
+        return True
+    run.log("pgbench not found (Debian package postgresql-client); no raw SQL ceiling")
+    return False
 
 
 def pgbench(alias: str, options: list[str], *, clients: int, seconds: int, sampler: ResourceSampler,

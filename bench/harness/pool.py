@@ -1,10 +1,6 @@
-"""The one process pool of the benchmarks, and gunicorn.
-
-Pool: spawned processes, each with one django.setup(), running one job at a time. A job names its role, the
-function that runs it ("module:function", called as fn(job, ctl)), carries its Django settings overrides
-("settings") and says which stop event ends it ("stop": "commands" for the command load, else the pipeline's). A
-process exits when told to, when the driver is gone, or after IDLE_EXIT_S without a job. Importing this module
-does not import Django."""
+"""The one process pool of the benchmarks (spawned processes, one django.setup() each, one job at a time: its role
+"module:function", its settings overrides, its stop event), and gunicorn. Importing this module does not import
+Django."""
 
 from __future__ import annotations
 
@@ -23,7 +19,7 @@ from pathlib import Path
 
 from bench.harness.driver import ROOT, make_log, settings_overridden
 
-IDLE_EXIT_S = 1800.0
+IDLE_EXIT_S = 1800.0  # a process exits after this long without a job (or when told, or when the driver is gone)
 log = make_log("pool")
 
 
@@ -95,6 +91,12 @@ class Pool:
             with contextlib.suppress(queue.Empty):
                 ready += self.results.get(timeout=2.0)[1] == "ready"
         log(f"{size} {name} processes ready")
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def pid(self, index: int) -> int:
         return self.procs[index].pid

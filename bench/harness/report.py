@@ -53,6 +53,14 @@ def pooled(items, *keys: str) -> list[Counter]:
     return out
 
 
+def clients_pooled(results, sums: tuple[str, ...], counters: tuple[str, ...], **extra) -> dict:
+    """The answers of a window's clients (or the windows of one row) pooled: the sums of `sums`, the counters under
+    `counters` added up, every latency."""
+    out = {k: sum(r[k] for r in results) for k in sums}
+    out.update(zip(counters, pooled(results, *counters), strict=True))
+    return {**out, "latencies_ms": [x for r in results for x in r["latencies_ms"]], **extra}
+
+
 def tally(counter: Counter, report, fields: tuple[str, ...]) -> None:
     """Add the `fields` of one report (a dataclass of counts) to `counter`."""
     for name in fields:

@@ -1,7 +1,5 @@
-"""The loops the pool's processes run, one role a job (fn(job, ctl)): `window` (the command clients of a measured
-window, TEST-2, TEST-4), `tracked` (the command load of a session, every command recorded), and the pipeline's
-`publisher`, `projector` (sustained or drain), `snapshot` and `probe` (commit -> displayCount). Every loop stops at
-its deadline, when its stop event is set, when the driver is gone, and after a bounded count."""
+"""The loops the pool's processes run, one role a job (fn(job, ctl)). Every loop stops at its deadline, when its stop
+event is set, when the driver is gone, and after a bounded count."""
 
 from __future__ import annotations
 
@@ -29,12 +27,8 @@ def reset_connections() -> None:
 
 
 class CommandMix:
-    """The next command (TEST-4: realistic shares of unlikes, no-change targets and retries). Each client owns a
-    disjoint slice of the users, so what it knows about "its" relations is exact.
-
-    like   LIKED on a pair not known to be liked; unlike: UNLIKED on a pair liked earlier in the job;
-    noop   LIKED again on a liked pair, or UNLIKED on one never liked (new key); replay: the previous command
-           sent again with the same Idempotency-Key (a retried click)."""
+    """The next command of the mix (TEST-4; its kinds: docs/benchmarks.md, "Command mix"). Each client owns a
+    disjoint slice of the users, so what it knows about "its" relations is exact."""
 
     def __init__(self, *, rng: random.Random, users: list, videos: list[str], mix: dict, key_prefix: str):
         self.rng, self.users, self.videos, self.key_prefix = rng, users, videos, key_prefix

@@ -1,6 +1,6 @@
 """Where the time of a window went (TEST-3 "resource bottleneck"): the CPU of every process (/proc), summed by
 role, and the states of the bench databases' backends (pg_stat_activity), sampled from a thread of the driver.
-Importing this module does not import Django."""
+Importing this module does not import Django; `count_io` counts what a process sends."""
 
 from __future__ import annotations
 
@@ -163,3 +163,39 @@ def sampled(sampler: ResourceSampler, fn, labels: dict[int, str] | None = None, 
     finally:
         resources = sampler.stop()
     return out, resources
+
+
+def count_io(counts: Counter, *, pipelines: bool = False, statements: bool = False):
+    """Count what this process sends into `counts`: "sql:ALIAS" a statement through Django's cursor (its execute
+    wrappers), "redis" a Redis command (and with `pipelines`, a pipeline's execution), with `statements` "pg" every
+    statement psycopg sent. Returns the function that stops counting."""
+    import psycopg
+    import redis
+    import redis.client
+    from django.db import connections
+    undo = []
+
+    def patch(owner, name: str, key: str) -> None:
+        original = getattr(owner, name)
+
+        def counting(self, *args, **kwargs):
+            counts[key] += 1
+            return original(self, *args, **kwargs)
+
+        setattr(owner, name, counting)
+        undo.append(lambda: setattr(owner, name, original))
+
+    patch(redis.Redis, "execute_command", "redis")
+    if pipelines:
+        patch(redis.client.Pipeline, "execute", "redis")
+    if statements:
+        patch(psycopg.Cursor, "execute", "pg")
+    for alias in connections:
+        def wrapper(run, sql, params, many, context, alias=alias):
+            counts[f"sql:{alias}"] += 1
+            return run(sql, params, many, context)
+
+        wrappers = connections[alias].execute_wrappers
+        wrappers.append(wrapper)
+        undo.append(lambda wrappers=wrappers, wrapper=wrapper: wrappers.remove(wrapper))
+    return lambda: [fn() for fn in reversed(undo)]

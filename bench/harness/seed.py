@@ -1,7 +1,5 @@
-"""The bench data: the users (with DRF tokens), the author and the videos of the command benchmark, the bulk
-inserts of bench rows (the one place that spells their column lists), the resets between workloads, and the
-database set of a benchmark of its own. Only ever the likes_bench* databases and the likes-bench Redis prefix:
-the drivers call driver.check_environment() first."""
+"""The bench data: users, videos, bulk inserts of bench rows (the one place that spells their column lists), resets.
+Only ever the likes_bench* databases and the likes-bench Redis prefix: the drivers call check_environment() first."""
 
 from __future__ import annotations
 
@@ -46,9 +44,11 @@ def rows(alias: str, sql: str, params=None, *, slow: bool = False) -> list[tuple
     return out
 
 
-def _chunks(seq, n):
-    for i in range(0, len(seq), n):
-        yield seq[i:i + n]
+def vacuum(alias: str, *models, analyze_only: bool = False) -> None:
+    """VACUUM (ANALYZE), or ANALYZE alone, of the tables of `models` on `alias`: what autovacuum does after bulk work
+    (on the bench's server it is off)."""
+    for model in models:
+        rows(alias, f"{'ANALYZE' if analyze_only else 'VACUUM (ANALYZE)'} {table(model)}", slow=True)
 
 
 def relations_insert(cursor, rows_sql: str, params: list) -> None:
@@ -149,37 +149,26 @@ def videos_ensure(video_ids: list[str]) -> int:
 def prepare(*, users: int, videos: int) -> tuple[list[tuple[int, str]], list[str]]:
     """`users` users with DRF tokens, the author, `videos` public videos plus the hot one, and the naive counter
     table in every relation shard (idempotent). Returns [(user id, token)] and the video ids."""
-    from django.contrib.auth import get_user_model
     from django.db import connections
     from rest_framework.authtoken.models import Token
 
     from relations import routing
     t0 = time.monotonic()
-    user_model = get_user_model()
-    names = [f"{USER_PREFIX}{i:06d}" for i in range(users)]
-    ids: dict[str, int] = {}
-    for chunk in _chunks(names, 5000):
-        ids.update(user_model.objects.filter(username__in=chunk).values_list("username", "pk"))
-    missing = [user_model(username=n, password="!bench") for n in names if n not in ids]
-    if missing:
-        user_model.objects.bulk_create(missing, batch_size=2000, ignore_conflicts=True)
-        for chunk in _chunks(names, 5000):
-            ids.update(user_model.objects.filter(username__in=chunk).values_list("username", "pk"))
-    uids = [ids[n] for n in names]
-    tokens: dict[int, str] = {}
-    for chunk in _chunks(uids, 5000):
-        tokens.update(Token.objects.filter(user_id__in=chunk).values_list("user_id", "key"))
-    new = [Token(user_id=uid, key=Token.generate_key()) for uid in uids if uid not in tokens]
-    if new:
-        Token.objects.bulk_create(new, batch_size=2000)
-        tokens.update((t.user_id, t.key) for t in new)
+    uids = users_sql(USER_PREFIX, users, digits=6)
+    with connections["default"].cursor() as cur:
+        cur.execute(f"INSERT INTO {table(Token)} (key, created, user_id) SELECT substr(md5(random()::text) || "
+                    "md5(random()::text), 1, 40), now(), u FROM unnest(%s::bigint[]) AS u ON CONFLICT DO NOTHING",
+                    [uids])
+        new = cur.rowcount
+        cur.execute(f"SELECT user_id, key FROM {table(Token)} WHERE user_id = ANY(%s)", [uids])
+        tokens = dict(cur.fetchall())
     video_ids = [f"{VIDEO_PREFIX}{i:05d}" for i in range(videos)]
     created = videos_ensure([*video_ids, HOT_VIDEO])
     for alias in routing.all_aliases():
         with connections[alias].cursor() as cur:
             counter_rows(cur, NAIVE_VIDEO_TABLE, [*video_ids, HOT_VIDEO])
     per_shard = Counter(routing.alias_for_user(uid) for uid in uids)
-    log(f"prepared {len(uids)} users ({len(missing)} new, per shard {dict(per_shard)}), {videos + 1} videos "
+    log(f"prepared {len(uids)} users ({new} new tokens, per shard {dict(per_shard)}), {videos + 1} videos "
         f"({created} new) in {time.monotonic() - t0:.1f}s")
     return [(uid, tokens[uid]) for uid in uids], video_ids
 
@@ -198,8 +187,7 @@ def reset_state() -> None:
     truncate(routing.all_aliases(), LikeRelation, LikeCommand, OutboxEvent)
     for alias in routing.all_aliases():
         with connections[alias].cursor() as cur:
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {NAIVE_VIDEO_TABLE} (video_id varchar(64) PRIMARY KEY, "
-                        "like_count bigint NOT NULL DEFAULT 0)")
+            counter_rows(cur, NAIVE_VIDEO_TABLE, [])
             cur.execute(f"UPDATE {NAIVE_VIDEO_TABLE} SET like_count = 0 WHERE like_count <> 0")
     connections.close_all()
 

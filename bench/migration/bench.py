@@ -1,10 +1,5 @@
 """The online virtual-bucket migration of count partitions (issue 13; INV-11): `bench/run.sh migration`, on its own
-databases (three count partitions, two bootstrapped: cnt_02 starts empty). Seeds `--scale` projection rows into the
-`--buckets` buckets that move (bench/migration/seed.py), then: projection throughput before and after the move;
-the move cnt_00 -> cnt_02 under a command load (its steps, rows/s, write pause, the commands and the projection lag
-meanwhile); a write-pause series back and forth, the naive stop-the-world move and the raw COPY ceiling of the same
-rows under the load; the reverse move with nothing else running; finally the seeded sums as written, every load
-video exact, nothing acknowledged lost, one writer a bucket, no rows left on a retired source."""
+databases (docs/benchmarks.md, "Virtual-bucket migration")."""
 
 from __future__ import annotations
 
@@ -12,8 +7,7 @@ import sys
 import time
 
 from bench.harness import checks, driver
-from bench.harness.phases import ROLE, AutoVacuum, Layout, Session, command_figures, drain_jobs
-from bench.harness.pool import Pool
+from bench.harness.phases import ROLE, STEPS, AutoVacuum, Session, command_figures, drain_jobs
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
 from bench.harness.seed import author_id, flush_redis, named_users, prepare, reset_all, snapshots_insert
 from bench.migration import moves
@@ -214,7 +208,7 @@ def report(result: dict) -> list[str]:
     out = [f"**The data set:** {d['projection_rows']:,} projection rows and {d['vbuckets']:,} vbuckets seeded in "
            f"{d['seconds']} s; the {result['meta']['buckets']} moving buckets hold {d['moving']}."]
     rows = [[r["tag"], f"{'+'.join(r['sources'])} → {r['target']}", r["state"], "ok" if r["verify_ok"] else "FAILED",
-             f"**{fmt(r['write_pause_ms'])}**", " / ".join(fmt(r["steps_s"].get(k), 2) for k in moves.STEPS),
+             f"**{fmt(r['write_pause_ms'])}**", " / ".join(fmt(r["steps_s"].get(k), 2) for k in STEPS),
              f"{r['copied_rows']:,}", fmt(r["copy_rows_per_s"], 0), f"{r['replayed_events']:,} ({r['catchup_passes']})",
              fmt(r["job_s"]), fmt(r.get("commands", {}).get("commands_per_s")),
              f"{fmt(r.get('lag', {}).get('lag_p50_ms'), 0)} / {fmt(r.get('lag', {}).get('lag_p99_ms'), 0)}"]
@@ -223,7 +217,7 @@ def report(result: dict) -> list[str]:
                f"series under it, the reverse one with nothing else running): write pause of the series **p50 "
                f"{fmt(series.get('pause_p50_ms'))} ms, p99 {fmt(series.get('pause_p99_ms'))} ms**; commands/s alone "
                f"before the big one {fmt(big['alone'].get('commands_per_s'))}\n\n" + md_table(
-                   ["run", "move", "state", "verify", "write pause ms:", " / ".join(moves.STEPS) + " s",
+                   ["run", "move", "state", "verify", "write pause ms:", " / ".join(STEPS) + " s",
                     "rows copied:", "copy rows/s:", "replayed (passes)", "job s:", "commands/s meanwhile:",
                     "projection lag p50 / p99 ms:"], rows))
     b, ci = series.get("baselines") or {}, rev.get("ceiling_idle")
@@ -276,8 +270,6 @@ def main(argv=None) -> int:
     from django.conf import settings
 
     from counting import routing
-    from relations import routing as relation_routing
-    args.mix_shares = driver.parse_mix(args)
     args.vacuum = not args.no_vacuum and run.spec["pg_autovacuum"] == "off"
     flush_redis()
     users, _ = prepare(users=args.users, videos=0)
@@ -291,9 +283,7 @@ def main(argv=None) -> int:
                                  seed=args.seed)}
     result["seed"]["moving"] = mseed.bucket_rows(moved)["cnt_00"]
     seeded, user_ids = dict(checks.bucket_sums(mseed.SEED_VIDEO_PREFIX)), [u for u, _ in users]
-    layout = Layout(commands=args.procs, shards=relation_routing.all_aliases(), projectors=args.projectors,
-                    checker=True)
-    s = Session(Pool(layout.size, name="worker"), layout, args, users, actor=moves.OPERATOR)
+    s = Session.on_workers(args, users, actor=moves.OPERATOR, checker=True)
     vacuumer = AutoVacuum(args.autovacuum_naptime, settings.DATABASES) if run.spec["pg_autovacuum"] == "off" and \
         args.autovacuum_naptime else None
     code, bursts = driver.code_version(("counting", "likes_project/generations")), [0]

@@ -1,21 +1,18 @@
-"""One move of a set of buckets three ways: ours (planned by one operator, approved by another, its ops job run by
-the checker process as a worker runs it; the ledger's figures, its steps from what the job said at each end); naive
-(dispatch stopped, the rows read through a server-side cursor and written by executemany, the routes switched: its
-write pause is all of it); the ceiling (binary COPY TO STDOUT streamed into COPY FROM STDIN: rows/s only). The
-baselines write a scratch generation and roll everything back."""
+"""One move of a set of buckets three ways: ours (the ops job after a second operator's approval), the naive
+stop-the-world move and the binary COPY ceiling; the baselines write a scratch generation and roll back."""
 
 from __future__ import annotations
 
 import time
 
+from bench.harness import seed
 from bench.harness.driver import pg_conninfo
-from bench.harness.phases import dispatch_stopped
+from bench.harness.phases import dispatch_stopped, step_times
 from bench.harness.seed import make_log, table
 
 log = make_log("migration")
 OPERATOR, APPROVER = "bench-mig-operator", "bench-mig-approver"
 SCRATCH_GENERATION = 2_000_000_000
-STEPS = ("prepare", "copy", "catch-up", "cutover", "verify", "cleanup")
 
 
 def ours(s, buckets: list[int], target: str, tag: str) -> dict:
@@ -27,11 +24,7 @@ def ours(s, buckets: list[int], target: str, tag: str) -> dict:
     m = ledger.migration_approve(migration_id=m.pk, actor=Actor(name=APPROVER, channel="cli"))
     out = s.check("opsjob", job_id=m.job_id)
     m = BucketMigration.objects.get(pk=m.pk)
-    steps, last = {}, out["t_start"]
-    for t, msg in out["said"]:  # "bucket migration N STATE: <step>: ..." at each step's end (copy: once a table)
-        name = next((st for st in STEPS if msg.split(": ", 1)[-1].startswith(st)), None)
-        if name:
-            steps[name], last = round(steps.get(name, 0.0) + t - last, 3), t
+    steps, _ends = step_times(out["said"], out["t_start"])
     end = m.cutover_at.timestamp() if m.cutover_at else None
     r = {"tag": tag, "migration_id": m.pk, "state": m.state, "error": m.error or None, "job_status": out["job_status"],
          "buckets": len(m.buckets), "sources": sorted(set(m.source_partitions.values())), "target": m.target_partition,
@@ -49,14 +42,10 @@ def ours(s, buckets: list[int], target: str, tag: str) -> dict:
 def vacuum(aliases: list[str]) -> float:
     """VACUUM (ANALYZE) of the two count tables on `aliases`, what autovacuum does after a bulk copy and a bulk
     delete, on a server where it is off; the seconds it took."""
-    import psycopg
-
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
     t0 = time.monotonic()
     for alias in aliases:
-        with psycopg.connect(**pg_conninfo(alias), autocommit=True, connect_timeout=5) as conn:
-            for model in (LikeCountProjection, VideoLikeCountVbucket):
-                conn.execute(f"VACUUM (ANALYZE) {table(model)}")
+        seed.vacuum(alias, LikeCountProjection, VideoLikeCountVbucket)
     return round(time.monotonic() - t0, 2)
 
 

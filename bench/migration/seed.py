@@ -1,8 +1,5 @@
-"""The migration benchmark's data, straight into the databases: `seed` writes projection rows (the product's virtual
-bucket of each, on the partition it is routed to) and their vbuckets by COPY, `scale` rows in the moving buckets and
-`rest_share` as many a bucket elsewhere; no relation facts for them (the final check compares their routed sums with
-what was written). `burst` writes one throughput backlog: new relations and their NEW outbox rows, as like commands
-leave them, for the real publishers and projectors."""
+"""The migration benchmark's data: `seed` the projection rows and vbuckets by COPY, `burst` one throughput backlog
+(new relations and their NEW outbox rows, as like commands leave them)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import time
 import uuid
 from collections import defaultdict
 
-from bench.harness.seed import make_log, table
+from bench.harness.seed import make_log, table, vacuum
 
 log = make_log("migration")
 SEED_VIDEO_PREFIX, BURST_VIDEO_PREFIX = "bench-mig-v", "bench-mig-burst-"
@@ -58,11 +55,7 @@ def seed(*, scale: int, per_video: int, rest_share: float, moved: list[int], see
                         f"{table(LikeCountProjection)} WHERE generation = %s AND video_id LIKE %s GROUP BY 1, 2, 3, 4",
                         [gen.generation, SEED_VIDEO_PREFIX + "%"])
             out[alias] = {"projection_rows": len(part), "vbuckets": cur.rowcount}
-        with connections[alias].cursor() as cur:  # autocommit: VACUUM runs outside a transaction
-            cur.execute("SET statement_timeout = 0")
-            for model in (LikeCountProjection, VideoLikeCountVbucket):
-                cur.execute(f"VACUUM ANALYZE {table(model)}")
-            cur.execute("RESET statement_timeout")
+        vacuum(alias, LikeCountProjection, VideoLikeCountVbucket)
         log(f"  seeded {alias}: {out[alias]}")
     connections.close_all()
     return {"partitions": out, "projection_rows": sum(p["projection_rows"] for p in out.values()),

@@ -1,5 +1,5 @@
 -- Raw SQL ceiling of the count projector (issue 15 §3): ONE group of a batch, as raw SQL on one count
--- partition. bench/projector_bench.py runs it with pgbench; each transaction stands for :batch events.
+-- partition. bench/projection/projector.py runs it with pgbench; each transaction stands for :batch events.
 -- The statements of counting.services.projection._apply_group, in its order and with its texts (the
 -- unnest arrays become generate_series over :batch rows, the same rows in every statement):
 --   the missing bucket rows first (rows_ensure, its own statement), BEGIN, the consumer fence, the

@@ -1,7 +1,5 @@
-"""Commit -> displayCount under load (issue 15 §2; TEST-3; D89): `bench/run.sh convergence`. For each pipeline path,
-the bench's own loops and the real Celery worker and beat (the Procfile's lines, nudges on), the uniform workload
-twice: `max`, a closed loop whose sustained load is its commands/s scaled by the share of produced events applied in
-the window; `target`, an open loop at `--load-share` of that; the probe, the drain and the exactness check each."""
+"""Commit -> displayCount under load (issue 15 §2; TEST-3; D89): `bench/run.sh convergence`, through the bench's
+loops and the real Celery worker and beat (docs/benchmarks.md, "Convergence")."""
 
 from __future__ import annotations
 
@@ -21,7 +19,6 @@ from bench.harness.phases import Layout
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pair, resources_table
 from bench.harness.sampler import ResourceSampler
-from bench.harness.seed import flush_redis, prepare
 from bench.projection.pipeline import OPTIONS as PIPELINE_OPTIONS
 from bench.projection.pipeline import exactness, prepare_pipeline, reset_workload, run_sustained
 
@@ -155,27 +152,20 @@ def headline(result: dict) -> dict:
 def main(argv=None) -> int:
     run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261203, wait_quiet=180.0)
     args = run.args
-    args.mix_shares = driver.parse_mix(args)
     paths = [x for x in args.paths.split(",") if x in ("loops", "celery")]
     from django.conf import settings
 
-    from relations import routing
-    flush_redis()
-    users, videos = prepare(users=args.users, videos=args.videos)
-    probe_user, probe_sets, _all = prepare_pipeline(args, videos)
+    users, videos, probe_user, probe_sets = prepare_pipeline(args)
     ctx = {"users": users, "videos": videos, "probe_user": probe_user, "probe_videos": probe_sets["uniform"]}
-    layout = Layout(commands=args.procs, shards=routing.all_aliases(), projectors=args.projectors, probe=True)
-    rows, workdir, pool = [], Path(tempfile.mkdtemp(prefix="likes-convergence-")), None
+    layout = Layout(args, probe=True)
+    rows, workdir, sampler = [], Path(tempfile.mkdtemp(prefix="likes-convergence-")), ResourceSampler()
     try:
-        pool = Pool(layout.size, name="pipeline")
-        sampler = ResourceSampler()
-        for path in paths:
-            top = run_phase(pool, layout, sampler, args, ctx, path=path, phase="max", rate=None, workdir=workdir)
-            rows += [top, run_phase(pool, layout, sampler, args, ctx, path=path, phase="target", workdir=workdir,
-                                    rate=top["sustained_commands_per_s"] * args.load_share)]
+        with Pool(layout.size, name="pipeline") as pool:
+            for path in paths:
+                top = run_phase(pool, layout, sampler, args, ctx, path=path, phase="max", rate=None, workdir=workdir)
+                rows += [top, run_phase(pool, layout, sampler, args, ctx, path=path, phase="target",
+                                        workdir=workdir, rate=top["sustained_commands_per_s"] * args.load_share)]
     finally:
-        if pool is not None:
-            pool.close()
         reset_workload()
         shutil.rmtree(workdir, ignore_errors=True)
     result = {"rows": rows, "meta": {"mix": args.mix_shares, "procfile": procfile_lines(),

@@ -1,15 +1,9 @@
-"""The count pipeline's naive baseline: one counter row per video, fed by the same consumer framework as ours.
-
-Same versioned absolute-state rule as ours (unknown = UNLIKED v0; a version not above the stored one changes
-nothing), kept in a small table keyed (user_id, video_id), but the count is ONE row per video: every event that
-flips a relation runs `UPDATE bench_naive_count SET like_count = like_count + delta WHERE video_id = %s` in the
-batch's transaction, sorted by video (two consumers never deadlock), with executemany (one pipelined round trip, as
-ours); the row lock is held until the commit, so on a hot video the consumers of all partitions queue on that one
-row. No receipts, fences or dirty marks: less work per event than ours."""
+"""The count pipeline's naive baseline: one counter row per video, fed by the same consumer framework as ours, with
+the same versioned absolute-state rule in a (user_id, video_id) table of its own (docs/benchmarks.md, "projector")."""
 
 from __future__ import annotations
 
-from bench.harness.seed import consumer_reset, counter_rows
+from bench.harness.seed import consumer_reset, counter_rows, rows
 
 CONSUMER = "naive-count"
 COUNT_TABLE = "bench_naive_count"
@@ -99,10 +93,6 @@ def reset() -> None:
 
 def counts(videos: list[str] | None = None) -> dict[str, int]:
     """video -> its counter row (the non-zero ones, or those of `videos`)."""
-    from django.db import connections
-    with connections[alias()].cursor() as cur:
-        if videos is None:
-            cur.execute(f"SELECT video_id, like_count FROM {COUNT_TABLE} WHERE like_count <> 0")
-        else:
-            cur.execute(f"SELECT video_id, like_count FROM {COUNT_TABLE} WHERE video_id = ANY(%s)", [videos])
-        return {v: int(n) for v, n in cur.fetchall()}
+    where, params = ("like_count <> 0", []) if videos is None else ("video_id = ANY(%s)", [videos])
+    sql = f"SELECT video_id, like_count FROM {COUNT_TABLE} WHERE {where}"
+    return {v: int(n) for v, n in rows(alias(), sql, params)}

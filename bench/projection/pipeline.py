@@ -1,10 +1,5 @@
-"""The asynchronous count pipeline (issue #3; spec TEST-3): `bench/run.sh projection`. For each workload, `uniform`
-and `hot` (every like on one video), from empty tables and streams: `sustained`, `--procs` processes call
-relation_set_state while the pipeline runs as plain loops in processes of their own (a publisher per relation
-shard, `--projectors` projectors, the display snapshot loop, a commit -> displayCount probe); the drain; the
-exactness of every video (Σ vbuckets = display snapshot = LIKED relations = what is served). Then `capacity`: each
-workload's stream loaded back and projected again from an empty state by ours and by the naive single-row counter
-(bench/projection/naive.py), the same processes for both: the projectors at saturation, not the arrival rate."""
+"""The asynchronous count pipeline (issue #3; TEST-3): `bench/run.sh projection`. Each workload under a sustained load
+with the pipeline's loops running, then its stream replayed by ours and by the naive counter (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -41,16 +36,19 @@ OPTIONS = {
 PROBE_VIDEO_PREFIX, PROBE_USER = "bench-probe-", "bench-probe-user"
 
 
-def prepare_pipeline(args, videos: list[str]) -> tuple[int, dict[str, list[str]], list[str]]:
-    """The probe user and videos (a set per workload, so the workloads' relations stay disjoint) and the naive
-    baseline's tables. Returns the probe user id, the probe videos by workload, every video of the run."""
+def prepare_pipeline(args) -> tuple[list, list[str], int, dict[str, list[str]]]:
+    """The bench Redis namespace flushed, the users and videos, the probe user and videos (a set per workload, so the
+    workloads' relations stay disjoint) and the naive baseline's tables. Returns the users, the videos, the probe
+    user id and the probe videos by workload."""
     from django.contrib.auth import get_user_model
+    seed.flush_redis()
+    users, videos = seed.prepare(users=args.users, videos=args.videos)
     user, _ = get_user_model().objects.get_or_create(username=PROBE_USER, defaults={"password": "!bench"})
     sets = {w: [f"{PROBE_VIDEO_PREFIX}{w[0]}{i:02d}" for i in range(args.probe_videos)] for w in ("uniform", "hot")}
     all_videos = [*videos, seed.HOT_VIDEO, *sets["uniform"], *sets["hot"]]
     seed.videos_ensure(all_videos[len(videos) + 1:])
     naive.tables(all_videos)
-    return user.pk, sets, all_videos
+    return users, videos, user.pk, sets
 
 
 def reset_workload() -> None:
@@ -136,18 +134,15 @@ def receipts_and_lags(t_measure: float, t_end: float) -> dict:
     w0, w1 = (dt.datetime.fromtimestamp(t, tz=dt.UTC) for t in (t_measure, t_end))
     applied_at, produced, events = {}, 0, []
     for alias in settings.COUNT_PARTITION_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT event_id, created_at FROM {seed.table(CountEventReceipt)} WHERE generation = %s "
-                        "AND outcome = 'applied'", [routing.active().generation])
-            applied_at.update(cur.fetchall())
+        applied_at.update(seed.rows(alias, f"SELECT event_id, created_at FROM {seed.table(CountEventReceipt)} WHERE "
+                                           "generation = %s AND outcome = 'applied'", [routing.active().generation]))
     for alias in settings.RELATION_SHARD_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT event_id::text, payload->>'stateChangedAt', created_at, published_at "
-                        f"FROM {seed.table(OutboxEvent)}")
-            for event_id, changed, created, published in cur.fetchall():
-                produced += w0 <= created < w1
-                if w0 <= (changed_at := dt.datetime.fromisoformat(changed)) < w1:
-                    events.append((event_id, changed_at, published))
+        for event_id, changed, created, published in seed.rows(
+                alias, f"SELECT event_id::text, payload->>'stateChangedAt', created_at, published_at FROM "
+                       f"{seed.table(OutboxEvent)}"):
+            produced += w0 <= created < w1
+            if w0 <= (changed_at := dt.datetime.fromisoformat(changed)) < w1:
+                events.append((event_id, changed_at, published))
     connections.close_all()
     project = [(applied_at[e] - c).total_seconds() * 1000 for e, c, _ in events if e in applied_at]
     publish = [(p - c).total_seconds() * 1000 for _, c, p in events if p is not None]
@@ -383,21 +378,14 @@ def headline(result: dict) -> dict:
 def main(argv=None) -> int:
     run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261130, wait_quiet=180.0)
     args = run.args
-    args.mix_shares = driver.parse_mix(args)
     args.workload_list = [w for w in args.workloads.split(",") if w in ("uniform", "hot")]
     args.replay_procs_list = list(dict.fromkeys(driver.int_list(args.replay_procs) or [args.projectors, 8]))
-    from relations import routing
-    seed.flush_redis()
-    users, videos = seed.prepare(users=args.users, videos=args.videos)
-    probe_user, probe_sets, _all = prepare_pipeline(args, videos)
+    users, videos, probe_user, probe_sets = prepare_pipeline(args)
     own_videos = {"uniform": [*videos, *probe_sets["uniform"]], "hot": [seed.HOT_VIDEO, *probe_sets["hot"]]}
     reset_workload()  # the workloads' relations are disjoint: nothing is emptied between them
-    layout = Layout(commands=args.procs, shards=routing.all_aliases(), projectors=args.projectors, probe=True,
-                    extra=max(args.replay_procs_list))
-    rows, saved, last_ids, pool = [], {}, {}, None
-    try:
-        pool = Pool(layout.size, name="pipeline")
-        sampler = ResourceSampler()
+    layout = Layout(args, probe=True, extra=max(args.replay_procs_list))
+    rows, saved, last_ids, sampler = [], {}, {}, ResourceSampler()
+    with Pool(layout.size, name="pipeline") as pool:
         for workload in args.workload_list:
             run.log(f"{workload}: sustained load {args.warmup:g}+{args.duration:g} s ...")
             row = run_sustained(pool, layout, sampler, args, workload=workload, users=users, videos=videos,
@@ -410,9 +398,6 @@ def main(argv=None) -> int:
             r["replays"], r["capacity"] = [], {}
         if args.replay_rounds:
             run_capacity(pool, layout, sampler, args, rows=rows, saved=saved, own_videos=own_videos)
-    finally:
-        if pool is not None:
-            pool.close()
     reset_workload()  # leave the bench databases small
     exact = all(r["exactness"]["exact"] and r["drained"] and all(x["exact"] for x in r["replays"]) for r in rows)
     result = {"rows": rows, "ratios": compute_ratios(rows, args.projectors), "exact": exact,

@@ -1,17 +1,14 @@
 """The count projector at saturation against the raw SQL ceiling of its own statements (issue 15 §3; TEST-3):
-`bench/run.sh projector`. Backlogs of crafted events (uniform and hot) drained from an empty projection by `--procs`
-processes, ours and the naive single-row counter (ABBA, each drain checked exactly), then
-bench/pgbench/count_group.sql, one projector group as raw SQL on cnt_00: events/s = tps x events a group."""
+`bench/run.sh projector` (docs/benchmarks.md, "Count projector at saturation")."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 
 from bench.harness import checks, driver
 from bench.harness.driver import BENCH_DIR
-from bench.harness.phases import backlog_events, drain_jobs, expected_liked, pgbench, publish
+from bench.harness.phases import backlog_events, drain_jobs, expected_liked, pgbench, pgbench_found, publish
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
 from bench.harness.sampler import ResourceSampler, sampled
@@ -139,34 +136,31 @@ def main(argv=None) -> int:
     procs_list = driver.int_list(args.procs)
     from django.conf import settings
     from django.db import connections
-    if not args.skip_pgbench and not shutil.which("pgbench"):
-        run.log("pgbench not found (Debian package postgresql-client); no raw SQL ceiling")
-        args.skip_pgbench = True
     naive.tables([f"{VIDEO_PREFIX}{i:05d}" for i in range(args.uniform_videos)] + [f"{VIDEO_PREFIX}hot"])
     connections.close_all()
-    pool, sampler = Pool(max(procs_list), name="projector"), ResourceSampler()
     result: dict = {"drains": [], "pgbench": []}
-    variants = ["ours"] if args.skip_naive else ["ours", "naive"]
+    variants, sampler = ["ours"] if args.skip_naive else ["ours", "naive"], ResourceSampler()
     try:
-        for rnd in range(args.rounds):
-            for kind in ("uniform", "hot"):
-                reset_all()
-                events = backlog(args, kind, rnd)
-                expected, pub = expected_liked(events), publish(events)
-                for procs in procs_list:
-                    for variant in variants if rnd % 2 == 0 else variants[::-1]:
-                        run.interference.note(f"{kind} {variant} x{procs} round {rnd + 1}")
-                        d = drain(pool, sampler, variant=variant, procs=procs, events=len(events), expected=expected)
-                        d.update(kind=kind, round=rnd + 1, publish_seconds=round(pub, 2))
-                        result["drains"].append(d)
-                        run.log(f"{kind} {variant} x{procs} round {rnd + 1}: {d['events_per_s']:,.0f} events/s "
-                                f"({d['seconds']} s, exact={d['exact']})")
-        if not args.skip_pgbench:
+        with Pool(max(procs_list), name="projector") as pool:
+            for rnd in range(args.rounds):
+                for kind in ("uniform", "hot"):
+                    reset_all()
+                    events = backlog(args, kind, rnd)
+                    expected, pub = expected_liked(events), publish(events)
+                    for procs in procs_list:
+                        for variant in variants if rnd % 2 == 0 else variants[::-1]:
+                            run.interference.note(f"{kind} {variant} x{procs} round {rnd + 1}")
+                            d = drain(pool, sampler, variant=variant, procs=procs, events=len(events),
+                                      expected=expected)
+                            d.update(kind=kind, round=rnd + 1, publish_seconds=round(pub, 2))
+                            result["drains"].append(d)
+                            run.log(f"{kind} {variant} x{procs} round {rnd + 1}: {d['events_per_s']:,.0f} events/s "
+                                    f"({d['seconds']} s, exact={d['exact']})")
+        if not args.skip_pgbench and pgbench_found(run):
             reset_all()
             result["pgbench"] = [pgbench_ceiling(args, sampler, kind=kind, clients=c) for kind in ("uniform", "hot")
                                  for c in driver.int_list(args.pgbench_clients)]
     finally:
-        pool.close()
         reset_all()
     batch = settings.COUNT_PROJECTOR_BATCH
     result["meta"] = {"batch": batch, "events_per_group": batch // len(settings.COUNT_PARTITION_ALIASES),

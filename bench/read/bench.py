@@ -1,6 +1,5 @@
-"""The read path (issue #4; TEST-3): `bench/run.sh read`. The batch query of 20 ids (warm relation cache, cold, Redis
-down) at the service layer and over HTTP (bench/read/clients.py); the my-likes page 1 and a deep page against OFFSET,
-and the relation-cache rebuild end to end (bench/read/pages.py). Non-zero exit when an answer was wrong."""
+"""The read path (issue #4; TEST-3): `bench/run.sh read`, the batch query warm, cold and with Redis down, the my-likes
+page against OFFSET, the relation-cache rebuild (docs/benchmarks.md, "Read path"). Exit 1 when an answer was wrong."""
 
 from __future__ import annotations
 
@@ -13,9 +12,10 @@ import time
 from pathlib import Path
 
 from bench.harness import driver, seed
+from bench.harness.phases import clients_run, window_times
 from bench.harness.pool import Gunicorn, Pool
-from bench.harness.report import fmt, md_table, pct, pooled, resources_table
-from bench.harness.sampler import ResourceSampler, merge, sampled
+from bench.harness.report import clients_pooled, fmt, md_table, pct, resources_table
+from bench.harness.sampler import ResourceSampler, merge
 from bench.read.pages import LIST_PREFIX, run_list, run_rebuild
 
 NAME = "read"
@@ -35,6 +35,7 @@ OPTIONS = {
 }
 BQ_PREFIX = "rbq-v"
 DOWN_REDIS_URL = "redis://127.0.0.1:1/14"  # nothing listens there: connection refused at once
+REDIS_DOWN = {"REDIS_URL": DOWN_REDIS_URL, "LOG_LEVEL": "ERROR"}  # the Redis-down clients' and gunicorn's
 ROLE = "bench.read.clients:"
 
 
@@ -116,37 +117,29 @@ def measure(ctx: dict, *, layer: str, case: str) -> dict:
     server = ctx["servers"]["down" if case == "down" else "up"] if layer == "http" else None
     pool = ctx["down_pool"] if layer == "service" and case == "down" else ctx["pool"]
     n = args.procs if layer == "service" else args.http_clients
-    t_start = time.time() + 0.5
-    t_measure = t_start + args.warmup
-    t_end = t_measure + args.duration
     ctx["window"] += 1
     jobs = [{"role": ROLE + "batch", "layer": layer, "port": server and server.port, "users": data["users"][i::n],
-             "feed": args.feed, "batch": args.batch, "counts": data["counts"], "t_start": t_start,
-             "t_measure": t_measure, "t_end": t_end, "seed": args.seed * 1000 + i + 97 * ctx["window"]}
-            for i in range(n)]
-    results, resources = sampled(sampler, lambda: pool.run(jobs, timeout=(t_end - time.time()) + 90),
-                                 pool.labels("bench clients"), window=(t_measure, t_end), server=server)
-    errors, io, sources = pooled(results, "errors", "io", "count_sources")
-    part = {k: sum(r[k] for r in results) for k in ("ok", "wrong", "hits", "misses")}
-    part.update(errors=errors, io=io, sources=sources, resources=resources,
-                latencies=[x for r in results for x in r["latencies_ms"]])
+             "feed": args.feed, "batch": args.batch, "counts": data["counts"],
+             "seed": args.seed * 1000 + i + 97 * ctx["window"]} for i in range(n)]
+    results, resources = clients_run(pool, sampler, jobs, window_times(args), server)
+    part = clients_pooled(results, ("ok", "wrong", "hits", "misses"), ("errors", "io", "count_sources"),
+                          resources=resources)
+    errors = part["errors"]
     driver.make_log(NAME)(f"  {layer} {case}: {part['ok'] / args.duration:,.1f} req/s, {sum(errors.values())} errors, "
                           f"{part['wrong']} wrong")
     return part
 
 
 def aggregate(parts: list[dict], args, *, layer: str, case: str) -> dict:
-    ok = sum(p["ok"] for p in parts)
-    errors, io, sources = pooled(parts, "errors", "io", "sources")
-    hits, misses = sum(p["hits"] for p in parts), sum(p["misses"] for p in parts)
-    per_req = {k: round(v / ok, 2) for k, v in sorted(io.items())} if ok else {}
+    tot = clients_pooled(parts, ("ok", "wrong", "hits", "misses"), ("errors", "io", "count_sources"))
+    ok, errors, hits, misses, lat = tot["ok"], tot["errors"], tot["hits"], tot["misses"], tot["latencies_ms"]
+    sources = tot["count_sources"]
+    per_req = {k: round(v / ok, 2) for k, v in sorted(tot["io"].items())} if ok else {}
     service = layer == "service"
     row = {"layer": layer, "case": case, "clients": args.procs if service else args.http_clients,
-           "requests_per_s": round(ok / (args.duration * len(parts)), 1),
-           "p50_ms": pct([x for p in parts for x in p["latencies"]], 0.5),
-           "p99_ms": pct([x for p in parts for x in p["latencies"]], 0.99), "ok": ok,
-           "errors": sum(errors.values()), "error_kinds": dict(errors.most_common(5)),
-           "wrong": sum(p["wrong"] for p in parts), "count_sources": dict(sources),
+           "requests_per_s": round(ok / (args.duration * len(parts)), 1), "p50_ms": pct(lat, 0.5),
+           "p99_ms": pct(lat, 0.99), "ok": ok, "errors": sum(errors.values()),
+           "error_kinds": dict(errors.most_common(5)), "wrong": tot["wrong"], "count_sources": dict(sources),
            "relation_cache_hit_ratio": round(hits / (hits + misses), 3) if service and hits + misses else None,
            "sql_shards_per_request": round(sum(v for k, v in per_req.items() if k.startswith("sql:rel_")), 2)
            if service else None, "sql_default_per_request": per_req.get("sql:default") if service else None,
@@ -232,36 +225,37 @@ def headline(result: dict) -> dict:
             "ratio": f"ours deep ÷ page 1: {fmt(lst['ratio_p50_deep_over_1'].get('ours'), 2)}"}
 
 
-def main(argv=None) -> int:
-    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261130)
-    args = run.args
+def options_wrong(args) -> str | None:
     if args.rebuild_relations != "auto" and not args.rebuild_relations.isdigit():
-        args.error("--rebuild-relations: a number or auto")
+        return "--rebuild-relations: a number or auto"
     if not args.skip_list and args.list_likes < args.list_page * args.list_limit:
-        args.error("--list-likes must hold --list-page pages of --list-limit")
+        return "--list-likes must hold --list-page pages of --list-limit"
+    return None
+
+
+def main(argv=None) -> int:
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261130, check=options_wrong)
+    args = run.args
     from django.db import connections
     bench_users, _ = seed.prepare(users=5000, videos=2000)  # the users (and tokens) of the command benchmark
     cleanup()
     result: dict = {"batch": [], "fills": [], "list": None, "rebuild": None}
-    pools, workdir = [], Path(tempfile.mkdtemp(prefix="likes-read-"))
+    workdir = Path(tempfile.mkdtemp(prefix="likes-read-"))
     try:
         data = prepare_batch(args, bench_users)
         connections.close_all()
-        pools = [Pool(max(args.procs, 1 if args.skip_http else args.http_clients), name="client"),
-                 Pool(args.procs, name="redis-down client", env={"REDIS_URL": DOWN_REDIS_URL, "LOG_LEVEL": "ERROR"})]
-        ctx = {"args": args, "data": data, "pool": pools[0], "down_pool": pools[1], "window": 0, "warm": False,
-               "fills": result["fills"], "sampler": ResourceSampler(), "interference": run.interference}
-        result["batch"] += run_layer(ctx, "service")
-        if not args.skip_http:
-            with contextlib.ExitStack() as stack:
-                app = "likes_project.wsgi:application"
-                ctx["servers"] = {"up": stack.enter_context(Gunicorn(app, args.gunicorn_workers, workdir)),
-                                  "down": stack.enter_context(Gunicorn(app, args.gunicorn_workers, workdir, env={
-                                      "REDIS_URL": DOWN_REDIS_URL, "LOG_LEVEL": "ERROR"}))}
-                result["batch"] += run_layer(ctx, "http")
-        for p in pools:
-            p.close()
-        pools = []
+        with Pool(max(args.procs, 1 if args.skip_http else args.http_clients), name="client") as pool, \
+                Pool(args.procs, name="redis-down client", env=REDIS_DOWN) as down_pool:
+            ctx = {"args": args, "data": data, "pool": pool, "down_pool": down_pool, "window": 0, "warm": False,
+                   "fills": result["fills"], "sampler": ResourceSampler(), "interference": run.interference}
+            result["batch"] += run_layer(ctx, "service")
+            if not args.skip_http:
+                with contextlib.ExitStack() as stack:
+                    app = "likes_project.wsgi:application"
+                    ctx["servers"] = {"up": stack.enter_context(Gunicorn(app, args.gunicorn_workers, workdir)),
+                                      "down": stack.enter_context(Gunicorn(app, args.gunicorn_workers, workdir,
+                                                                           env=REDIS_DOWN))}
+                    result["batch"] += run_layer(ctx, "http")
         if not args.skip_list:
             run.interference.note("my-likes")
             result["list"] = run_list(args, bench_users[-1][0])
@@ -269,8 +263,6 @@ def main(argv=None) -> int:
             run.interference.note("rebuild")
             result["rebuild"] = run_rebuild(args, relation_cache_flush, truncate_floors)
     finally:
-        for p in pools:
-            p.close()
         shutil.rmtree(workdir, ignore_errors=True)
         cleanup()
     result["meta"] = {"redis_down_url": DOWN_REDIS_URL}

@@ -1,7 +1,5 @@
-"""The client roles of the read-path benchmark: the batch query of 20 ids at the service layer (the view's three
-selector calls) or over HTTP, each answer checked against the prepared data, with the SQL statements and Redis
-round trips it cost; and the relation-cache fill of the warm case. The Redis-down clients are a pool with REDIS_URL
-pointed where nothing listens."""
+"""The client roles of the read-path benchmark: the batch query at the service layer or over HTTP, each answer checked,
+with the SQL statements and Redis round trips it cost; and the relation-cache fill of the warm case."""
 
 from __future__ import annotations
 
@@ -12,38 +10,11 @@ import time
 from collections import Counter
 
 from bench.harness.roles import HTTP_TIMEOUT_S, error_kind, http_exchange, wait_until
+from bench.harness.sampler import count_io
 
 MAX_JOB_SECONDS = 300.0
-_IO: Counter = Counter()  # this process's SQL statements by alias and Redis round trips
-_STATE = {"instrumented": False}
-
-
-def _instrument() -> None:
-    """Count SQL statements per alias (Django's execute wrappers) and Redis round trips (direct commands and
-    pipeline executions) in this client process, once."""
-    import redis
-    import redis.client
-    from django.db import connections
-    if _STATE["instrumented"]:
-        return
-    _STATE["instrumented"] = True
-    execute, pipe_execute = redis.Redis.execute_command, redis.client.Pipeline.execute
-
-    def counting(self, *args, **kwargs):
-        _IO["redis"] += 1
-        return execute(self, *args, **kwargs)
-
-    def counting_pipe(self, *args, **kwargs):
-        _IO["redis"] += 1
-        return pipe_execute(self, *args, **kwargs)
-
-    redis.Redis.execute_command, redis.client.Pipeline.execute = counting, counting_pipe
-    for alias in connections:
-        def wrapper(run, sql, params, many, context, alias=alias):
-            _IO[f"sql:{alias}"] += 1
-            return run(sql, params, many, context)
-
-        connections[alias].execute_wrappers.append(wrapper)
+_IO: Counter = Counter()  # this process's SQL statements by alias and Redis round trips (pipelines as one)
+_COUNTING: list = []  # once this process counts: the function that would stop it
 
 
 def _call(job: dict):
@@ -71,7 +42,8 @@ def batch(job: dict, ctl) -> dict:
     """Batch queries of random feed pages over [t_start, t_end], measured from t_measure; every answer checked
     (order, availability, state/version, count) against the prepared data."""
     from likes_project import metrics
-    _instrument()
+    if not _COUNTING:
+        _COUNTING.append(count_io(_IO, pipelines=True))
     rng, users, size, counts = random.Random(job["seed"]), job["users"], job["batch"], job["counts"]
     call, conn = _call(job)
     t_measure, t_end = job["t_measure"], min(job["t_end"], time.time() + MAX_JOB_SECONDS)

@@ -1,6 +1,5 @@
-"""2. The my-likes page of a user with many likes, page 1 and a deep page: ours (keyset, relations.selectors_my_likes)
-against LIMIT/OFFSET in the same run, with the deep page's plans. 3. relation_cache_rebuild() end to end over
-synthetic relations (generate_series on every shard), where its time went and the Redis memory it used."""
+"""The read benchmark's parts 2 and 3: the my-likes page 1 and a deep page, ours (keyset) against LIMIT/OFFSET, with
+the deep page's plans; relation_cache_rebuild() end to end over synthetic relations, its time and Redis memory."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import time
 
 from bench.harness.report import pct, ratio
 from bench.harness.sampler import ResourceSampler, sampled
-from bench.harness.seed import author_id, make_log, relations_insert, reset_state, snapshots_insert, table
+from bench.harness.seed import author_id, make_log, relations_insert, reset_state, rows, snapshots_insert, table, vacuum
 
 log = make_log("read")
 LIST_PREFIX, REB_PREFIX = "rbl-v", "rbr-v"  # the my-likes user's liked videos; the rebuild relations' videos
@@ -140,10 +139,8 @@ def _insert(n_users: int) -> dict:
                          "'rbr-seed', now() - interval '1 day' - j * interval '1 second' FROM unnest(%s::bigint[], "
                          f"%s::int[]) AS x(u, k), generate_series(0, {REB_PER_USER - 1}) AS j",
                     [REB_PREFIX, [p[0] for p in chunk], [p[1] for p in chunk]])
-        with connections[alias].cursor() as cur:
-            cur.execute(f"ANALYZE {table(LikeRelation)}")
-            cur.execute(f"SELECT count(*) FROM {table(LikeRelation)}")
-            per_shard[alias] = cur.fetchone()[0]
+        vacuum(alias, LikeRelation, analyze_only=True)
+        per_shard[alias] = rows(alias, f"SELECT count(*) FROM {table(LikeRelation)}")[0][0]
     return per_shard
 
 

@@ -1,2 +1,1 @@
-"""Reconciliation and repair: `bench/run.sh reconcile` (bench.py), on the data set of seed.py (which the snapshot
-benchmark seeds too)."""
+"""Reconciliation and repair: `bench/run.sh reconcile` (bench.py), on the data set of seed.py."""

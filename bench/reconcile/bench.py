@@ -1,9 +1,5 @@
-"""Reconciliation and repair (issue 11): `bench/run.sh reconcile`. Seeds `--relations` relations into every layer
-(bench/reconcile/seed.py) and checks the seed, then: coverage of every video (the ops job) against a naive per-video
-COUNT(*) and the raw SQL ceiling (one GROUP BY a database), idle and under a command load (with the commands/s a
-check costs); `--exact-runs` exact runs while commands flow on their videos (the barrier hold, what the commands
-met); the hot video damaged by hand, found, repaired from the facts after a second person's approval (approval ->
-the live count right); finally every video's facts = Σ vbuckets = display snapshot, nothing acknowledged lost."""
+"""Reconciliation and repair (issue 11): `bench/run.sh reconcile`. Coverage, exact runs and repairs on the seeded data
+set, against a naive COUNT(*) and the raw SQL ceiling (docs/benchmarks.md, "Reconciliation and repair")."""
 
 from __future__ import annotations
 
@@ -13,10 +9,9 @@ import time
 from collections import Counter
 
 from bench.harness import checks, driver
-from bench.harness.phases import Layout, Session, command_figures, pooled_windows
-from bench.harness.pool import Pool
-from bench.harness.report import fmt, md_table, pct, ratio, resources_table
-from bench.harness.seed import flush_redis, named_users, prepare, reset_all, table
+from bench.harness.phases import Session, command_figures, pooled_windows
+from bench.harness.report import fmt, md_table, pair, pct, ratio, resources_table
+from bench.harness.seed import flush_redis, named_users, prepare, reset_all, rows, table
 from bench.reconcile import seed
 from bench.reconcile.seed import SEED_HOT_VIDEO
 
@@ -51,12 +46,10 @@ NAMES = {"ours": "ours: coverage run (REC-3/4)", "naive": "naive: COUNT(*) per v
          "ceiling": "ceiling: one GROUP BY per database"}
 
 
-def seeded_session(run, layout_checker: bool = True) -> tuple:
+def seeded_session(run) -> tuple:
     """The command load's users, the operators, every table emptied, the data set seeded and checked; the pool,
     its layout and the session. Returns (plan, data, session)."""
-    from relations import routing
     args = run.args
-    args.mix_shares = driver.parse_mix(args)
     flush_redis()
     users, _ = prepare(users=args.users, videos=0)
     named_users(OPERATOR, APPROVER)
@@ -66,9 +59,7 @@ def seeded_session(run, layout_checker: bool = True) -> tuple:
     data = {"seed": seed.seed(plan)}
     rng = random.Random(args.seed)
     data["seed_check"] = seed.verify_sample(plan, rng=rng)
-    layout = Layout(commands=args.procs, shards=routing.all_aliases(), projectors=args.projectors,
-                    checker=layout_checker)
-    session = Session(Pool(layout.size, name="worker"), layout, args, users, actor=OPERATOR)
+    session = Session.on_workers(args, users, actor=OPERATOR, checker=True)
     videos = plan.video_ids()
     sample = sorted(rng.sample(videos, min(args.identity_sample, len(videos))))
     data["identity"] = session.check("check", mode="identity", scope={"videos": [*sample, SEED_HOT_VIDEO]})
@@ -88,7 +79,6 @@ def naive_compare() -> dict:
     against its LIKED projection rows: no versions, outbox evidence, wait for events in flight or routing. It finds
     a count that differs, not which relation; an offsetting +1/-1 passes it."""
     from django.conf import settings
-    from django.db import connections
 
     from counting import routing
     from counting.models import LikeCountProjection
@@ -97,25 +87,22 @@ def naive_compare() -> dict:
     for _ in range(10_000_000):  # one chunk a pass; the keyset ends it
         chunk: set[str] = set()
         for alias in settings.RELATION_SHARD_ALIASES:
-            with connections[alias].cursor() as cur:
-                cur.execute(f"SELECT DISTINCT video_id FROM {table(LikeRelation)} WHERE video_id > %s ORDER BY "
-                            "video_id LIMIT %s", [after, settings.RECONCILE_BATCH_VIDEOS])
-                chunk |= {r[0] for r in cur.fetchall()}
+            chunk |= {r[0] for r in rows(alias, f"SELECT DISTINCT video_id FROM {table(LikeRelation)} WHERE "
+                                               "video_id > %s ORDER BY video_id LIMIT %s",
+                                         [after, settings.RECONCILE_BATCH_VIDEOS])}
         chunk = sorted(chunk)[:settings.RECONCILE_BATCH_VIDEOS]
         if not chunk:
             break
         facts, projected = Counter(), Counter()
         for alias in settings.RELATION_SHARD_ALIASES:
-            with connections[alias].cursor() as cur:
-                cur.execute(f"SELECT video_id, count(*), count(*) FILTER (WHERE state = 'LIKED') FROM "
-                            f"{table(LikeRelation)} WHERE video_id = ANY(%s) GROUP BY video_id", [chunk])
-                for v, n, liked in cur.fetchall():
-                    relations, facts[v] = relations + n, facts[v] + liked
+            for v, n, liked in rows(alias, f"SELECT video_id, count(*), count(*) FILTER (WHERE state = 'LIKED') "
+                                           f"FROM {table(LikeRelation)} WHERE video_id = ANY(%s) GROUP BY video_id",
+                                    [chunk]):
+                relations, facts[v] = relations + n, facts[v] + liked
         for alias in settings.COUNT_PARTITION_ALIASES:
-            with connections[alias].cursor() as cur:
-                cur.execute(f"SELECT video_id, count(*) FROM {table(LikeCountProjection)} WHERE generation = %s AND "
-                            "video_id = ANY(%s) AND projected_state = 'LIKED' GROUP BY 1", [gen.generation, chunk])
-                projected.update(dict(cur.fetchall()))
+            projected.update(dict(rows(alias, f"SELECT video_id, count(*) FROM {table(LikeCountProjection)} WHERE "
+                                              "generation = %s AND video_id = ANY(%s) AND projected_state = 'LIKED' "
+                                              "GROUP BY 1", [gen.generation, chunk])))
         bad += [v for v in chunk if facts[v] != projected[v]]
         videos, after = videos + len(chunk), chunk[-1]
     return {"relations": relations, "videos": videos, "mismatched_videos": len(bad)}
@@ -331,12 +318,14 @@ def final_text(f: dict) -> str:
             f"{f['acknowledged']:,} relations acknowledged by a command, {f['acknowledged_lost']} lost.")
 
 
-def command_table(rows: list[tuple[str, dict]], base: float | None) -> str:
+def command_table(rows: list[tuple[str, dict]], base: float | None, *, waited: bool = True) -> str:
+    """The commands of some windows against the load alone (`base` commands/s); `waited`: the barrier waits too."""
     return md_table(["commands through relation_set_state", "seconds:", "commands/s:", "÷ load alone:",
-                     "p50 / p99 ms:", "waited at a barrier:", "503:", "other errors"],
+                     "p50 / p99 ms:", *(["waited at a barrier:"] if waited else []), "503:", "other errors"],
                     [[name, fmt(c.get("seconds")), f"**{fmt(c.get('commands_per_s'))}**",
-                      fmt(ratio(c.get("commands_per_s"), base), 3), f"{fmt(c.get('p50_ms'))} / {fmt(c.get('p99_ms'))}",
-                      c.get("waited", "-"), c.get("barrier_503", 0), c.get("errors") or 0] for name, c in rows if c])
+                      fmt(ratio(c.get("commands_per_s"), base), 3), pair(c.get("p50_ms"), c.get("p99_ms")),
+                      *([c.get("waited", "-")] if waited else []), c.get("barrier_503", 0), c.get("errors") or 0]
+                     for name, c in rows if c])
 
 
 def report(result: dict) -> list[str]:

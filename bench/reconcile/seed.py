@@ -1,9 +1,5 @@
 """The data set of the reconciliation and snapshot benchmarks, written straight into every layer in bulk SQL as the
-pipeline leaves it once every event was published and consumed: the relation rows on their shards (the contract
-hashed in SQL), one SENT outbox row a version with the command's payload, the projection rows on their buckets'
-partitions and the vbuckets, the video and display snapshots and the `count` checkpoints. Shape (deterministic):
-`videos` videos of `per_video` relations, user k = idx mod users, the state by (31 i + 17 j) mod 20 (85% LIKED v1,
-10% UNLIKED v2, 5% LIKED v3), plus a hot video of `hot` LIKED v1 relations. The SQL hashes are checked against
+pipeline leaves it (its shape: docs/benchmarks.md, "Reconciliation and repair"); the SQL hashes are checked against
 the Python routing on a sample afterwards."""
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from bench.harness.seed import author_id, make_log, partitions, rows, snapshots_insert, table, users_sql
+from bench.harness.seed import author_id, make_log, partitions, rows, snapshots_insert, table, users_sql, vacuum
 from bench.harness.seed import shards as seed_shards
 
 log = make_log("seed")
@@ -162,8 +158,7 @@ def _seed_shard(alias: str, plan: Plan, uids: list[int], base_ms: int) -> dict:
         cur.execute(f"SELECT stream_partition, max(stream_entry_ms), count(*) FROM {table(OutboxEvent)} "
                     "WHERE status = 'SENT' GROUP BY 1")
         heads = {int(part): (int(ms), int(n)) for part, ms, n in cur.fetchall()}
-    for model in (LikeRelation, OutboxEvent):
-        rows(alias, f"ANALYZE {table(model)}")
+    vacuum(alias, LikeRelation, OutboxEvent, analyze_only=True)
     return {"relations": relations, "events": events, "heads": heads}
 
 
@@ -194,8 +189,7 @@ def _seed_partition(alias: str, plan: Plan, uids: list[int], base_ms: int, gen) 
             "SELECT %(g)s, r.v, r.vb, %(bsv)s, count(*) FILTER (WHERE mod(r.ver, 2) = 1), sum(r.ver), false, "
             f"max({_TS.format(idx='r.idx', ver='r.ver')}) FROM _seed_proj r GROUP BY r.v, r.vb ORDER BY r.v, r.vb", p)
         buckets = cur.rowcount
-    for model in (LikeCountProjection, VideoLikeCountVbucket):
-        rows(alias, f"ANALYZE {table(model)}")
+    vacuum(alias, LikeCountProjection, VideoLikeCountVbucket, analyze_only=True)
     return {"projected": projected, "buckets": buckets}
 
 

@@ -1,2 +1,1 @@
-"""Recovery snapshots: `bench/run.sh snapshot` (bench.py: builds idle and under load, a lost partition restored
-against repaired from the facts; variants.py: ours, the naive dump and the raw SQL ceiling, and their loads)."""
+"""Recovery snapshots: `bench/run.sh snapshot` (bench.py; variants.py: ours, the naive dump, the ceiling)."""

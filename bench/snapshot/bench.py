@@ -1,9 +1,5 @@
-"""Recovery snapshots and the restore from them (issue 12): `bench/run.sh snapshot`. Seeds `--relations` relations
-into every layer (bench/reconcile/seed.py), then: builds idle, ours against the naive stop-the-world dump and the
-raw SQL ceiling (bench/snapshot/variants.py); builds under a command load (the dispatch pause p50 / p99); one count
-partition's rows deleted by hand and recovered two ways (repairs from the facts, extrapolated to every video, and
-the restore of the last sealed snapshot, both after a second person's approval), the restore's load against a raw
-COPY FROM and an ORM bulk_create; finally every video exact and nothing acknowledged lost."""
+"""Recovery snapshots and the restore from them (issue 12): `bench/run.sh snapshot`, builds idle and under load, a lost
+partition restored against repaired from the facts (docs/benchmarks.md, "Recovery snapshots")."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from bench.harness.phases import AutoVacuum, Session, command_figures, pooled_wi
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
 from bench.harness.sampler import merge
 from bench.harness.seed import reset_all
-from bench.reconcile.bench import APPROVER, LOAD_OPTIONS, OPERATOR, final_text, seed_text, seeded_session
+from bench.reconcile.bench import APPROVER, LOAD_OPTIONS, OPERATOR, command_table, final_text, seed_text, seeded_session
 from bench.snapshot import variants
 
 NAME = "snapshot"
@@ -207,12 +203,7 @@ def report(result: dict) -> list[str]:
     names = {"load_alone": "load alone (the window before the builds)", "during_ours": "during the builds of ours",
              "during_ceiling": "during the ceiling's builds", "during_naive": "during the naive builds",
              "during_restore": "during the restore"}
-    out.append(md_table(["commands through relation_set_state", "seconds:", "commands/s:", "÷ load alone:",
-                         "p50 / p99 ms:", "503:", "other errors"],
-                        [[name, fmt(c["seconds"]), f"**{fmt(c['commands_per_s'])}**",
-                          fmt(ratio(c["commands_per_s"], alone), 3), f"{fmt(c['p50_ms'])} / {fmt(c['p99_ms'])}",
-                          c.get("barrier_503", 0), c.get("errors") or 0]
-                         for key, name in names.items() if (c := cmds.get(key))]))
+    out.append(command_table([(name, cmds.get(key)) for key, name in names.items()], alone, waited=False))
     res = [(f"{r['variant']} idle", r["resources"]) for r in result.get("idle", []) if r["round"] == 0]
     res += [("ours under load (mean)", merge([r["resources"] for r in b["ours"]]))]
     if rest:

@@ -1,8 +1,5 @@
-"""A snapshot build three ways: ours (the snapshot_create ops job, run by the checker process as a worker runs it:
-the cut with dispatch stopped briefly, gzip COPY artifacts, read back, sealed); naive (dispatch stopped for the WHOLE
-dump, one JSON line per row through the ORM, gzip, a SHA-256 of each file); the ceiling (dispatch stopped only to
-open and export one REPEATABLE READ snapshot per partition, then a raw COPY of both tables by psql into nowhere).
-And the restore's load against psql's `\\copy … from FILE` and an ORM bulk_create of the naive dump (rolled back)."""
+"""A snapshot build three ways, ours (the snapshot_create ops job), the naive stop-the-world ORM dump and the raw SQL
+ceiling (a minimal cut, then psql COPY), and the restore's load against raw COPY FROM and an ORM bulk_create."""
 
 from __future__ import annotations
 
