@@ -135,6 +135,49 @@ def ratelimit_relation_key(user_id: int, video_id: str) -> str:
     return f"{_p()}:rl:rel:{{{user_id}}}:{video_id}"
 
 
+def ratelimit_device_key(device_id: str) -> str:
+    return f"{_p()}:rl:dev:{{{device_id}}}"
+
+
+def behaviour_keys(user_id: int, video_id: str, *, now_s: float) -> list[str]:
+    """A user's behaviour windows (RISK-1 layer 2), on the slot of the user's other limit keys: the distinct videos
+    of this minute and the distinct devices of this hour (HyperLogLogs), and the relation's effective toggles in
+    the toggle window (a counter that expires)."""
+    minute, hour = int(now_s // 60), int(now_s // 3600)
+    return [f"{_p()}:beh:{{{user_id}}}:v:{minute}", f"{_p()}:beh:{{{user_id}}}:d:{hour}",
+            f"{_p()}:beh:{{{user_id}}}:t:{video_id}"]
+
+
+# KEYS: the videos HLL, the devices HLL, the toggles counter. ARGV: video, device ("" none), the HLLs' TTLs (s).
+# Adds this command to the windows and returns {distinct videos this minute, distinct devices this hour, toggles}.
+BEHAVIOUR_CHECK = """
+redis.call('PFADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+if ARGV[2] ~= '' then
+  redis.call('PFADD', KEYS[2], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
+return {redis.call('PFCOUNT', KEYS[1]), redis.call('PFCOUNT', KEYS[2]), tonumber(redis.call('GET', KEYS[3]) or '0')}
+"""
+# KEYS: the toggles counter. ARGV: the window (s). One more effective toggle; the window starts at the first.
+TOGGLE_RECORD = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+
+
+def behaviour_check(user_id: int, video_id: str, device_id: str, *, now_s: float) -> tuple[int, int, int]:
+    """(distinct videos this minute, distinct devices this hour, the relation's toggles), this command included."""
+    [result] = scripts_run([(BEHAVIOUR_CHECK, behaviour_keys(user_id, video_id, now_s=now_s),
+                             [video_id, device_id, 120, 7200])])
+    return int(result[0]), int(result[1]), int(result[2])
+
+
+def toggle_record(user_id: int, video_id: str, *, now_s: float, window_s: int) -> None:
+    scripts_run([(TOGGLE_RECORD, behaviour_keys(user_id, video_id, now_s=now_s)[2:], [window_s])])
+
+
 # ARGV: rate (tokens per second), burst, need, consume (1/0). Uses the server clock so every web
 # process shares one time base. Returns {allowed, retry_after_ms}.
 TOKEN_BUCKET = """

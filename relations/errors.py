@@ -49,3 +49,11 @@ class LikesPrivate(Forbidden):
 class LikesReadOnly(ServiceUnavailable):
     code = "likes_read_only"
     default_message = "Likes are read-only for a while (operator switch); nothing was changed. Retry later."
+
+
+class BehaviourLimited(RateLimited):
+    """RISK-1 layer 2: a behaviour window is past its threshold (`signal`: toggles, videos_per_minute,
+    devices_per_hour); refused before the transaction, with the current relation."""
+
+    code = "behaviour_limited"
+    default_message = "This account's recent activity is past what the service accepts; retry later."

@@ -67,7 +67,10 @@ class LikeRelationView(APIView):
     @extend_schema(
         operation_id="like_relation_put",
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
-                                     description="1-128 characters of [A-Za-z0-9._:-], one per user intent")],
+                                     description="1-128 characters of [A-Za-z0-9._:-], one per user intent"),
+                    OpenApiParameter("X-Device-Id", str, OpenApiParameter.HEADER, required=False,
+                                     description="The device, when the body has no deviceId: its own rate limit "
+                                                 "and the user's devices-per-hour window")],
         request=s.LikeRelationPutSerializer,
         responses={200: s.CommandResponseSerializer, **ERRORS},
     )
@@ -83,15 +86,16 @@ class LikeRelationView(APIView):
         base_version = body.get("baseVersion")
         if base_version is not None:
             validation.strict_int(base_version, field="baseVersion", code="invalid_base_version", minimum=0)
-        device_id = body.get("deviceId")
+        device_id = body.get("deviceId", request.headers.get("X-Device-Id"))  # the body's, else the header's
         device_id = "" if device_id is None else validation.device_id(device_id)
         client_sequence = body.get("clientSequence")
         if client_sequence is not None:
             validation.strict_int(client_sequence, field="clientSequence", code="invalid_client_sequence")
 
         user_id = request.user.pk
-        verdict = limits.request_limits_check(user_id=user_id, client_ip=client_ip(request))
+        verdict = limits.request_limits_check(user_id=user_id, client_ip=client_ip(request), device_id=device_id)
         if not verdict.allowed:
+            commands.count_command("rate_limited", desired_state)
             current = selectors.relation_get(user_id=user_id, video_id=video_id)
             raise RateLimited(
                 headers={"Retry-After": str(verdict.retry_after_s)}, scope=verdict.scope,

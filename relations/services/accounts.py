@@ -72,7 +72,7 @@ def _unlike(*, user_id: int, video_id: str) -> bool:
                                      device_id="", client_sequence=None)
     except commands._DuplicateOperation:
         return False  # this withdrawal id already committed (a concurrent or earlier run of the deletion)
-    commands._counted("account_delete" if out.changed else "account_delete_noop", RelationState.UNLIKED)
+    commands.count_command("account_delete" if out.changed else "account_delete_noop", RelationState.UNLIKED)
     if out.changed:
         nudge("relations.publish_outbox", alias)
     return out.changed

@@ -18,6 +18,7 @@ from likes_project.nudge import nudge
 from likes_project.switches import switch_is_set
 from relations import events, routing, selectors
 from relations.errors import (
+    BehaviourLimited,
     BlockedByAuthor,
     IdempotencyKeyReused,
     LikesReadOnly,
@@ -101,7 +102,7 @@ def like_authorize(*, user_id: int, video_id: str) -> None:
         raise VideoFriendsOnly()
 
 
-def _counted(outcome: str, desired_state: str | None) -> None:
+def count_command(outcome: str, desired_state: str | None) -> None:
     """`likes_commands_total{outcome, action}` (M1): each command's outcome, like and unlike apart."""
     metrics.inc("likes_commands_total", outcome=outcome, action=ACTIONS.get(desired_state, "unknown"))
 
@@ -110,7 +111,7 @@ def _replay(cmd: selectors.CommandRecord, *, video_id: str, desired_state: str |
             current: RelationView | None = None) -> CommandResult:
     """The stored verdict of `cmd` (and the relation now: `current`, or read here)."""
     if cmd.video_id != video_id or (desired_state is not None and cmd.desired_state != desired_state):
-        _counted("key_reused", desired_state or cmd.desired_state)
+        count_command("key_reused", desired_state or cmd.desired_state)
         raise IdempotencyKeyReused(
             operationId=cmd.operation_id, boundVideoId=cmd.video_id, boundDesiredState=cmd.desired_state
         )
@@ -226,7 +227,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
                 and desired_state != current.state
                 and settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
             ):
-                _counted("stale_base", desired_state)
+                count_command("stale_base", desired_state)
                 raise StaleBaseVersion(
                     f"baseVersion {base_version} is not the current version {current.relation_version}.",
                     currentRelation=current.as_dict(),
@@ -339,7 +340,7 @@ def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desir
         raise _Replayed(selectors.CommandRecord(user_id, operation_id, cmd_video, cmd_desired, state, version,
                                                 changed), current)
     if outcome == "stale":
-        _counted("stale_base", desired_state)
+        count_command("stale_base", desired_state)
         raise StaleBaseVersion(f"baseVersion {base_version} is not the current version {cur_version}.",
                                currentRelation=current.as_dict())
     result = RelationView(state, version)
@@ -375,7 +376,7 @@ def _apply(*, user_id: int, video_id: str, desired_state: str, operation_id: str
                 return _apply_function(**kwargs, lookup=lookup)
             return _apply_python(**kwargs)
         except write_barrier.SlotMoved:
-            _counted("slot_moved", desired_state)
+            count_command("slot_moved", desired_state)
             routing.reset_cache()
             return write_barrier.FENCED  # the switch is being committed: poll, bounded like a cutover's pause
 
@@ -407,7 +408,7 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
     too, is refused with 503 `likes_read_only` and the current relation, and nothing is written.
     """
     if switch_is_set(LikesReadOnlySwitch):  # read-only likes (issue 14 §3): refused before anything is read or written
-        _counted("read_only", desired_state)
+        count_command("read_only", desired_state)
         retry_after = settings.READ_ONLY_RETRY_AFTER_S
         raise LikesReadOnly(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after,
                             currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
@@ -419,11 +420,21 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
         existing = selectors.command_get(user_id=user_id, operation_id=operation_id)
         if existing is None:
             return None
-        _counted("replayed", desired_state)
+        count_command("replayed", desired_state)
         return _replay(existing, video_id=video_id, desired_state=desired_state)
 
     if not in_statement and (replayed := replay_if_recorded()) is not None:
         return replayed
+
+    behaviour = limits.behaviour_check(user_id=user_id, video_id=video_id, device_id=device_id)
+    if not behaviour.allowed:  # RISK-1 layer 2: refused before the transaction; a recorded verdict still replays
+        if in_statement and (replayed := replay_if_recorded()) is not None:
+            return replayed
+        count_command("behaviour_limited", desired_state)
+        raise BehaviourLimited(
+            headers={"Retry-After": str(behaviour.retry_after_s)}, signal=behaviour.signal, limit=behaviour.limit,
+            retryAfterSeconds=behaviour.retry_after_s,
+            currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
 
     if desired_state == RelationState.LIKED:
         # UNLIKED needs no authorisation: withdrawing a like is always allowed (and a no-op when
@@ -441,6 +452,7 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
             return replayed
         current = selectors.relation_get(user_id=user_id, video_id=video_id)
         if current.state != desired_state:
+            count_command("rate_limited", desired_state)
             raise RateLimited(
                 "Too many state changes on this relation; retry later.",
                 headers={"Retry-After": str(verdict.retry_after_s)},
@@ -453,14 +465,14 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
                                 operation_id=operation_id, base_version=base_version, device_id=device_id,
                                 client_sequence=client_sequence, lookup=in_statement)
     except _Replayed as found:
-        _counted("replayed", desired_state)
+        count_command("replayed", desired_state)
         return _replay(found.record, video_id=video_id, desired_state=desired_state, current=found.current)
     except _DuplicateOperation:
-        _counted("concurrent_duplicate", desired_state)
+        count_command("concurrent_duplicate", desired_state)
         cmd = selectors.command_get(user_id=user_id, operation_id=operation_id)
         return _replay(cmd, video_id=video_id, desired_state=desired_state)
 
-    _counted("changed" if outcome.changed else "unchanged", desired_state)
+    count_command("changed" if outcome.changed else "unchanged", desired_state)
     if outcome.changed:
         limits.relation_transition_record(user_id=user_id, video_id=video_id)
         nudge("relations.publish_outbox", alias)  # after commit; latency only, beat sweeps anyway
