@@ -80,6 +80,7 @@ class Traffic:
         self._workers: list[threading.Thread] = []
         self.crashed: list[str] = []
         self.frozen: set[tuple[int, str]] = set()  # pairs that get no further command
+        self._hot: tuple[str | None, int] = (None, 0)  # (a video, how many commands in ten go to it)
 
     # --- control ---------------------------------------------------------------------------------
 
@@ -102,6 +103,11 @@ class Traffic:
         for worker in self._workers:
             worker.join(timeout=60)
         self._workers = []
+
+    def hot(self, video_id: str | None, share: float) -> None:
+        """Send `share` of the commands to `video_id` from now on (None: spread them again)."""
+        with self._lock:
+            self._hot = (video_id, round(share * 10))
 
     def last_seq(self) -> int:
         with self._lock:
@@ -145,6 +151,9 @@ class Traffic:
                 started = time.monotonic()
                 user = users[n % len(users)]
                 video_id = videos[(n // len(users) + user.user_id) % len(videos)]
+                hot, in_ten = self._hot
+                if hot is not None and n % 10 < in_ten:
+                    video_id = hot
                 if (user.user_id, video_id) in self.frozen and skipped < len(users) * len(videos):
                     skipped += 1  # the next pair at once; every pair frozen: fall through to the pacing
                     continue
