@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench.harness import driver, seed
-from bench.harness.phases import backlog_events, drain_jobs, publish
+from bench.harness.phases import backlog_events, drained, publish
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct, ratio
 from bench.harness.seed import author_id, consumer_reset, snapshots_insert, streams_reset, table, users_sql
@@ -76,13 +76,10 @@ def likers_load(args) -> dict:
 
 
 def likers_unload() -> None:
-    from django.db import connections
-
     from relations.models import VideoSnapshot
     reverse_reset()
-    with connections["default"].cursor() as cur:
-        cur.execute(f"DELETE FROM {table(VideoSnapshot)} WHERE video_id = %s", [PAGE_VIDEO])
-        cur.execute("DELETE FROM auth_user WHERE username LIKE %s", [LIKER_PREFIX + "%"])
+    seed.rows("default", f"DELETE FROM {table(VideoSnapshot)} WHERE video_id = %s", [PAGE_VIDEO])
+    seed.rows("default", "DELETE FROM auth_user WHERE username LIKE %s", [LIKER_PREFIX + "%"])
 
 
 def run_latency(args) -> dict:
@@ -129,8 +126,7 @@ def projector_round(args, pool: Pool, kind: str, rnd: int) -> dict:
     final = {(ev["userId"], ev["videoId"]): ev["absoluteState"] for ev in events}
     publish(events)
     connections.close_all()
-    res = pool.run(drain_jobs("reverse", CONSUMERS, start_at=time.time() + 0.3, max_s=240,
-                              batch_size=args.batch_size), timeout=300)
+    res, _, _ = drained(pool, "reverse", CONSUMERS, max_s=240, lead=0.3, batch_size=args.batch_size)
     elapsed = max(r["t_end"] for r in res) - min(r["t_first"] for r in res)
     liked = sum(seed.rows(a, f"SELECT count(*) FROM {table(LikeReverseSort)}")[0][0] for a in seed.partitions())
     dispatched, applied = sum(r.get("dispatched", 0) for r in res), sum(r.get("applied", 0) for r in res)

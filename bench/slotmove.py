@@ -11,7 +11,7 @@ from bench.harness import checks, driver
 from bench.harness.phases import ROLE, STEPS, step_times
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct
-from bench.harness.seed import author_id, named_users, prepare, relations_insert, snapshots_insert, table, vacuum
+from bench.harness.seed import author_id, named_users, prepare, relations_insert, rows, snapshots_insert, table, vacuum
 
 NAME = "slotmove"
 DB_NAME, SOURCE, TARGET, CONTRACT = "likes_bench_slot", "rel_00", "rel_02", ("rel_00", "rel_01")
@@ -150,7 +150,6 @@ def client_view(samples, moving: set[int], windows: dict, moves: list[dict]) -> 
 
 def final_check(samples, seeded: dict, slots: list[int]) -> dict:
     from django.conf import settings
-    from django.db import connections
 
     from relations import routing
     from relations.models import LikeCommand, LikeRelation
@@ -161,15 +160,12 @@ def final_check(samples, seeded: dict, slots: list[int]) -> dict:
     last = {(u, v): s for _t, _ms, u, v, s, out, _w in sorted(samples) if out == "ok"}
     cond, params = protocol_rows.slot_sql(contract)
     counts, strays = Counter(), 0
-    for alias in settings.RELATION_SHARD_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute("SET statement_timeout = 0")  # whole-table counts through likes_slot_of: a check
-            for model in (LikeRelation, LikeCommand):
-                cur.execute(f"SELECT count(*) FROM {table(model)}")
-                counts[model.__name__] += cur.fetchone()[0]
-                if foreign := [s for s in slots if contract.slot_aliases[s] != alias]:
-                    cur.execute(f"SELECT count(*) FROM {table(model)} WHERE {cond}", [*params, foreign])
-                    strays += cur.fetchone()[0]
+    for alias in settings.RELATION_SHARD_ALIASES:  # whole-table counts through likes_slot_of: a check, slow
+        for model in (LikeRelation, LikeCommand):
+            counts[model.__name__] += rows(alias, f"SELECT count(*) FROM {table(model)}", slow=True)[0][0]
+            if foreign := [s for s in slots if contract.slot_aliases[s] != alias]:
+                strays += rows(alias, f"SELECT count(*) FROM {table(model)} WHERE {cond}", [*params, foreign],
+                               slow=True)[0][0]
     seeded_rows = seeded["moving_relations"] + seeded["rest_relations"]
     out = {**checks.acknowledged(last), "stray_rows": strays, "outcomes": dict(outcomes),
            "relation_rows": counts["LikeRelation"], "relation_rows_expected": seeded_rows + len(last),

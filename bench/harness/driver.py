@@ -25,6 +25,16 @@ REDIS_PREFIX = "likes-bench"
 # bench/run.sh tags every connection of a run (driver, clients, gunicorn, Celery) with this name, so the run
 # can tell another benchmark on the same databases from its own connections.
 APP_NAME = os.environ.get("PGAPPNAME", "likes-bench")
+# The options of a command load with the pipeline's loops running (harness/phases.py: Layout and Session read them).
+LOAD_OPTIONS = {
+    "users": (5000, "users of the command load", 1, 10**6), "procs": (4, "command processes", 1, 64),
+    "projectors": (2, "projector processes", 1, 16),
+    "mix": ("like=60,unlike=40", "command mix in percent, kinds like/unlike/noop/replay"),
+    "warmup": (3.0, "seconds of load before anything is measured", 0, 30),
+    "snapshot_interval": (0.2, "display snapshot cadence, s", 0.001, 5),
+    "publish_idle": (0.01, "publisher sleep after an empty claim, s", 0.001, 5),
+    "project_idle": (0.01, "projector sleep when nothing is new, s", 0.001, 5),
+}
 
 
 def make_log(tag: str):

@@ -88,12 +88,14 @@ def clients_run(pool, sampler, jobs: list[dict], times: dict, server=None) -> tu
                    pool.labels("bench clients"), window=(times["t_measure"], times["t_end"]), server=server)
 
 
-def drain_wait(timeout: float, *, active_only: bool = False) -> tuple[dict, float]:
-    """Poll what the pipeline still has to do until nothing (or `timeout`); (what was left, seconds)."""
+def drain_wait(timeout: float, *, active_only: bool = False, outbox_only: bool = False) -> tuple[dict, float]:
+    """Poll what the pipeline still has to do (`outbox_only`: its outbox rows not sent) until nothing (or
+    `timeout`); (what was left, seconds)."""
     t0 = time.time()
     pending: dict = {"not checked": True}
     for _ in range(100_000):
         pending = checks.pipeline_pending(active_only=active_only)
+        pending = {k: v for k, v in pending.items() if k == "outbox" or not outbox_only}
         if not pending or time.time() - t0 > timeout:
             break
         time.sleep(0.25)  # poll the drain (bounded by the timeout)
@@ -114,12 +116,14 @@ class Session:
         lay = Layout(args, **layout)
         return cls(Pool(lay.size, name="worker"), lay, args, users, actor=actor)
 
-    def pipeline_start(self, hard: float, times: dict | None = None) -> None:
+    def pipeline_start(self, hard: float, times: dict | None = None, *, publishers_only: bool = False) -> None:
         """The publishers, projectors and snapshot loop (`times`: when they start, the window they count in)."""
         now = time.time()
         times = times or {"t_start": now, "t_measure": now, "t_end": hard, "hard_deadline": hard}
         for alias, i in self.layout.publishers.items():
             self.pool.submit(i, {**times, "role": ROLE + "publisher", "alias": alias, "idle_s": self.args.publish_idle})
+        if publishers_only:
+            return
         for share, i in zip(self.layout.shares, self.layout.projectors, strict=False):
             self.pool.submit(i, {**times, "role": ROLE + "projector", "mode": "sustained", "partitions": share,
                                  "idle_s": self.args.project_idle})
@@ -466,8 +470,23 @@ def publish(events: list[dict]) -> float:
     return time.monotonic() - t0
 
 
-def drain_jobs(variant: str, procs: int, *, start_at: float, max_s: float, batch_size: int | None = None) -> list:
-    """The jobs of `procs` processes draining every stream partition with `variant` (each owns every n-th)."""
-    return [{"role": ROLE + "projector", "mode": "drain", "variant": variant, "partitions": share, "idle_s": 0.01,
-             "t_start": start_at, "hard_deadline": start_at + max_s, "batch_size": batch_size}
-            for share in partition_shares(procs)]
+def drained(pool, variant: str, procs: int, *, max_s: float, on: list[int] | None = None, lead: float = 0.5,
+            batch_size: int | None = None, sampler: ResourceSampler | None = None,
+            label: str = "projectors") -> tuple[list[dict], float | None, dict]:
+    """`procs` of the pool's processes (`on`: which, else the first) draining every stream partition with `variant`
+    (each owns every n-th) from `lead` s on, `sampler` over it: (their answers, seconds from the common start to the
+    last progress (None: none), where the time went)."""
+    t0 = time.time() + lead
+    jobs = [{"role": ROLE + "projector", "mode": "drain", "variant": variant, "partitions": share, "idle_s": 0.01,
+             "t_start": t0, "hard_deadline": t0 + max_s, "batch_size": batch_size} for share in partition_shares(procs)]
+    used = list(on or range(len(jobs)))[:len(jobs)]
+    for i, job in zip(used, jobs, strict=True):
+        pool.submit(i, job)
+
+    def collect() -> list[dict]:
+        return list(pool.collect(used, max_s + 60).values())
+
+    res, resources = sampled(sampler, collect, {pool.pid(i): label for i in used}, window=(t0, t0 + max_s)) \
+        if sampler else (collect(), {})
+    ends = [r["t_last_progress"] for r in res if r.get("t_last_progress")]
+    return res, max(ends) - t0 if ends else None, resources

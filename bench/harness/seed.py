@@ -119,16 +119,15 @@ def users_sql(prefix: str, n: int, start: int = 0, digits: int = 7) -> list[int]
         return [r[0] for r in cur.fetchall()]
 
 
-def named_users(*names: str) -> None:
-    """Django users by name (the operators who plan, approve and request)."""
+def named_users(*names: str) -> list[int]:
+    """Django users by name (the operators who plan, approve and request, the author, a probe); their ids."""
     from django.contrib.auth import get_user_model
-    for name in names:
-        get_user_model().objects.get_or_create(username=name, defaults={"password": "!bench"})
+    return [get_user_model().objects.get_or_create(username=name, defaults={"password": "!bench"})[0].pk
+            for name in names]
 
 
 def author_id() -> int:
-    from django.contrib.auth import get_user_model
-    return get_user_model().objects.get_or_create(username=AUTHOR_NAME, defaults={"password": "!bench"})[0].pk
+    return named_users(AUTHOR_NAME)[0]
 
 
 def videos_ensure(video_ids: list[str]) -> int:

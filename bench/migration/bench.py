@@ -7,13 +7,13 @@ import sys
 import time
 
 from bench.harness import checks, driver
-from bench.harness.phases import ROLE, STEPS, AutoVacuum, Session, command_figures, drain_jobs
+from bench.harness.phases import STEPS, AutoVacuum, Session, command_figures, drain_wait, drained
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
-from bench.harness.seed import author_id, flush_redis, named_users, prepare, reset_all, snapshots_insert
+from bench.harness.seed import author_id, flush_redis, named_users, prepare, reset_all, rows, snapshots_insert
 from bench.migration import moves
 from bench.migration import seed as mseed
 from bench.projection.pipeline import receipts_and_lags
-from bench.reconcile.bench import LOAD_OPTIONS, final_text
+from bench.reconcile.bench import final_text
 
 NAME = "migration"
 DB_NAME, BOOTSTRAP, TARGET, LOAD_VIDEO_PREFIX = "likes_bench_mig", ("cnt_00", "cnt_01"), "cnt_02", "bench-mig-load-"
@@ -22,7 +22,7 @@ OPTIONS = {
     "buckets": (256, "buckets moved cnt_00 -> cnt_02: the first N the bootstrap routed to cnt_00", 1, 512),
     "per_video": (50, "seeded relations per video", 2, 10_000),
     "rest_share": (0.25, "rows a bucket seeded in every other bucket, as a share of a moving bucket's", 0, 1),
-    **LOAD_OPTIONS, "load_videos": (2000, "videos of the command load (their own)", 1, 99_999),
+    **driver.LOAD_OPTIONS, "load_videos": (2000, "videos of the command load (their own)", 1, 99_999),
     "window": (10.0, "seconds of load alone before and after the migrations of a session", 1, 120),
     "series": (10, "migrations in the write-pause series", 0, 100),
     "series_buckets": (0, "buckets each series migration moves (0: all of the moved ones)", 0, 512),
@@ -75,26 +75,12 @@ def throughput(s: Session, label: str, user_ids: list[int], n: list[int]) -> dic
     for _ in range(s.args.burst_rounds):
         n[0] += 1
         relations = mseed.burst(s.args.burst, f"b{n[0]:02d}", user_ids)
-        now = time.time()
-        for alias, i in s.layout.publishers.items():
-            s.pool.submit(i, {"role": ROLE + "publisher", "alias": alias, "idle_s": s.args.publish_idle,
-                              "t_start": now, "hard_deadline": now + s.args.drain_timeout})
-        checks_left = checks.pipeline_pending().get("outbox")
-        for _ in range(100_000):
-            if not checks_left or time.time() - now > s.args.drain_timeout:
-                break
-            time.sleep(0.2)  # poll the outbox (bounded by --drain-timeout)
-            checks_left = checks.pipeline_pending().get("outbox")
+        s.pipeline_start(time.time() + s.args.drain_timeout, publishers_only=True)  # the publishers alone
+        drain_wait(s.args.drain_timeout, outbox_only=True)
         s.pool.stopped(list(s.layout.publishers.values()))
-        t0 = time.time() + 0.5
-        jobs = drain_jobs("count", len(s.layout.shares), start_at=t0, max_s=s.args.drain_timeout)
-        used = s.layout.projectors[:len(jobs)]
-        for i, job in zip(used, jobs, strict=True):
-            s.pool.submit(i, job)
-        res = s.pool.collect(used, s.args.drain_timeout + 60)
-        ends = [r["t_last_progress"] for r in res.values() if r["t_last_progress"]]
-        applied = sum(r.get("applied", 0) for r in res.values())
-        seconds = max(ends) - t0 if ends else None
+        res, seconds, _ = drained(s.pool, "count", len(s.layout.shares), max_s=s.args.drain_timeout,
+                                  on=s.layout.projectors)
+        applied = sum(r.get("applied", 0) for r in res)
         rounds.append({"relations": relations, "applied": applied, "seconds": seconds and round(seconds, 3),
                        "applied_per_s": round(applied / seconds, 1) if seconds else None})
         driver.make_log(NAME)(f"  {label}: {rounds[-1]} (buckets {layout})")
@@ -168,7 +154,6 @@ def phase_reverse(s: Session, big: list[int]) -> dict:
 def final(s: Session, seeded: dict, moved: list[int]) -> dict:
     """The routed sums of the seeded videos, the load videos' counts, the acks, one writer a bucket, stale rows."""
     from django.conf import settings
-    from django.db import connections
 
     from counting import routing
     from counting.models import CountRouteFence
@@ -185,15 +170,10 @@ def final(s: Session, seeded: dict, moved: list[int]) -> dict:
                 writers[vb].append(alias)
     out["single_writer"] = all(w == [gen.routes[vb].partition] for vb, w in writers.items())
     (here,) = home(moved) if len(home(moved)) == 1 else (None,)
-    out["stale_rows"] = {}
-    for alias in settings.COUNT_PARTITION_ALIASES:
-        if here and alias != here:
-            with connections[alias].cursor() as cur:
-                out["stale_rows"][alias] = 0
-                for t in changelog.TABLES:
-                    cur.execute(f"SELECT count(*) FROM {t.table} WHERE generation = %s AND virtual_bucket = ANY(%s)",
-                                [gen.generation, moved])
-                    out["stale_rows"][alias] += cur.fetchone()[0]
+    out["stale_rows"] = {alias: sum(rows(alias, f"SELECT count(*) FROM {t.table} WHERE generation = %s AND "
+                                         "virtual_bucket = ANY(%s)", [gen.generation, moved])[0][0]
+                                    for t in changelog.TABLES)
+                         for alias in settings.COUNT_PARTITION_ALIASES if here and alias != here}
     return out
 
 

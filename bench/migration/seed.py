@@ -10,7 +10,7 @@ import time
 import uuid
 from collections import defaultdict
 
-from bench.harness.seed import make_log, table, vacuum
+from bench.harness.seed import make_log, rows, table, vacuum
 
 log = make_log("migration")
 SEED_VIDEO_PREFIX, BURST_VIDEO_PREFIX = "bench-mig-v", "bench-mig-burst-"
@@ -65,20 +65,17 @@ def seed(*, scale: int, per_video: int, rest_share: float, moved: list[int], see
 def bucket_rows(buckets: list[int]) -> dict:
     """Projection rows (and how many LIKED) and vbuckets of `buckets` on every count partition."""
     from django.conf import settings
-    from django.db import connections
 
     from counting import routing
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
     gen, out = routing.load_generation(), {}
     for alias in settings.COUNT_PARTITION_ALIASES:
-        with connections[alias].cursor() as cur:
-            cur.execute(f"SELECT count(*), count(*) FILTER (WHERE projected_state = 'LIKED') FROM "
-                        f"{table(LikeCountProjection)} WHERE generation = %s AND virtual_bucket = ANY(%s)",
-                        [gen.generation, buckets])
-            proj, liked = cur.fetchone()
-            cur.execute(f"SELECT count(*) FROM {table(VideoLikeCountVbucket)} WHERE generation = %s AND "
-                        "virtual_bucket = ANY(%s)", [gen.generation, buckets])
-            out[alias] = {"projection": proj, "liked": liked, "vbuckets": cur.fetchone()[0]}
+        ((proj, liked),) = rows(alias, f"SELECT count(*), count(*) FILTER (WHERE projected_state = 'LIKED') FROM "
+                                       f"{table(LikeCountProjection)} WHERE generation = %s AND virtual_bucket = "
+                                       "ANY(%s)", [gen.generation, buckets])
+        out[alias] = {"projection": proj, "liked": liked, "vbuckets": rows(
+            alias, f"SELECT count(*) FROM {table(VideoLikeCountVbucket)} WHERE generation = %s AND virtual_bucket = "
+                   "ANY(%s)", [gen.generation, buckets])[0][0]}
     return out
 
 

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from bench.harness import checks, driver, seed
-from bench.harness.phases import ROLE, Layout, Session, drain_jobs, drain_wait
+from bench.harness.phases import ROLE, Layout, Session, drain_wait, drained
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pair, pct, pooled, ratio, resources_table
 from bench.harness.sampler import ResourceSampler, sampled
@@ -18,14 +18,9 @@ from bench.projection import naive
 
 NAME = "projection"
 OPTIONS = {
-    "users": (5000, "liking users", 1, 10**7), "videos": (2000, "videos in the uniform workload", 1, 10**7),
-    "workloads": ("uniform,hot", "comma list of uniform,hot"),
-    "warmup": (3.0, "seconds of load before the window", 0, 30), "duration": (15.0, "measured seconds", 0.1, 120),
-    "procs": (4, "command processes", 1, 64), "projectors": (2, "projector processes", 1, 16),
-    "mix": ("like=60,unlike=40", "command mix in percent, kinds like/unlike/noop/replay"),
-    "snapshot_interval": (0.2, "display snapshot cadence, s", 0.001, 5),
-    "publish_idle": (0.01, "publisher sleep after an empty claim, s", 0.001, 5),
-    "project_idle": (0.01, "projector sleep when nothing is new, s", 0.001, 5),
+    **driver.LOAD_OPTIONS, "users": (5000, "liking users", 1, 10**7),
+    "videos": (2000, "videos in the uniform workload", 1, 10**7),
+    "workloads": ("uniform,hot", "comma list of uniform,hot"), "duration": (15.0, "measured seconds", 0.1, 120),
     "probe_videos": (16, "probe videos", 1, 1000), "probe_interval": (0.05, "probe commit cadence, s", 0.001, 5),
     "probe_poll": (0.02, "probe poll interval, s", 0.001, 5),
     "probe_timeout": (10.0, "a probe not visible after this many s is a timeout", 0.5, 30),
@@ -40,15 +35,13 @@ def prepare_pipeline(args) -> tuple[list, list[str], int, dict[str, list[str]]]:
     """The bench Redis namespace flushed, the users and videos, the probe user and videos (a set per workload, so the
     workloads' relations stay disjoint) and the naive baseline's tables. Returns the users, the videos, the probe
     user id and the probe videos by workload."""
-    from django.contrib.auth import get_user_model
     seed.flush_redis()
     users, videos = seed.prepare(users=args.users, videos=args.videos)
-    user, _ = get_user_model().objects.get_or_create(username=PROBE_USER, defaults={"password": "!bench"})
     sets = {w: [f"{PROBE_VIDEO_PREFIX}{w[0]}{i:02d}" for i in range(args.probe_videos)] for w in ("uniform", "hot")}
     all_videos = [*videos, seed.HOT_VIDEO, *sets["uniform"], *sets["hot"]]
     seed.videos_ensure(all_videos[len(videos) + 1:])
     naive.tables(all_videos)
-    return users, videos, user.pk, sets
+    return users, videos, seed.named_users(PROBE_USER)[0], sets
 
 
 def reset_workload() -> None:
@@ -208,25 +201,15 @@ def run_replay(pool: Pool, layout: Layout, sampler, *, variant: str, procs: int,
     seed.reset_count() if variant == "ours" else naive.reset()
     connections.close_all()
     backlog = sum(streams.length(p) for p in streams.all_partitions())
-    t0 = time.time() + 0.5
-    jobs = drain_jobs("count" if variant == "ours" else naive.FACTORY, procs, start_at=t0, max_s=120)
-    used = layout.replay_order[:len(jobs)]
-    for i, job in zip(used, jobs, strict=True):
-        pool.submit(i, {**job, "idle_s": 0.01})
-    sampler.start(t0, t0 + 120, labels={pool.pid(i): f"projectors ({variant})" for i in used})
-    try:
-        res = pool.collect(used, timeout=180)
-    finally:
-        resources = sampler.stop()
-    applied = sum(r.get("applied", 0) for r in res.values())
-    ends = [r["t_last_progress"] for r in res.values() if r.get("t_last_progress")]
-    elapsed = (max(ends) - t0) if ends else None
-    errors, statuses, logged = pooled(res.values(), "errors", "statuses", "logged")
+    res, elapsed, resources = drained(pool, "count" if variant == "ours" else naive.FACTORY, procs, max_s=120,
+                                      on=layout.replay_order, sampler=sampler, label=f"projectors ({variant})")
+    applied = sum(r.get("applied", 0) for r in res)
+    errors, statuses, logged = pooled(res, "errors", "statuses", "logged")
     facts = Counter({v: n for v, n in checks.facts().items() if v in own})
     got = checks.bucket_sums(routed=False) if variant == "ours" else naive.counts()
     bad = checks.mismatches(facts, got, set(facts) | set(got))
-    return {"variant": variant, "procs": len(used), "backlog": backlog, "applied": applied,
-            "held_back": sum(r.get("held_back", 0) for r in res.values()),
+    return {"variant": variant, "procs": len(res), "backlog": backlog, "applied": applied,
+            "held_back": sum(r.get("held_back", 0) for r in res),
             "elapsed_s": round(elapsed, 3) if elapsed else None,
             "applied_per_s": round(applied / elapsed, 1) if elapsed else None, "errors": dict(errors),
             "statuses": dict(statuses), "group_failures": sum(v for k, v in logged.items() if k.startswith("group")),

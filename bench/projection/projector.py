@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import sys
-import time
 
 from bench.harness import checks, driver
 from bench.harness.driver import BENCH_DIR
-from bench.harness.phases import backlog_events, drain_jobs, expected_liked, pgbench, pgbench_found, publish
+from bench.harness.phases import backlog_events, drained, expected_liked, pgbench, pgbench_found, publish
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
-from bench.harness.sampler import ResourceSampler, sampled
+from bench.harness.sampler import ResourceSampler
 from bench.harness.seed import reset_count, streams_reset
 from bench.projection import naive
 
@@ -44,12 +43,9 @@ def drain(pool: Pool, sampler, *, variant: str, procs: int, events: int, expecte
     from django.db import connections
     reset_count() if variant == "ours" else naive.reset()
     connections.close_all()
-    start_at = time.time() + 0.5
-    jobs = drain_jobs("count" if variant == "ours" else naive.FACTORY, procs, start_at=start_at, max_s=MAX_DRAIN_S)
-    res, resources = sampled(sampler, lambda: pool.run(jobs, timeout=MAX_DRAIN_S + 60), pool.labels("projectors"),
-                             window=(start_at, start_at + MAX_DRAIN_S))
-    ends = [r["t_last_progress"] for r in res if r["t_last_progress"]]
-    elapsed = max(max(ends, default=start_at) - start_at, 1e-3)
+    res, seconds, resources = drained(pool, "count" if variant == "ours" else naive.FACTORY, procs, max_s=MAX_DRAIN_S,
+                                      sampler=sampler)
+    elapsed = max(seconds or 0.0, 1e-3)
     got = checks.bucket_sums(videos=sorted(expected)) if variant == "ours" else naive.counts(sorted(expected))
     wrong = sum(1 for v, n in expected.items() if got.get(v, 0) != n)
     undrained = [p for r in res for p in r["undrained"]]

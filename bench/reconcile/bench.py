@@ -17,18 +17,10 @@ from bench.reconcile.seed import SEED_HOT_VIDEO
 
 NAME = "reconcile"
 OPERATOR, APPROVER = "bench-rec-operator", "bench-rec-approver"  # requests and approves (another person)
-LOAD_OPTIONS = {
-    "users": (5000, "users of the command load", 1, 10**6), "procs": (4, "command processes", 1, 64),
-    "projectors": (2, "projector processes", 1, 16), "mix": ("like=60,unlike=40", "command mix in percent"),
-    "warmup": (3.0, "seconds of load before anything is measured", 0, 30),
-    "snapshot_interval": (0.2, "display snapshot cadence, s", 0.001, 5),
-    "publish_idle": (0.01, "publisher sleep after an empty claim, s", 0.001, 5),
-    "project_idle": (0.01, "projector sleep when nothing is new, s", 0.001, 5),
-}
 OPTIONS = {
     "relations": (1_000_000, "relations seeded in all, the hot video's included", 1000, 2 * 10**7),
     "hot_likes": (100_000, "LIKED relations of the hot video (at most half)", 1, 10**7),
-    "per_video": (50, "relations per regular video", 2, 10_000), **LOAD_OPTIONS,
+    "per_video": (50, "relations per regular video", 2, 10_000), **driver.LOAD_OPTIONS,
     "window": (10.0, "seconds of load alone before and after the checks", 1, 120),
     "coverage_rounds": (1, "idle rounds of ours / naive / ceiling", 1, 10),
     "exact_videos": (10_000, "videos in the scope of an exact run", 1, 10**6), "exact_runs": (20, "exact runs", 1, 200),
@@ -243,33 +235,49 @@ def wait_served(video: str, want: int, timeout: float, poll: float) -> float | N
     return None
 
 
-def repair_round(s: Session, rnd: int) -> dict:
+def approved_job(s: Session, source: str, reason: str, *, during=None, **target) -> dict:
+    """A repair (`target`: its videos or diff ids) requested by OPERATOR, approved by APPROVER, its job run by the
+    checker while `during()` runs here (its answer under "during"); its row and result."""
     from likes_project.audit.services import Actor
     from reconciliation.models import CheckRun, RepairRequest
     from reconciliation.services import repair as repair_service
+    request = repair_service.repair_request(actor=Actor(name=OPERATOR, channel="cli"), source=source, reason=reason,
+                                            **target)
+    t_approve = time.time()
+    approved = repair_service.repair_approve(repair_id=request.pk, actor=Actor(name=APPROVER, channel="cli"))
+    s.check_submit("opsjob", job_id=approved.job_id)
+    live = during() if during else None
+    out = s.check_collect()
+    repaired = RepairRequest.objects.get(pk=request.pk)
+    run = CheckRun.objects.filter(pk=repaired.verify_run_id).first() if repaired.verify_run_id else None
+    verify_s = (run.finished_at - run.started_at).total_seconds() if run and run.finished_at and run.started_at \
+        else None
+    said = [(round(t - t_approve, 3), m) for t, m in out["said"]]
+    return {"status": repaired.status, "error": repaired.error or None, "result": repaired.result or {},
+            "t_start": t_approve, "t_end": out["t_end"], "approve_to_done_s": round(out["t_end"] - t_approve, 3),
+            "verify_s": round(verify_s, 2) if verify_s is not None else None, "repair_id": request.pk,
+            "verify_status": run.status if run else None, "verify_barrier_ms": run.barrier_held_ms if run else None,
+            "said": said[:14], "switch_s": next((t for t, m in said if m.startswith("switched generation")), None),
+            **({"during": live} if during else {})}
+
+
+def repair_round(s: Session, rnd: int) -> dict:
     args = s.args
     facts = checks.facts(SEED_HOT_VIDEO)[SEED_HOT_VIDEO]
     removed = damage(SEED_HOT_VIDEO, args.damage, salt=f"{s.run_id}-{rnd}")
     wait_served(SEED_HOT_VIDEO, facts - removed, 30, args.poll)
     found = s.check("check", mode="coverage", scope={"videos": [SEED_HOT_VIDEO]})
-    request = repair_service.repair_request(actor=Actor(name=OPERATOR, channel="cli"), source="facts",
-                                            reason=f"bench: {removed} rows removed", diff_ids=found["diff_ids"])
-    t_approve = time.time()
-    approved = repair_service.repair_approve(repair_id=request.pk, actor=Actor(name=APPROVER, channel="cli"))
-    s.check_submit("opsjob", job_id=approved.job_id)
-    live = wait_served(SEED_HOT_VIDEO, facts, args.check_timeout, args.poll)
-    job = s.check_collect()
-    repaired = RepairRequest.objects.get(pk=request.pk)
-    verify = CheckRun.objects.filter(pk=repaired.verify_run_id).first()
-    rebuild = (repaired.result or {}).get("rebuild", {})
+    job = approved_job(s, "facts", f"bench: {removed} rows removed", diff_ids=found["diff_ids"],
+                       during=lambda: wait_served(SEED_HOT_VIDEO, facts, args.check_timeout, args.poll))
+    rebuild = job["result"].get("rebuild", {})
     served = wait_served(SEED_HOT_VIDEO, checks.facts(SEED_HOT_VIDEO)[SEED_HOT_VIDEO], 0, args.poll) is not None
-    out = {"round": rnd, "t_approve": t_approve, "t_job_done": job["t_end"], "facts": facts, "damaged": removed,
-           "coverage": f"{found['status']} in {found['elapsed_s']:.1f} s", "status": repaired.status,
-           "approve_to_live_s": live, "approve_to_job_done_s": round(job["t_end"] - t_approve, 3),
+    out = {"round": rnd, "t_approve": job["t_start"], "t_job_done": job["t_end"], "facts": facts, "damaged": removed,
+           "coverage": f"{found['status']} in {found['elapsed_s']:.1f} s", "status": job["status"],
+           "approve_to_live_s": job["during"], "approve_to_job_done_s": job["approve_to_done_s"],
            "repair_barrier_ms": rebuild.get("barrierHeldMs"), "relations_written": rebuild.get("relationsWritten"),
-           "verify_barrier_ms": verify.barrier_held_ms if verify else None, "served_exact": served}
-    driver.make_log(NAME)(f"  repair {request.pk}: {repaired.status}; approval -> live count {live} s, barrier "
-                          f"{out['repair_barrier_ms']} ms, served = facts {served}")
+           "verify_barrier_ms": job["verify_barrier_ms"], "served_exact": served}
+    driver.make_log(NAME)(f"  repair {job['repair_id']}: {job['status']}; approval -> live count {job['during']} s, "
+                          f"barrier {out['repair_barrier_ms']} ms, served = facts {served}")
     return out
 
 

@@ -12,14 +12,14 @@ from bench.harness.phases import AutoVacuum, Session, command_figures, pooled_wi
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
 from bench.harness.sampler import merge
 from bench.harness.seed import reset_all
-from bench.reconcile.bench import APPROVER, LOAD_OPTIONS, OPERATOR, command_table, final_text, seed_text, seeded_session
+from bench.reconcile.bench import approved_job, command_table, final_text, seed_text, seeded_session
 from bench.snapshot import variants
 
 NAME = "snapshot"
 OPTIONS = {
     "relations": (1_000_000, "relations seeded in all (each one projection row)", 1000, 2 * 10**7),
     "per_video": (50, "relations per video", 2, 10_000), "hot_likes": (0, "LIKED relations of a hot video", 0, 10**7),
-    **LOAD_OPTIONS, "window": (10.0, "seconds of load alone before the first build under load", 1, 120),
+    **driver.LOAD_OPTIONS, "window": (10.0, "seconds of load alone before the first build under load", 1, 120),
     "idle_rounds": (1, "idle rounds of ours / naive / ceiling; 0: none", 0, 5),
     "snapshots": (20, "builds of ours under the command load", 1, 200),
     "snapshot_gap": (1.0, "seconds of load alone between two builds", 0, 60),
@@ -79,28 +79,6 @@ def phase_builds(s: Session, variants_: list[str]) -> dict:
     return {"ours": ours, "baselines": baselines, "sealed_id": sealed[-1] if sealed else None}
 
 
-def approved_job(s: Session, source: str, reason: str, videos: list[str] | None) -> dict:
-    """A repair requested by OPERATOR, approved by APPROVER, its job run by the checker; its row and result."""
-    from likes_project.audit.services import Actor
-    from reconciliation.models import CheckRun, RepairRequest
-    from reconciliation.services import repair as repair_service
-    request = repair_service.repair_request(actor=Actor(name=OPERATOR, channel="cli"), source=source, reason=reason,
-                                            videos=videos)
-    t_approve = time.time()
-    approved = repair_service.repair_approve(repair_id=request.pk, actor=Actor(name=APPROVER, channel="cli"))
-    out = s.check("opsjob", job_id=approved.job_id)
-    repaired = RepairRequest.objects.get(pk=request.pk)
-    run = CheckRun.objects.filter(pk=repaired.verify_run_id).first() if repaired.verify_run_id else None
-    verify_s = (run.finished_at - run.started_at).total_seconds() if run and run.finished_at and run.started_at \
-        else None
-    said = [(round(t - t_approve, 3), m) for t, m in out["said"]]
-    return {"status": repaired.status, "error": repaired.error or None, "result": repaired.result or {},
-            "t_start": t_approve, "t_end": out["t_end"], "approve_to_done_s": round(out["t_end"] - t_approve, 3),
-            "verify_s": round(verify_s, 2) if verify_s is not None else None,
-            "verify_status": run.status if run else None, "said": said[:14],
-            "switch_s": next((t for t, m in said if m.startswith("switched generation")), None)}
-
-
 def damage_partition(alias: str) -> dict:
     """By hand: every projection row and vbucket of the active generation on `alias` deleted (its data lost)."""
     from django.db import connections, transaction
@@ -126,11 +104,12 @@ def phase_restore(s: Session, videos: list[str], snapshot_id: int) -> dict:
     batches = [videos[i:i + args.facts_batch] for i in range(0, len(videos), step)][:args.facts_batches or None]
     facts, facts_res = [], []
     for i, chunk in enumerate(batches):
-        r, res = s.sampled(lambda c=chunk, n=i: approved_job(s, "facts", f"bench: partition lost, batch {n + 1}", c))
+        r, res = s.sampled(lambda c=chunk, n=i: approved_job(s, "facts", f"bench: partition lost, batch {n + 1}",
+                                                             videos=c))
         r.update(videos=len(chunk), barrier_ms=r["result"].get("rebuild", {}).get("barrierHeldMs"))
         facts.append(r)
         facts_res.append(res)
-    restore, restore_res = s.sampled(lambda: approved_job(s, f"snapshot:{snapshot_id}", "bench: partition lost", None))
+    restore, restore_res = s.sampled(lambda: approved_job(s, f"snapshot:{snapshot_id}", "bench: partition lost"))
     res = restore.pop("result")
     restore.update(snapshot_id=snapshot_id, resources=restore_res, loaded=sum((res.get("loaded") or {}).values()),
                    load_ms=res.get("loadMs"), replay_ms=res.get("replayMs"), check_ms=res.get("checkMs"),
