@@ -84,6 +84,7 @@ class DiffLayer(models.TextChoices):
     COUNT_CACHE = "count_cache", "count cache vs buckets"
     BUCKETS = "buckets", "buckets vs projection"
     PROJECTION = "projection", "projection vs facts"
+    POLICY_HIDDEN = "policy_hidden", "policy-hidden count vs accounts' levels"
 
 
 class DiffStatus(models.TextChoices):

@@ -57,3 +57,10 @@ class BehaviourLimited(RateLimited):
 
     code = "behaviour_limited"
     default_message = "This account's recent activity is past what the service accepts; retry later."
+
+
+class AccountFrozen(Forbidden):
+    """RISK-3: a frozen account's commands are refused and write nothing, until an approved decision clears it."""
+
+    code = "account_frozen"
+    default_message = "This account is frozen by risk control; its likes cannot change."

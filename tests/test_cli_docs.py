@@ -232,7 +232,7 @@ class Stores:
             return "1"
         by_command_positional = {
             "create_api_user": f"doc-new-{self.tag}", "delete_account": self.doomed.username,
-            "export_user_likes": self.user.username,
+            "export_user_likes": self.user.username, "risk_account": self.user.username,
         }
         if option is None and word == "REPAIR_ID":
             return self.repair_id()

@@ -72,6 +72,44 @@ def risk_hide_view(request, *, admin_site):
                              "another operator approves; then the system applies it as an ops job.")
 
 
+class RiskAccountForm(forms.Form):
+    username = forms.CharField(max_length=150, label="Account (username)")
+    level = forms.ChoiceField(choices=[("downweight", "down-weight: its likes leave the public counts"),
+                                       ("freeze", "freeze: that, and its commands are refused"),
+                                       ("clear", "clear: back to none, its likes count again")])
+    reason = forms.CharField(max_length=512, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             help_text="Required; recorded in the ledger and the audit log.")
+    evidence = forms.CharField(required=False, max_length=services.EVIDENCE_MAX,
+                               widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                               help_text="Free text kept with the decision.")
+
+
+@require_http_methods(["GET", "POST"])
+def risk_account_view(request, *, admin_site):
+    """Request an account's risk level (issue 32 §1; `manage.py risk_account`) through `risk_account_request`;
+    approved on the decision's page like a hide. A refusal is a form error and writes nothing."""
+    from counting.risk import accounts
+
+    require_permission(request, services.REQUEST_PERMISSION)
+    form = RiskAccountForm(request.POST if request.method == "POST" else None,
+                           initial={k: v for k, v in request.GET.items() if k in ("username", "level")})
+    if form.is_valid():
+        try:
+            d = accounts.risk_account_request(actor=admin_actor(request.user), **form.cleaned_data)
+        except DomainError as exc:
+            form.add_error({"unknown_user": "username", "reason_required": "reason"}.get(exc.code),
+                           f"{exc.message} ({exc.code})")
+        else:
+            messages.success(request, f"Requested risk decision {d.pk}: account {form.cleaned_data['username']} "
+                                      f"{d.params['level']}. It waits for another operator's approval.")
+            return HttpResponseRedirect(_decision_url(d.pk))
+    return render_page(request, admin_site, "admin_kit/form_page.html", title="Request an account's risk level",
+                       form=form, submit="Request the level", body_class="risk-account-request",
+                       intro="Down-weight keeps the account's likes and takes them out of every public count; freeze "
+                             "also refuses its commands (403 account_frozen); clear brings the likes back. Nothing "
+                             "changes until another operator approves; then the system applies it as an ops job.")
+
+
 def _refused(request, risk_id: int, message: str) -> HttpResponseRedirect:
     """A step the service refused: the message, and back to the decision's page (the list when there is none)."""
     messages.error(request, message)
@@ -155,6 +193,8 @@ class RiskDecisionAdmin(ReadOnlyAdmin):
     change_list_template = "risk/admin/riskdecision_change_list.html"
     pages = [
         AdminPage("request/", risk_hide_view, name="risk_hide_request", title="Request a risk hide",
+                  permission=services.REQUEST_PERMISSION),
+        AdminPage("account/", risk_account_view, name="risk_account_request", title="Request an account's risk level",
                   permission=services.REQUEST_PERMISSION),
         AdminPage("<int:risk_id>/approve/", risk_approve_view, name="risk_approve", title="Approve a risk decision",
                   permission=services.APPROVE_PERMISSION, listed=False),

@@ -3,7 +3,8 @@ approved hide or restore, chunk by chunk with progress, resumable by its cursor.
 
 from __future__ import annotations
 
-from counting.risk import services
+from counting.risk import accounts, services
+from counting.risk.models import RiskKind
 from likes_project.audit.services import Actor
 from likes_project.opsjobs.services import JobKind, SliceContext
 
@@ -14,8 +15,11 @@ def _apply_slice(ctx: SliceContext) -> bool:
         ctx.progress(done=done, total=total)
 
     try:
-        decision, resume = services.risk_apply(int(ctx.params["riskId"]), start=int(ctx.state.get("next", 0)),
-                                               say=ctx.say, progress=progress, time_left=ctx.time_left)
+        if services.risk_get(int(ctx.params["riskId"])).kind == RiskKind.ACCOUNT:  # an account's level: one step
+            decision, resume = accounts.account_level_apply(int(ctx.params["riskId"])), None
+        else:
+            decision, resume = services.risk_apply(int(ctx.params["riskId"]), start=int(ctx.state.get("next", 0)),
+                                                   say=ctx.say, progress=progress, time_left=ctx.time_left)
     except Exception as exc:
         services.risk_fail(int(ctx.params["riskId"]), error=f"{exc.__class__.__name__}: {exc}")
         raise

@@ -18,6 +18,7 @@ from likes_project.model_kit import ApprovalRequest, approval_checks
 class RiskKind(models.TextChoices):
     HIDE = "HIDE"
     RESTORE = "RESTORE"
+    ACCOUNT = "ACCOUNT"  # an account's level: down-weight, freeze, or clear (issue 32 §1)
 
 
 class RiskStatus(models.TextChoices):
@@ -56,7 +57,11 @@ class RiskDecision(ApprovalRequest):
         constraints = [
             *approval_checks("risk"),
             models.CheckConstraint(condition=Q(kind="HIDE", restores__isnull=True)
-                                   | Q(kind="RESTORE", restores__isnull=False), name="risk_restore_names_hide"),
+                                   | Q(kind="RESTORE", restores__isnull=False) | Q(kind="ACCOUNT"),
+                                   name="risk_restore_names_hide"),
+            # An account's level names no video and restores nothing (issue 32 §1).
+            models.CheckConstraint(condition=~Q(kind="ACCOUNT") | Q(video_id="", restores__isnull=True),
+                                   name="risk_account_names_no_video"),
         ]
         indexes = [models.Index(fields=["video_id", "kind", "status"], name="risk_video_idx")]
         permissions = [("request_riskdecision", "Can request a risk hide or restore"),

@@ -68,6 +68,32 @@ def risk_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, in
     return dict(out)
 
 
+def policy_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, int]:
+    """video -> its LIKED projection rows whose account is banned, down-weighted or frozen, the risk-hidden ones
+    left out (subtracted once): what the display subtracts as `policy_hidden_count` (issue 32 §1)."""
+    from relations.selectors.privacy import policy_hidden_user_ids
+
+    users = policy_hidden_user_ids()
+    out: dict[str, int] = defaultdict(int)
+    if not users:
+        return dict(out)
+    hidden_users, hidden_videos = hidden_keys(risk_hidden_sets(video_ids))
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        buckets = gen.buckets_on(alias)
+        if not buckets:
+            continue
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"SELECT video_id, count(*) FROM {LikeCountProjection._meta.db_table} WHERE generation = %s "
+                "AND video_id = ANY(%s) AND user_id = ANY(%s::bigint[]) "
+                "AND (user_id, video_id) NOT IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
+                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id",
+                [gen.generation, list(video_ids), users, hidden_users, hidden_videos, buckets])
+            for video_id, n in cursor.fetchall():
+                out[video_id] += int(n)
+    return dict(out)
+
+
 def display_adjustments(video_ids) -> dict[str, tuple[int, int]]:
     """video -> (risk_hidden_count, policy_hidden_count) of its display snapshot."""
     return {v: (r, p) for v, r, p in VideoDisplayCount.objects.filter(video_id__in=list(video_ids))

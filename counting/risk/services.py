@@ -77,7 +77,7 @@ def _users_resolve(usernames: list[str]) -> list[int]:
     return sorted(found.values())
 
 
-def _text(value: str | None, *, what: str, code: str, limit: int, required: bool) -> str:
+def text_checked(value: str | None, *, what: str, code: str, limit: int, required: bool) -> str:
     value = (value or "").strip()
     if required and not value:
         raise InvalidInput(f"A risk decision needs a {what}.", code=code)
@@ -86,7 +86,7 @@ def _text(value: str | None, *, what: str, code: str, limit: int, required: bool
     return value
 
 
-def _named_actor(actor: Actor) -> None:
+def named_actor(actor: Actor) -> None:
     if actor.channel == "cli" and actor.name.startswith("os:"):
         raise InvalidInput("A risk decision names its operator: --actor USER.", code="actor_required")
 
@@ -99,34 +99,34 @@ def risk_hide_request(*, actor: Actor, video_id: str, usernames: list[str], reas
     """AWAITING_APPROVAL: hide these users' relations with the video from its displayed count and its
     likers list. Refused with a code, nothing written, on an unknown video, no or unknown users, no
     reason. Transaction: the decision and its audit record on `default`."""
-    reason = _text(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
-    evidence = _text(evidence, what="evidence", code="evidence_too_long", limit=EVIDENCE_MAX, required=False)
-    _named_actor(actor)
+    reason = text_checked(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
+    evidence = text_checked(evidence, what="evidence", code="evidence_too_long", limit=EVIDENCE_MAX, required=False)
+    named_actor(actor)
     video_id = (video_id or "").strip()
     if not video_id or len(video_id) > 64 or relation_selectors.video_snapshot_get(video_id=video_id) is None:
         raise InvalidInput(f"No video {video_id!r}.", code="video_not_found")
     users = _users_resolve(usernames)
     params = {"kind": RiskKind.HIDE, "video": video_id, "users": users, "reason": reason, "evidence": evidence,
               "restores": None}
-    return _create(actor, params)
+    return decision_create(actor, params)
 
 
 def risk_restore_request(*, actor: Actor, decision_id, reason: str, evidence: str = "") -> RiskDecision:
     """AWAITING_APPROVAL: restore an applied hide (a new decision over the same users, approved the same
     way). Transaction: the decision and its audit record on `default`."""
-    reason = _text(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
-    evidence = _text(evidence, what="evidence", code="evidence_too_long", limit=EVIDENCE_MAX, required=False)
-    _named_actor(actor)
+    reason = text_checked(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
+    evidence = text_checked(evidence, what="evidence", code="evidence_too_long", limit=EVIDENCE_MAX, required=False)
+    named_actor(actor)
     hide = risk_get(decision_id)
     if hide.kind != RiskKind.HIDE or hide.status not in (RiskStatus.APPLIED, RiskStatus.FAILED):
         raise RiskNotRestorable(f"Risk decision {hide.pk} is a {hide.kind} in {hide.status}; only an APPLIED (or "
                                 "FAILED) hide can be restored.")
     params = {"kind": RiskKind.RESTORE, "video": hide.video_id, "users": hide.user_ids, "reason": reason,
               "evidence": evidence, "restores": hide.pk}
-    return _create(actor, params)
+    return decision_create(actor, params)
 
 
-def _create(actor: Actor, params: dict) -> RiskDecision:
+def decision_create(actor: Actor, params: dict) -> RiskDecision:
     with transaction.atomic(using="default", durable=True):
         if params["restores"] is not None:
             # One restore at a time per hide: the hide's row serialises two requests.
@@ -178,7 +178,7 @@ def risk_approve(*, decision_id, actor: Actor) -> RiskDecision:
 
 def risk_reject(*, decision_id, actor: Actor, reason: str) -> RiskDecision:
     """REJECTED by an approver (the requester may withdraw their own). Transaction: one on `default`."""
-    reason = _text(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
+    reason = text_checked(reason, what="reason", code="reason_required", limit=REASON_MAX, required=True)
     with transaction.atomic(using="default", durable=True):
         decision = APPROVAL.lock_awaiting(decision_id, step="rejected")
         RiskDecision.objects.filter(pk=decision.pk).update(status=RiskStatus.REJECTED, rejected_by=actor.name,
@@ -248,6 +248,9 @@ def risk_apply(decision_id: int, *, start: int = 0, say: Callable[[str], None] |
     decision = risk_get(decision_id)
     if decision.risk_version is None:
         raise Conflict(f"Risk decision {decision.pk} is {decision.status}, not approved.", code="risk_not_approved")
+    if decision.kind == RiskKind.ACCOUNT:
+        raise Conflict(f"Risk decision {decision.pk} sets an account's level: counting.risk.accounts applies it.",
+                       code="risk_kind")
     RiskDecision.objects.filter(pk=decision.pk, status__in=[RiskStatus.APPROVED, RiskStatus.FAILED]).update(
         status=RiskStatus.APPLYING, error="")
     users = decision.user_ids
@@ -297,6 +300,8 @@ def risk_hidden_count(decision: RiskDecision) -> int:
 
 def risk_report(decision: RiskDecision) -> dict:
     """What the commands print last with --json."""
+    if decision.kind == RiskKind.ACCOUNT:
+        return {"riskId": decision.pk, "status": decision.status, "level": decision.params.get("level")}
     return {"riskId": decision.pk, "status": decision.status, "hiddenCount": risk_hidden_count(decision)}
 
 

@@ -31,6 +31,7 @@ from likes_project.audit.services import Actor
 from likes_project.eventlog.checkpoints import checkpoints_get
 from likes_project.eventlog.consumer import holder_id
 from likes_project.switches import pause_switch_set
+from relations.selectors import privacy
 
 logger = logging.getLogger(__name__)
 
@@ -120,28 +121,40 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
 
     raw: dict[str, int] = defaultdict(int)
     risk: dict[str, int] = defaultdict(int)
+    policy: dict[str, int] = defaultdict(int)
     # REC-2: the risk-hidden relations (the risk ledger's projection, on default) that are LIKED in the
-    # projection, counted in the same statement as the buckets, so one snapshot of the partition gives both.
+    # projection, counted in the same statement as the buckets, so one snapshot of the partition gives both; and
+    # the LIKED relations of accounts banned, down-weighted or frozen (issue 32 §1), the risk-hidden ones left out
+    # (a relation is subtracted once).
     hidden_users, hidden_videos = risk_selectors.hidden_keys(risk_selectors.risk_hidden_sets(chosen))
+    policy_users = privacy.policy_hidden_user_ids()
+    projection = LikeCountProjection._meta.db_table
     for alias in settings.COUNT_PARTITION_ALIASES:
+        buckets = gen.buckets_on(alias)
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 f"WITH b AS (SELECT video_id, SUM(active_count) AS n FROM {VideoLikeCountVbucket._meta.db_table} "
                 "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) GROUP BY video_id), "
-                f"h AS (SELECT video_id, count(*) AS n FROM {LikeCountProjection._meta.db_table} "
-                "WHERE generation = %s AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
+                "risk AS (SELECT * FROM unnest(%s::bigint[], %s::text[]) AS r(user_id, video_id)), "
+                f"h AS (SELECT video_id, count(*) AS n FROM {projection} "
+                "WHERE generation = %s AND (user_id, video_id) IN (SELECT user_id, video_id FROM risk) "
+                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id), "
+                f"p AS (SELECT video_id, count(*) AS n FROM {projection} "
+                "WHERE generation = %s AND video_id = ANY(%s) AND user_id = ANY(%s::bigint[]) "
+                "AND (user_id, video_id) NOT IN (SELECT user_id, video_id FROM risk) "
                 "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id) "
-                "SELECT video_id, COALESCE(b.n, 0), COALESCE(h.n, 0) FROM b FULL JOIN h USING (video_id)",
-                [gen.generation, chosen, gen.buckets_on(alias), gen.generation, hidden_users, hidden_videos,
-                 gen.buckets_on(alias)],
+                "SELECT video_id, COALESCE(b.n, 0), COALESCE(h.n, 0), COALESCE(p.n, 0) "
+                "FROM b FULL JOIN h USING (video_id) FULL JOIN p USING (video_id)",
+                [gen.generation, chosen, buckets, hidden_users, hidden_videos, gen.generation, buckets,
+                 gen.generation, chosen, policy_users, buckets],
             )
-            for video_id, total, hidden in cursor.fetchall():
+            for video_id, total, hidden, policy_hidden in cursor.fetchall():
                 raw[video_id] += int(total)
                 risk[video_id] += int(hidden)
+                policy[video_id] += int(policy_hidden)
     watermark = {str(p): last_done for p, last_done in checkpoints_get(COUNT_CONSUMER).items()}
-    # One statement for all chosen videos; the risk-hidden count is taken from the risk ledger's
-    # projection above, the policy adjustment already on a row is kept (a ledger of its own, E-21); both
-    # are subtracted from the new raw count.
+    # One statement for all chosen videos; the risk-hidden and policy-hidden counts are taken above; both are
+    # subtracted from the new raw count.
     table = VideoDisplayCount._meta.db_table
     with transaction.atomic(using="default", durable=True), connections["default"].cursor() as cursor:
         if not leases.lease_hold(grant):
@@ -150,15 +163,14 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
         cursor.executemany(
             f"INSERT INTO {table} AS d (video_id, generation, manifest_id, raw_active_count, risk_hidden_count, "
             "policy_hidden_count, display_count, snapshot_id, generated_at, watermark) "
-            "VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s::jsonb) ON CONFLICT (video_id) DO UPDATE SET "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT (video_id) DO UPDATE SET "
             "generation = EXCLUDED.generation, manifest_id = EXCLUDED.manifest_id, "
             "raw_active_count = EXCLUDED.raw_active_count, risk_hidden_count = EXCLUDED.risk_hidden_count, "
-            "display_count = GREATEST(0, EXCLUDED.raw_active_count - EXCLUDED.risk_hidden_count "
-            "- d.policy_hidden_count), "
+            "policy_hidden_count = EXCLUDED.policy_hidden_count, display_count = EXCLUDED.display_count, "
             "snapshot_id = GREATEST(EXCLUDED.snapshot_id, d.snapshot_id + 1), generated_at = EXCLUDED.generated_at, "
             "watermark = EXCLUDED.watermark",
-            [(v, gen.generation, gen.manifest_id, raw[v], risk[v], max(0, raw[v] - risk[v]), report.snapshot_id,
-              now, json.dumps(watermark)) for v in sorted(chosen)],
+            [(v, gen.generation, gen.manifest_id, raw[v], risk[v], policy[v], max(0, raw[v] - risk[v] - policy[v]),
+              report.snapshot_id, now, json.dumps(watermark)) for v in sorted(chosen)],
         )
     try:
         # After the commit: the views (and buckets) of every count-cache generation being written,

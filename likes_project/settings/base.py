@@ -295,16 +295,7 @@ RATE_LIMIT_USER_BURST = env_int("RATE_LIMIT_USER_BURST", 60)
 RATE_LIMIT_IP_RATE = env_float("RATE_LIMIT_IP_RATE", 300.0)
 RATE_LIMIT_IP_BURST = env_int("RATE_LIMIT_IP_BURST", 600)
 RATE_LIMIT_RELATION_PER_MINUTE = env_int("RATE_LIMIT_RELATION_PER_MINUTE", 20)
-# Per device (the command's `deviceId`, or the `X-Device-Id` header): one phone behind many accounts (RISK-1).
-RATE_LIMIT_DEVICE_RATE = env_float("RATE_LIMIT_DEVICE_RATE", 30.0)
-RATE_LIMIT_DEVICE_BURST = env_int("RATE_LIMIT_DEVICE_BURST", 60)
-# Behaviour windows (RISK-1 layer 2, issue 32 §1): past one, 429 `behaviour_limited` before the transaction. Off
-# with RATE_LIMIT_ENABLED=false too.
-BEHAVIOUR_LIMITS_ENABLED = env_bool("BEHAVIOUR_LIMITS_ENABLED", True)
-BEHAVIOUR_TOGGLE_WINDOW_S = env_int("BEHAVIOUR_TOGGLE_WINDOW_S", 600)
-BEHAVIOUR_TOGGLES_MAX = env_int("BEHAVIOUR_TOGGLES_MAX", 40)  # effective toggles of one relation per window
-BEHAVIOUR_VIDEOS_PER_MINUTE_MAX = env_int("BEHAVIOUR_VIDEOS_PER_MINUTE_MAX", 120)  # distinct videos per user
-BEHAVIOUR_DEVICES_PER_HOUR_MAX = env_int("BEHAVIOUR_DEVICES_PER_HOUR_MAX", 5)  # distinct devices per user
+# The device bucket and the behaviour windows (issue 32 §1): settings/watch.py.
 RATE_LIMIT_ENABLED = env_bool("RATE_LIMIT_ENABLED", True)
 
 # Only behind a proxy that overwrites X-Forwarded-For may the per-IP limit trust it.

@@ -1,9 +1,21 @@
-"""What the service watches for on its own (issue 32): hot spots and the bucket move that would relieve them, and
-the convergence window each projection chain is held to (OBS-3). `base` takes these."""
+"""What the service watches for on its own (issue 32): the device bucket and the behaviour windows of risk control
+(RISK-1), hot spots and the bucket move that would relieve them, and the convergence window each projection chain
+is held to (OBS-3). `base` takes these."""
 
 from __future__ import annotations
 
-from likes_project.settings.env import env_float, env_int
+from likes_project.settings.env import env_bool, env_float, env_int
+
+# Per device (the command's `deviceId`, or the `X-Device-Id` header): one phone behind many accounts (RISK-1).
+RATE_LIMIT_DEVICE_RATE = env_float("RATE_LIMIT_DEVICE_RATE", 30.0)
+RATE_LIMIT_DEVICE_BURST = env_int("RATE_LIMIT_DEVICE_BURST", 60)
+# Behaviour windows (RISK-1 layer 2, issue 32 §1): past one, 429 `behaviour_limited` before the transaction. Off
+# with RATE_LIMIT_ENABLED=false too.
+BEHAVIOUR_LIMITS_ENABLED = env_bool("BEHAVIOUR_LIMITS_ENABLED", True)
+BEHAVIOUR_TOGGLE_WINDOW_S = env_int("BEHAVIOUR_TOGGLE_WINDOW_S", 600)
+BEHAVIOUR_TOGGLES_MAX = env_int("BEHAVIOUR_TOGGLES_MAX", 40)  # effective toggles of one relation per window
+BEHAVIOUR_VIDEOS_PER_MINUTE_MAX = env_int("BEHAVIOUR_VIDEOS_PER_MINUTE_MAX", 120)  # distinct videos per user
+BEHAVIOUR_DEVICES_PER_HOUR_MAX = env_int("BEHAVIOUR_DEVICES_PER_HOUR_MAX", 5)  # distinct devices per user
 
 # Hot spots (counting.hotspots, M4, M11): a 10-second slot keeps this many hottest videos and users.
 HOTSPOT_TRACK_MAX = env_int("HOTSPOT_TRACK_MAX", 1000)

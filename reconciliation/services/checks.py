@@ -140,6 +140,7 @@ def _display_and_cache(gen, videos: list[str], sums: dict[str, int], result: Chu
     snaps = evidence.display_rows(videos)
     adjustments = risk_selectors.display_adjustments(videos)
     risk_expected = risk_selectors.risk_hidden_counts(gen, videos)
+    policy_expected = risk_selectors.policy_hidden_counts(gen, videos)
     views = {}
     try:
         views = count_cache.views_read(count_cache_generations_get().active, sorted(snaps))
@@ -159,8 +160,13 @@ def _display_and_cache(gen, videos: list[str], sums: dict[str, int], result: Chu
                                detail={"snapshotId": snapshot_id}))
             continue
         # REC-2: display = raw - risk_hidden - policy_hidden, risk_hidden = the LIKED projection rows the
-        # risk ledger hides (issue 14 §4).
+        # risk ledger hides (issue 14 §4), policy_hidden those of accounts banned, down-weighted or frozen: a layer
+        # of its own (issue 32 §1).
         risk, policy = adjustments.get(video_id, (0, 0))
+        if snap and policy != policy_expected.get(video_id, 0):
+            found.append(Found(video_id, DiffLayer.POLICY_HIDDEN, policy_expected.get(video_id, 0), policy,
+                               detail={"snapshotId": snapshot_id, "displayCount": display_count}))
+            continue
         if snap and (risk != risk_expected.get(video_id, 0) or display_count != max(0, raw - risk - policy)):
             found.append(Found(video_id, DiffLayer.DISPLAY, max(0, raw - risk_expected.get(video_id, 0) - policy),
                                display_count, detail={"snapshotId": snapshot_id, "riskHidden": risk,

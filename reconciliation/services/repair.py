@@ -257,8 +257,8 @@ def _repair_execute(repair_id: int, *, say) -> RepairRequest:
                                    | set(motivated.values_list("video_id", flat=True)))
         identity = checks.identity_chunk(gen, [v for v in videos if v not in broken_projection])
         broken_buckets = sorted({f.video_id for f in identity.found if f.layer == DiffLayer.BUCKETS})
-        broken_display = sorted({f.video_id for f in identity.found if f.layer in (DiffLayer.DISPLAY,
-                                                                                   DiffLayer.COUNT_CACHE)}
+        broken_display = sorted({f.video_id for f in identity.found if f.layer in (
+            DiffLayer.DISPLAY, DiffLayer.COUNT_CACHE, DiffLayer.POLICY_HIDDEN)}
                                 - set(broken_buckets))
         result["layers"] = {"projection": broken_projection, "buckets": broken_buckets, "display": broken_display}
         say(f"broken layers: projection {broken_projection}, buckets {broken_buckets}, display {broken_display}")

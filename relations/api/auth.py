@@ -11,6 +11,7 @@ from rest_framework import authentication, exceptions, permissions
 from rest_framework.authtoken.models import Token
 
 from likes_project.errors import Forbidden
+from relations.models import AccountStatus
 
 _SCHEMES = ("bearer", "service", "token")
 
@@ -56,8 +57,11 @@ class UserTokenAuthentication(authentication.TokenAuthentication):
         if cls._sql is None:
             user = get_user_model()
             columns = ", ".join(f"u.{f.column}" for f in user._meta.concrete_fields)
-            cls._sql = (f"SELECT t.created, {columns} FROM {Token._meta.db_table} t "
-                        f"JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id WHERE t.key = %s")
+            # The account's risk level rides along (issue 32 §1): a frozen account's command is refused without a
+            # read of its own.
+            cls._sql = (f"SELECT t.created, COALESCE(a.risk_level, 'none'), {columns} FROM {Token._meta.db_table} t "
+                        f"JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id "
+                        f"LEFT JOIN {AccountStatus._meta.db_table} a ON a.user_id = t.user_id WHERE t.key = %s")
         return cls._sql
 
     def authenticate_credentials(self, key):
@@ -67,7 +71,8 @@ class UserTokenAuthentication(authentication.TokenAuthentication):
         if row is None:
             raise exceptions.AuthenticationFailed("Invalid token.")
         model = get_user_model()
-        user = model.from_db("default", [f.attname for f in model._meta.concrete_fields], row[1:])
+        user = model.from_db("default", [f.attname for f in model._meta.concrete_fields], row[2:])
+        user.likes_risk_level = row[1]
         if not user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         token = Token.from_db("default", ["key", "user_id", "created"], [key, user.pk, row[0]])

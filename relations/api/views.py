@@ -104,6 +104,7 @@ class LikeRelationView(APIView):
         result = commands.relation_set_state(
             user_id=user_id, video_id=video_id, desired_state=desired_state, operation_id=operation_id,
             base_version=base_version, device_id=device_id, client_sequence=client_sequence,
+            risk_level=getattr(request.user, "likes_risk_level", None),
         )
         return Response(result.as_response())
 

@@ -10,6 +10,7 @@ from relations.models.contract import RelationShardContract, RelationShardSlot
 from relations.models.floors import RelationVersionFloor
 from relations.models.outbox import OutboxArchive, OutboxEvent, OutboxPublisherSwitch, OutboxStatus
 from relations.models.privacy import (
+    AccountRiskLevel,
     AccountStatus,
     AccountStatusValue,
     LikesReadOnlySwitch,
@@ -28,8 +29,8 @@ from relations.models.slot_moves import (
 from relations.models.videos import Block, Friendship, VideoSnapshot, VideoStatus, VideoVisibility
 
 __all__ = [
-    "SLOT_MOVE_TERMINAL", "AccountStatus", "AccountStatusValue", "Block", "Friendship", "LikeCommand",
-    "LikeRelation", "LikeRelationCacheProjection", "LikesReadOnlySwitch", "OutboxArchive", "OutboxEvent",
+    "SLOT_MOVE_TERMINAL", "AccountRiskLevel", "AccountStatus", "AccountStatusValue", "Block", "Friendship",
+    "LikeCommand", "LikeRelation", "LikeRelationCacheProjection", "LikesReadOnlySwitch", "OutboxArchive", "OutboxEvent",
     "OutboxPublisherSwitch", "OutboxStatus", "RelationCacheGeneration", "RelationShardContract",
     "RelationShardSlot", "RelationSlotChange", "RelationSlotMove", "RelationSlotState", "RelationState",
     "RelationVersionFloor", "SlotFenceState", "SlotMoveState", "UserPrivacy", "VideoLikersVisibility",

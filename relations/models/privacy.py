@@ -43,11 +43,25 @@ class AccountStatusValue(models.TextChoices):
     DELETED = "deleted"
 
 
+class AccountRiskLevel(models.TextChoices):
+    """RISK-3's levels after the request (issue 32 §1): the relation stays and its like leaves the public count
+    (down-weight), or the account's commands are refused too (freeze). Both reversible (back to none)."""
+
+    NONE = "none"
+    DOWNWEIGHT = "downweight"
+    FREEZE = "freeze"
+
+
 class AccountStatus(models.Model):
-    """Risk-control / lifecycle status of an account; a missing row means active."""
+    """Risk-control / lifecycle status of an account; a missing row means active, at no risk level. A banned
+    account, or one down-weighted or frozen, has its likes out of public counts (`policy_hidden_count`)."""
 
     user_id = models.BigIntegerField(primary_key=True)
     status = models.CharField(max_length=8, choices=AccountStatusValue.choices, default=AccountStatusValue.ACTIVE)
+    # Database defaults too: a process of the previous release inserting a row during a rolling upgrade leaves them.
+    risk_level = models.CharField(max_length=10, choices=AccountRiskLevel.choices, default=AccountRiskLevel.NONE,
+                                  db_default=AccountRiskLevel.NONE)
+    risk_version = models.BigIntegerField(default=0, db_default=0)  # of the decision that set it: a newer one wins
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -7,10 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 
 from relations import selectors, validation
 from relations.errors import LikesPrivate, UserNotFound
-from relations.models import AccountStatus, AccountStatusValue, Block, UserPrivacy, VideoLikersVisibility
+from relations.models import (
+    AccountRiskLevel,
+    AccountStatus,
+    AccountStatusValue,
+    Block,
+    UserPrivacy,
+    VideoLikersVisibility,
+)
 from relations.selectors import my_likes as selectors_my_likes
 
 
@@ -83,3 +91,17 @@ def likers_public(*, video_id: str, author_id: int) -> bool:
     if override is None:
         override = UserPrivacy.objects.filter(user_id=author_id).values_list("likers_public", flat=True).first()
     return bool(override)
+
+
+def account_risk_level(*, user_id: int) -> str:
+    """The account's risk level (`AccountRiskLevel`; none when it has no status row). One primary-key read."""
+    level = AccountStatus.objects.filter(user_id=user_id).values_list("risk_level", flat=True).first()
+    return level or AccountRiskLevel.NONE
+
+
+def policy_hidden_user_ids() -> list[int]:
+    """Every account whose likes are out of public counts (`policy_hidden_count`): banned, down-weighted or frozen.
+    Bounded by the accounts risk control acted on; read once per display snapshot refresh."""
+    return list(AccountStatus.objects.filter(Q(status=AccountStatusValue.BANNED) | Q(
+        risk_level__in=[AccountRiskLevel.DOWNWEIGHT, AccountRiskLevel.FREEZE])).order_by("user_id")
+        .values_list("user_id", flat=True))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connections, transaction
 from rest_framework.authtoken.models import Token
 
 from likes_project.audit.services import Actor, audit_record
@@ -196,3 +196,18 @@ def account_delete(*, user_id: int, actor: Actor, progress: Callable[[int, int],
                 at.scanned, at.skipped, at.failed)
     return AccountDeleteResult(user_id=user_id, alias=routing.alias_for_user(user_id), already_deleted=already,
                                scanned=at.scanned, unliked=at.unliked, skipped=at.skipped, failed=at.failed)
+
+
+def account_risk_level_set(*, user_id: int, level: str, risk_version: int) -> bool:
+    """Set the account's risk level (issue 32 §1) as of `risk_version` (a decision's, from `risk_version_seq`): only
+    over an older version, so decisions applied out of order, or twice, end as the newest says. True when it
+    changed. Transaction: one statement on `default` (the row is made when the account has none)."""
+    table = AccountStatus._meta.db_table
+    with transaction.atomic(using="default", durable=True), connections["default"].cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} AS a (user_id, status, risk_level, risk_version, updated_at) "
+            "VALUES (%s, %s, %s, %s, now()) ON CONFLICT (user_id) DO UPDATE SET risk_level = EXCLUDED.risk_level, "
+            "risk_version = EXCLUDED.risk_version, updated_at = EXCLUDED.updated_at "
+            "WHERE a.risk_version < EXCLUDED.risk_version",
+            [user_id, AccountStatusValue.ACTIVE, level, risk_version])
+        return cursor.rowcount == 1

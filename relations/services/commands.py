@@ -18,6 +18,7 @@ from likes_project.nudge import nudge
 from likes_project.switches import switch_is_set
 from relations import events, routing, selectors
 from relations.errors import (
+    AccountFrozen,
     BehaviourLimited,
     BlockedByAuthor,
     IdempotencyKeyReused,
@@ -29,6 +30,7 @@ from relations.errors import (
     VideoTakenDown,
 )
 from relations.models import (
+    AccountRiskLevel,
     LikeCommand,
     LikeRelation,
     LikesReadOnlySwitch,
@@ -38,7 +40,7 @@ from relations.models import (
     VideoStatus,
     VideoVisibility,
 )
-from relations.selectors import RelationView
+from relations.selectors import RelationView, privacy
 from relations.services import limits, write_barrier
 
 ACTIONS = {RelationState.LIKED: "like", RelationState.UNLIKED: "unlike"}  # M1's split of likes_commands_total
@@ -397,7 +399,7 @@ def _apply(*, user_id: int, video_id: str, desired_state: str, operation_id: str
 @logs.bound_kwargs("operation_id", "user_id")  # every line the command logs names its operation
 def relation_set_state(*, user_id: int, video_id: str, desired_state: str, operation_id: str,
                        base_version: int | None = None, device_id: str = "",
-                       client_sequence: int | None = None) -> CommandResult:
+                       client_sequence: int | None = None, risk_level: str | None = None) -> CommandResult:
     """Set the (user, video) relation to an absolute state (CMD-1, CMD-5).
 
     Transaction: one durable transaction on the user's relation shard: relation row lock/CAS,
@@ -412,6 +414,10 @@ def relation_set_state(*, user_id: int, video_id: str, desired_state: str, opera
         retry_after = settings.READ_ONLY_RETRY_AFTER_S
         raise LikesReadOnly(headers={"Retry-After": str(retry_after)}, retryAfterSeconds=retry_after,
                             currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
+    if (risk_level or privacy.account_risk_level(user_id=user_id)) == AccountRiskLevel.FREEZE:
+        # RISK-3: a frozen account writes nothing (`risk_level`: what the caller's authentication read already).
+        count_command("account_frozen", desired_state)
+        raise AccountFrozen(currentRelation=selectors.relation_get(user_id=user_id, video_id=video_id).as_dict())
     # The function path looks the operation id up inside its one statement; a refusal before it
     # (authorisation, limits) first checks for a stored verdict, which a retry always gets back.
     in_statement = _write_path_is_function()

@@ -113,3 +113,22 @@ def test_a_rejected_hide_hides_nothing_and_cannot_be_approved_afterwards(make_us
     ran = manage("risk_approve", risk_id, "--actor", approver.username, "--json")
     assert ran.code != 0 and ran.json["code"] == "risk_not_awaiting_approval"
     assert not OpsJob.objects.exists() and displayed("rkc-reject") == 3
+
+
+def test_risk_account_then_risk_approve_wait_sets_the_level_through_the_commands(make_user, make_video):
+    """Issue 32 §1's contract: `risk_account USERNAME --level ... --json` prints {"riskId", "status"};
+    `risk_approve ID --actor OTHER --wait` applies it; the account's likes leave the public count."""
+    _author, _honest, ring = ring_video(make_user, make_video, "rkc-level", honest=2, ring=1)
+    operator, approver = member("likes-operator"), member("likes-approver")
+    ran = manage("risk_account", ring[0].username, "--level", "downweight", "--reason", "ring", "--actor",
+                 operator.username, "--json")
+    assert ran.code == 0, ran.err
+    assert set(ran.json) == {"riskId", "status"} and ran.json["status"] == "AWAITING_APPROVAL"
+    with job_worker():
+        ran = manage("risk_approve", str(ran.json["riskId"]), "--actor", approver.username, "--wait", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["status"] == "APPLIED" and ran.json["level"] == "downweight"
+    assert displayed("rkc-level") == 2
+    refused = manage("risk_account", ring[0].username, "--level", "banish", "--reason", "r", "--actor",
+                     operator.username)
+    assert refused.code != 0 and "invalid choice" in refused.err  # argparse: a usage error, nothing written
