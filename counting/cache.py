@@ -59,6 +59,16 @@ def hotspot_key(tag: str, kind: str, slot: int) -> str:
     return f"{_p()}:count:hot:{{{tag}}}:{kind}:{slot}"
 
 
+def risk_likes_key(user_id: int, minute: int) -> str:
+    """The risk scorer's count of an account's likes in one minute (counting.risk.scorer)."""
+    return f"{_p()}:count:risk:{{u{user_id}}}:likes:{minute}"
+
+
+def risk_device_key(device: str) -> str:
+    """The risk scorer's set of the accounts seen on one device (a ring's evidence)."""
+    return f"{_p()}:count:risk:{{d:{device}}}:users"
+
+
 def gens_key() -> str:
     return f"{_p()}:count:gens"
 

@@ -26,7 +26,7 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 pids=()
 cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup INT TERM EXIT
-"$VENV/bin/celery" -A likes_project worker --loglevel "${CELERY_LOGLEVEL:-WARNING}" -Q publish,count,relcache,reverse,notify,snapshot,maintenance,ops,celery \
+"$VENV/bin/celery" -A likes_project worker --loglevel "${CELERY_LOGLEVEL:-WARNING}" -Q publish,count,relcache,reverse,notify,risk,snapshot,maintenance,ops,celery \
   --concurrency "${CELERY_CONCURRENCY:-4}" &
 pids+=($!)
 "$VENV/bin/celery" -A likes_project beat --loglevel "${CELERY_LOGLEVEL:-WARNING}" &

@@ -10,8 +10,13 @@ class RiskConfig(AppConfig):
     verbose_name = "Risk control"
 
     def ready(self) -> None:
+        from counting.risk import tasks
         from counting.risk.jobs import JOB_KINDS
+        from counting.risk.scorer import RiskScorer
+        from likes_project.eventlog.registry import consumer_register
         from likes_project.opsjobs.services import job_kind_register
 
         for kind in JOB_KINDS:
             job_kind_register(kind)
+        # The asynchronous scorer (issue 32 §1): its pause switch is the consumer switch `risk`.
+        consumer_register(RiskScorer.name, task=tasks.project_risk_task.name, projector=RiskScorer)

@@ -93,3 +93,28 @@ class RiskRelationState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}:{self.video_id} {'hidden' if self.hidden else 'shown'} rv{self.risk_version}"
+
+
+class VerdictStatus(models.TextChoices):
+    APPLIED = "APPLIED"  # applied on its own (a ring no bigger than RISK_AUTO_MAX_USERS)
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"  # a bigger ring: its decisions wait for an operator
+
+
+class RiskVerdict(models.Model):
+    """What the asynchronous scorer (`counting.risk.scorer`, issue 32 §1) concluded about one account: its score,
+    each named signal with its evidence, the level it asked for, and the decision that carries it (applied on its
+    own, or waiting for an operator). Written once per raise of an account's level; read in the console."""
+
+    user_id = models.BigIntegerField(db_index=True)
+    level = models.CharField(max_length=10)
+    score = models.IntegerField()
+    signals = models.JSONField(default=dict)
+    decision_id = models.BigIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=VerdictStatus.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"verdict {self.pk}: user {self.user_id} {self.level} (score {self.score}, {self.status})"

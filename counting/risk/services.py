@@ -148,6 +148,24 @@ def decision_create(actor: Actor, params: dict) -> RiskDecision:
 # --- approval ----------------------------------------------------------------------------------------
 
 
+def decision_auto_approve(params: dict, *, by: str) -> RiskDecision:
+    """A decision the system requests and approves by its own rule (the risk scorer's verdict on an account, or a
+    ring no bigger than RISK_AUTO_MAX_USERS; issue 32 §1): requested by `by`, approved as `auto:<by>` with the next
+    risk version, both audited; the caller applies it. Transaction: one on `default`."""
+    actor = system_actor(by)
+    decision = decision_create(actor, params)
+    with transaction.atomic(using="default", durable=True), connections["default"].cursor() as cursor:
+        cursor.execute("SELECT nextval('risk_version_seq')")
+        version = cursor.fetchone()[0]
+        RiskDecision.objects.filter(pk=decision.pk).update(
+            status=RiskStatus.APPROVED, approved_by=f"auto:{by}", approved_hash=decision.params_hash,
+            approved_at=timezone.now(), risk_version=version)
+        audit_record(actor=system_actor(f"auto:{by}"), action="risk.approve", target_type="risk_decision",
+                     target_id=str(decision.pk), params={"paramsHash": decision.params_hash, "riskVersion": version,
+                                                         "rule": "automatic"})
+    return risk_get(decision.pk)
+
+
 def risk_approve(*, decision_id, actor: Actor) -> RiskDecision:
     """APPROVED by `actor` (never the requester: refused here, with code `self_approval`, and by the
     database), bound to the parameters' hash, with the next risk version; then the system's apply job is

@@ -166,6 +166,7 @@ CELERY_TASK_ROUTES = {
     "relations.project_relcache*": {"queue": "relcache"},
     "counting.project_reverse*": {"queue": "reverse"},
     "notifications.*": {"queue": "notify"},  # its own queue: counts go first under a backlog (DEG-2)
+    "riskscore.*": {"queue": "risk"},  # the risk scorer (issue 32 §1): likewise
     "subscriptions.*": {"queue": "maintenance"},
     "features.*": {"queue": "maintenance"},
     "retention.*": {"queue": "maintenance"},

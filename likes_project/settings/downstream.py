@@ -51,6 +51,7 @@ DOWNSTREAM_BEAT = (
     # The `notify` consumer's sweeper: publishes nudge it at once; this only guarantees progress, and notifications
     # are the lowest priority of the consumers (DEG-2), so it sweeps less often than the others' every second.
     ("project-notifications",   "notifications.project_all", 5.0),
+    ("project-risk-scores",     "riskscore.project_all",     5.0),  # the risk scorer's sweeper (issue 32 §1)
     ("feature-export",          "features.export",           FEATURE_EXPORT_EVERY_S),
     ("retention-sweep",         "retention.sweep",           RETENTION_EVERY_S),
     ("account-erasure-resume",  "relations.account_erasures_resume", ACCOUNT_ERASE_RESUME_EVERY_S),

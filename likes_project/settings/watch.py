@@ -38,3 +38,18 @@ CONVERGENCE_WINDOW_S = {
 # A bucket whose count moves by this much or more within one projector group is counted as an abnormal jump (M12,
 # `likes_bucket_jumps_total`): never refused, only shown.
 BUCKET_JUMP_ALERT = env_int("BUCKET_JUMP_ALERT", 100)
+
+# The asynchronous risk scorer (consumer `risk`, counting.risk.scorer; RISK-1 layer 3, issue 32 §1). Each signal is
+# named and has its threshold here; a signal that fires adds its weight; the sum picks the level.
+RISK_SCORER_ENABLED = env_bool("RISK_SCORER_ENABLED", True)
+RISK_YOUNG_ACCOUNT_S = env_int("RISK_YOUNG_ACCOUNT_S", 86400)  # signal young_account: joined less than this ago
+RISK_BURST_LIKES_PER_MINUTE = env_int("RISK_BURST_LIKES_PER_MINUTE", 60)  # signal burst: likes in one minute
+RISK_RING_MIN_ACCOUNTS = env_int("RISK_RING_MIN_ACCOUNTS", 5)  # signal ring: accounts seen on one device
+RISK_RING_WINDOW_S = env_int("RISK_RING_WINDOW_S", 86400)  # how long a device remembers its accounts
+RISK_SIGNAL_WEIGHTS = {"young_account": env_int("RISK_WEIGHT_YOUNG_ACCOUNT", 1),
+                       "burst": env_int("RISK_WEIGHT_BURST", 2),
+                       "ring": env_int("RISK_WEIGHT_RING", 3)}
+RISK_DOWNWEIGHT_SCORE = env_int("RISK_DOWNWEIGHT_SCORE", 3)
+RISK_FREEZE_SCORE = env_int("RISK_FREEZE_SCORE", 5)
+# A ring bigger than this waits for a second person's approval instead of applying on its own.
+RISK_AUTO_MAX_USERS = env_int("RISK_AUTO_MAX_USERS", 20)

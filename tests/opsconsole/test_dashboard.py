@@ -271,13 +271,15 @@ def test_the_hot_spot_panel_suggests_a_move_that_opens_the_plan_form_filled_in(m
     drain()
     settings.HOTSPOT_MIN_WRITES = 10
     gauges_refresh()
-    client = logged_in("dash-hot-op", "likes-operator")
-    calm = panel(front(client), "hotspots")
-    assert "cnt_00" in calm and "cnt_01" in calm and "Hottest videos: dash-hot (30)" in calm
-    assert "Suggested" not in calm  # two partitions near half each: under 60 %
-
     window = hotspots.read(hotspots.SUGGEST_WINDOW_S)
     source = max(window.partitions, key=lambda a: (window.partitions[a], a))
+    settings.HOTSPOT_MOVE_SUGGEST_SHARE = window.share(source) + 0.01  # the counter-example: under the share
+    client = logged_in("dash-hot-op", "likes-operator")
+    calm_page = front(client)
+    calm = panel(calm_page, "hotspots")
+    assert "cnt_00" in calm and "cnt_01" in calm and "Hottest videos: dash-hot (30)" in calm
+    assert "Suggested" not in calm and 'class="dash-panel" id="panel-hotspots"' in calm_page
+
     settings.HOTSPOT_MOVE_SUGGEST_SHARE = window.share(source) - 0.01
     html = front(client)
     hot = panel(html, "hotspots")

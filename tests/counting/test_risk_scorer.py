@@ -1,0 +1,117 @@
+"""The asynchronous risk scorer (issue 32 §1, RISK-1 layer 3, RISK-3): a ring of young accounts liking from one
+device is judged from the event log, each member gets a verdict with its named signals, and a small ring is
+down-weighted on its own (its likes leave the public counts, reversibly); a ring bigger than RISK_AUTO_MAX_USERS
+waits for a second person's approval; a burst counts; an honest account is left alone; a replayed batch decides
+nothing twice. Real PostgreSQL, Redis, projector and display snapshot."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from counting.risk.models import RiskDecision, RiskVerdict
+from counting.risk.scorer import RiskScorer
+from likes_project.eventlog import streams
+from likes_project.eventlog.consumer import consume_partition
+from relations.models import AccountStatus
+from relations.services.commands import relation_set_state
+from tests.counting.helpers import drain_all, publish_all
+from tests.reconciliation.helpers import displayed
+
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
+
+
+def score_all() -> None:
+    for p in streams.all_partitions():
+        report = consume_partition(RiskScorer(), partition=p, ignore_backoff=True)
+        assert report.status == "ok", report
+
+
+def like(user, video_id: str, device: str = "") -> None:
+    relation_set_state(user_id=user.pk, video_id=video_id, desired_state="LIKED", operation_id=f"{user.pk}-{video_id}",
+                       device_id=device)
+
+
+def aged(user, days: int) -> None:
+    get_user_model().objects.filter(pk=user.pk).update(date_joined=timezone.now() - dt.timedelta(days=days))
+
+
+@pytest.fixture
+def scene(make_user, make_video, settings):
+    """A video; three honest old accounts; `n` young accounts sharing one phone."""
+    settings.RISK_RING_MIN_ACCOUNTS, settings.RISK_AUTO_MAX_USERS = 3, 10
+    author = make_user()
+    make_video("rs-v", author)
+    honest = [make_user() for _ in range(3)]
+    for u in honest:
+        aged(u, 400)
+        like(u, "rs-v", device=f"own-{u.pk}")
+
+    def ring(n: int):
+        members = [make_user() for _ in range(n)]
+        for u in members:
+            like(u, "rs-v", device="shared-phone")
+        drain_all()
+        score_all()
+        return honest, members
+
+    return ring
+
+
+def test_a_small_ring_is_downweighted_on_its_own_and_honest_accounts_are_left_alone(scene):
+    _honest, ring = scene(4)
+    verdicts = {v.user_id: v for v in RiskVerdict.objects.all()}
+    assert set(verdicts) == {u.pk for u in ring}  # the honest accounts: no verdict
+    v = verdicts[ring[0].pk]
+    assert v.status == "APPLIED" and v.level == "downweight" and v.score == 4  # young (1) + ring (3)
+    # The ring's size when the verdict was taken: 3 (its threshold) or 4, by the order the partitions came in.
+    assert set(v.signals) == {"young_account", "ring"} and v.signals["ring"]["accounts"] in (3, 4)
+    d = RiskDecision.objects.get(pk=v.decision_id)
+    assert (d.kind, d.requested_by, d.approved_by, d.status) == ("ACCOUNT", "risk-scorer", "auto:risk-scorer",
+                                                                 "APPLIED")
+    assert set(AccountStatus.objects.filter(risk_level="downweight").values_list("user_id", flat=True)) == {
+        u.pk for u in ring}
+    assert displayed("rs-v") == 3  # only the honest likes count
+    score_all()  # again: nothing new is decided
+    assert RiskVerdict.objects.count() == 4 and RiskDecision.objects.count() == 4
+
+
+def test_a_ring_bigger_than_the_automatic_limit_waits_for_an_operator(scene, settings):
+    """A ring is judged by its size when a verdict is taken (the log arrives partition by partition): a verdict on a
+    ring past RISK_AUTO_MAX_USERS waits for an operator and applies nothing; one within it applied on its own."""
+    settings.RISK_AUTO_MAX_USERS = 3
+    _honest, ring = scene(6)
+    verdicts = list(RiskVerdict.objects.all())
+    assert {v.user_id for v in verdicts} == {u.pk for u in ring}
+    for v in verdicts:
+        assert v.status == ("AWAITING_APPROVAL" if v.signals["ring"]["accounts"] > 3 else "APPLIED"), v.signals
+        assert RiskDecision.objects.get(pk=v.decision_id).status == (
+            "AWAITING_APPROVAL" if v.status == "AWAITING_APPROVAL" else "APPLIED")
+    waiting = [v.user_id for v in verdicts if v.status == "AWAITING_APPROVAL"]
+    assert waiting and not AccountStatus.objects.filter(user_id__in=waiting, risk_level="downweight").exists()
+    applied = len(verdicts) - len(waiting)
+    assert displayed("rs-v") == 3 + 6 - applied  # what waits still counts
+
+
+def test_a_burst_from_an_old_account_is_judged_by_its_weight(make_user, make_video, settings):
+    settings.RISK_BURST_LIKES_PER_MINUTE, settings.RISK_DOWNWEIGHT_SCORE = 3, 2
+    author = make_user()
+    fast = make_user()
+    aged(fast, 400)
+    for i in range(5):
+        make_video(f"rs-b{i}", author)
+        like(fast, f"rs-b{i}")
+    publish_all()
+    score_all()
+    [v] = RiskVerdict.objects.all()
+    assert (v.user_id, v.level, set(v.signals)) == (fast.pk, "downweight", {"burst"})
+    assert v.signals["burst"]["likesInOneMinute"] >= 4
+
+
+def test_the_scorer_switched_off_decides_nothing(scene, settings):
+    settings.RISK_SCORER_ENABLED = False
+    scene(4)
+    assert not RiskVerdict.objects.exists() and not RiskDecision.objects.exists()
