@@ -37,7 +37,7 @@ class FallbackLimiter:
     def slot(self):
         sem = self._semaphore()
         if not sem.acquire(timeout=max(0.0, self.wait_s())):
-            metrics.inc("likes_db_fallback_rejected_total", store=self.store)
+            metrics.inc("likes_db_fallback_rejected_total", store=self.store)  # M15: DB fallback volume
             raise DegradedOverloaded(headers={"Retry-After": "1"})
         try:
             yield

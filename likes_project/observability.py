@@ -138,7 +138,7 @@ def _dead_letters(scrape: Scrape) -> None:
     counts = list(DeadLetter.objects.order_by().values_list("consumer", "status").annotate(n=Count("id")))
     oldest = (DeadLetter.objects.filter(status=DeadLetterStatus.NEW)
               .aggregate(oldest=Min("first_failed_at"))["oldest"])
-    family = scrape.family("likes_dead_letters", "Dead letters by consumer and status.")
+    family = scrape.family("likes_dead_letters", "Dead letters by consumer and status.")  # M9
     for consumer, status, n in sorted(counts):
         family.add(n, consumer=consumer, status=status)
     scrape.family("likes_dead_letter_oldest_age_seconds", "Age of the oldest NEW dead letter (0 when none)."

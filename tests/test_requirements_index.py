@@ -111,6 +111,13 @@ def test_ranges_and_continuations_expand():
     assert ids("CMD-9 … CMD-3") == [("spec:CMD", "CMD-9"), ("spec:CMD", "CMD-3")]
 
 
+def test_the_metric_list_m1_to_m16():
+    """spec.md §8's metric rows (issue 32): M1..M16 whole words; M17, a quoted "M2", a path or a word are not."""
+    assert ids("counted (M1, M16) and M4 … M6") == [("spec:M", "M1"), ("spec:M", "M16"), ("spec:M", "M4"),
+                                                   ("spec:M", "M5"), ("spec:M", "M6")]
+    assert ids('M17 is no row; "M2" is data; bench/M3.py, XM4 and M5a neither') == []
+
+
 def test_the_t_rule():
     app, test = "relations/tasks.py", "tests/relations/test_command.py"
     # a qualifier in the same clause decides, wherever the module is

@@ -205,7 +205,7 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     # the back after a failed view write restarts its clock, so this under-reports such outages.
     published_at = timezone.now()
     for video_id in chosen:
-        metrics.observe("likes_display_snapshot_lag_seconds",
+        metrics.observe("likes_display_snapshot_lag_seconds",  # M10: event -> count snapshot
                         (published_at - first_dirty[video_id]).total_seconds())
     return report
 

@@ -407,7 +407,7 @@ def relation_states_flow(user_id: int, video_ids: list[str], min_versions: dict[
             out[video_id] = RelationView(*hit)
         else:
             misses.append(video_id)
-    metrics.inc("likes_cache_hits_total", len(out), cache="relation")
+    metrics.inc("likes_cache_hits_total", len(out), cache="relation")  # M15
     if misses:
         metrics.inc("likes_cache_misses_total", len(misses), cache="relation")
         alias = routing.alias_for_user(user_id)

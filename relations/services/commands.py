@@ -229,7 +229,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
                 and desired_state != current.state
                 and settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
             ):
-                count_command("stale_base", desired_state)
+                count_command("stale_base", desired_state)  # M5: commands carrying a stale version
                 raise StaleBaseVersion(
                     f"baseVersion {base_version} is not the current version {current.relation_version}.",
                     currentRelation=current.as_dict(),
@@ -248,7 +248,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
                             state_changed_at=now, created_at=now, updated_at=now,
                         )
                 except IntegrityError:
-                    metrics.inc("likes_unique_conflicts_total")
+                    metrics.inc("likes_unique_conflicts_total")  # M3
                     continue  # another transaction inserted the row first: lock it and decide again
                 changed_at = now
             else:
@@ -336,7 +336,7 @@ def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desir
         raise write_barrier.SlotMoved()
     outcome, state, version, changed, cmd_video, cmd_desired, cur_state, cur_version, conflicts = row
     if conflicts:
-        metrics.inc("likes_unique_conflicts_total", conflicts)
+        metrics.inc("likes_unique_conflicts_total", conflicts)  # M3: unique-key conflicts
     current = RelationView(cur_state, cur_version)
     if outcome == "replayed":
         raise _Replayed(selectors.CommandRecord(user_id, operation_id, cmd_video, cmd_desired, state, version,

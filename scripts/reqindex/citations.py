@@ -43,6 +43,9 @@ def _family_regex(prefix: str, *, hyphen: bool) -> re.Pattern[str]:
 # One regex per id shape. `T<n>` and `D<n>` name two families each; `_classify` picks one.
 SPEC_RES = {p: _family_regex(p, hyphen=True) for p in SPEC_PREFIXES}
 GUIDE_RES = {p: _family_regex(p, hyphen=False) for p in GUIDE_PREFIXES}
+# spec.md §8's metric list: M1..M16, no hyphen (`likes_commands_total{action}` is M1).
+METRIC_RE = _family_regex("M", hyphen=False)
+METRIC_MAX = 16
 _SECTION_NUM = r"§\s?(\d+(?:\.\d+)*)"
 _SECTION_LIST = _SECTION_NUM + r"((?:\s*,\s*§\s?\d+(?:\.\d+)*)*)"
 SPEC_SECTION_RE = re.compile(r"(?<![\w-])spec(?:\.md)?\s*" + _SECTION_LIST)
@@ -182,6 +185,9 @@ def find_citations(text: str, path: str = "<text>") -> list[Citation]:
             fam = _classify(prefix, number, text, m.start(), is_test)
             if fam is not None:
                 hits.append(_Hit(m.start(), m.end(), fam, prefix, number, "", f"{prefix}{number}"))
+    for m in METRIC_RE.finditer(text):
+        if not _is_quoted_literal(text, m.start(), m.end()) and int(m.group(1)) <= METRIC_MAX:
+            hits.append(_Hit(m.start(), m.end(), "spec:M", "M", int(m.group(1)), "", f"M{m.group(1)}"))
     for fam, regex, label in (("spec:§", SPEC_SECTION_RE, "spec"),
                               ("guide:§", GUIDE_SECTION_RE, "consistency-techniques")):
         for m in regex.finditer(text):

@@ -96,6 +96,10 @@ def parse_spec(text: str, defs: Definitions) -> None:
             desc = _SOURCE_TAG.sub("", m.group(3)).strip().lstrip("—").strip()
             defs.texts[current] = shorten(f"{m.group(2).strip()} — {desc}" if desc else m.group(2).strip())
             defs.titles.setdefault("spec:E", f"{section} {defs.spec_headings.get(section, '')}".strip())
+        elif m := re.match(r"^- (M\d+) (.*)$", line):  # §8's metric list
+            current = None
+            defs.texts[("spec:M", m.group(1))] = shorten(m.group(2), 130)
+            defs.titles["spec:M"] = f"{section} {defs.spec_headings.get(section, '')}".strip()
         elif m := re.match(r"^\| T(\d+) \| (.*?) \| (.*?) \| .*\|$", line):
             ident = f"T{m.group(1)}"
             current = None

@@ -1,6 +1,6 @@
 """Observability (issue 3 §5, issue 10 §3): the store gauges on /metrics (outbox, streams, consumer lag,
-dead letters, snapshot staleness, projection latency) as the refresh job computes them, and how a refresh
-answers when Redis does not. The admin pages for the event log and the count projection are in
+dead letters, snapshot staleness, projection latency; the spec's M6, M9 and M10) as the refresh job computes
+them, and how a refresh answers when Redis does not. The admin pages for the event log and the count projection are in
 test_counting_admin.py; the snapshot's own behaviour (a scrape's cost, its age) in tests/test_gauges.py."""
 
 from __future__ import annotations

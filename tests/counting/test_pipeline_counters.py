@@ -69,3 +69,20 @@ def test_a_bucket_moving_past_the_threshold_in_one_group_is_counted(make_user, m
     drain()
     jumped = metrics.value("likes_bucket_jumps_total", consumer="count") - before
     assert 1 <= jumped <= 3  # one per bucket that moved (three likes, at most three buckets)
+
+
+def test_command_latency_and_stale_versions_are_counted(make_user, make_video, api):
+    """M2 (the command's own latency histogram) and M5 (commands carrying a stale version), each moving only when
+    its event happens."""
+    from tests.factories import put_like
+
+    make_video("pc-m", make_user())
+    client = api.as_user(make_user())
+    timed = metrics.value("likes_command_duration_seconds_count", status_class="2xx")
+    stale = metrics.value("likes_commands_total", outcome="stale_base", action="unlike")
+    assert put_like(client, "pc-m", "LIKED", "m-1").status_code == 200
+    assert metrics.value("likes_command_duration_seconds_count", status_class="2xx") == timed + 1
+    assert metrics.value("likes_commands_total", outcome="stale_base", action="unlike") == stale
+    assert put_like(client, "pc-m", "UNLIKED", "m-2", baseVersion=0).status_code == 409  # v1 is current
+    assert metrics.value("likes_commands_total", outcome="stale_base", action="unlike") == stale + 1
+    assert metrics.value("likes_command_duration_seconds_count", status_class="4xx") >= 1
