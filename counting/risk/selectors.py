@@ -45,14 +45,10 @@ def hidden_keys(hidden: dict[str, list[int]]) -> tuple[list[int], list[str]]:
     return [u for u, _v in pairs], [v for _u, v in pairs]
 
 
-def risk_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, int]:
-    """video -> its LIKED projection rows (on the partition each bucket is routed to) whose relation is
-    risk-hidden: what the display subtracts as `risk_hidden_count`."""
-    hidden = risk_hidden_sets(video_ids)
+def _liked_rows_per_video(gen: routing.GenerationRoutes, condition: str, params: list) -> dict[str, int]:
+    """video -> its LIKED projection rows that meet `condition` (SQL over user_id and video_id, with `params`), each
+    counted on the partition its bucket is routed to."""
     out: dict[str, int] = defaultdict(int)
-    if not hidden:
-        return dict(out)
-    users, videos = hidden_keys(hidden)
     for alias in settings.COUNT_PARTITION_ALIASES:
         buckets = gen.buckets_on(alias)
         if not buckets:
@@ -60,12 +56,21 @@ def risk_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, in
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 f"SELECT video_id, count(*) FROM {LikeCountProjection._meta.db_table} WHERE generation = %s "
-                "AND (user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
-                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id",
-                [gen.generation, users, videos, buckets])
+                f"AND {condition} AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id",
+                [gen.generation, *params, buckets])
             for video_id, n in cursor.fetchall():
                 out[video_id] += int(n)
     return dict(out)
+
+
+def risk_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, int]:
+    """video -> its LIKED projection rows whose relation is risk-hidden: what the display subtracts as
+    `risk_hidden_count`."""
+    hidden = risk_hidden_sets(video_ids)
+    if not hidden:
+        return {}
+    return _liked_rows_per_video(gen, "(user_id, video_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))",
+                                 list(hidden_keys(hidden)))
 
 
 def policy_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, int]:
@@ -74,24 +79,13 @@ def policy_hidden_counts(gen: routing.GenerationRoutes, video_ids) -> dict[str, 
     from relations.selectors.privacy import policy_hidden_user_ids
 
     users = policy_hidden_user_ids()
-    out: dict[str, int] = defaultdict(int)
     if not users:
-        return dict(out)
+        return {}
     hidden_users, hidden_videos = hidden_keys(risk_hidden_sets(video_ids))
-    for alias in settings.COUNT_PARTITION_ALIASES:
-        buckets = gen.buckets_on(alias)
-        if not buckets:
-            continue
-        with connections[alias].cursor() as cursor:
-            cursor.execute(
-                f"SELECT video_id, count(*) FROM {LikeCountProjection._meta.db_table} WHERE generation = %s "
-                "AND video_id = ANY(%s) AND user_id = ANY(%s::bigint[]) "
-                "AND (user_id, video_id) NOT IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
-                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id",
-                [gen.generation, list(video_ids), users, hidden_users, hidden_videos, buckets])
-            for video_id, n in cursor.fetchall():
-                out[video_id] += int(n)
-    return dict(out)
+    return _liked_rows_per_video(
+        gen, "video_id = ANY(%s) AND user_id = ANY(%s::bigint[]) "
+             "AND (user_id, video_id) NOT IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))",
+        [list(video_ids), users, hidden_users, hidden_videos])
 
 
 def display_adjustments(video_ids) -> dict[str, tuple[int, int]]:
