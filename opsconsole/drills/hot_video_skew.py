@@ -37,15 +37,21 @@ class HotVideoSkew(Drill):
     def _hot_video(self, ctx: Context) -> str:
         return ctx.traffic.population.videos[0]
 
+    def _hot_buckets(self, ctx: Context) -> list[int]:
+        """The virtual bucket of each of the hot video's drill relations (one per drill user)."""
+        from counting import routing
+
+        gen = routing.active()
+        video = self._hot_video(ctx)
+        return [routing.virtual_bucket(gen.space, video, u.user_id) for u in ctx.traffic.population.users]
+
     def _route_share(self, ctx: Context, partition: str) -> float:
         """The share of the hot video's drill relations whose bucket is routed to `partition` now."""
         from counting import routing
 
         routing.reset_cache()
         gen = routing.active()
-        video = self._hot_video(ctx)
-        owners = Counter(gen.routes[routing.virtual_bucket(gen.space, video, u.user_id)].partition
-                         for u in ctx.traffic.population.users)
+        owners = Counter(gen.routes[vb].partition for vb in self._hot_buckets(ctx))
         return owners[partition] / max(1, sum(owners.values()))
 
     def inject(self, ctx: Context) -> str:
@@ -56,13 +62,23 @@ class HotVideoSkew(Drill):
         video = self._hot_video(ctx)
         ctx.traffic.hot(video, HOT_SHARE)
 
+        hot_buckets = set(self._hot_buckets(ctx))
+
         def figures():
+            """The window once the video is the hottest and, on the partition a move would relieve, its hottest
+            bucket is one of the video's and strictly hotter than any other: until then the top buckets are ties
+            of the earlier even traffic, ranked by name, and a move of them would not touch the hot video."""
             window = hotspots.read(60)
-            return window if window.videos and window.videos[0][0] == video else None
+            if not window.videos or window.videos[0][0] != video:
+                return None
+            source = max(window.partitions, key=lambda p: (window.partitions[p], p))
+            ranked = window.buckets.get(source, [])
+            hot = max((n for vb, n in ranked if vb in hot_buckets), default=0)
+            return window if hot > max((n for vb, n in ranked if vb not in hot_buckets), default=0) else None
 
         window = wait_until(figures, timeout_s=30, poll_s=0.5)
         if window is None:
-            ctx.notes.append("the hot-spot figures never showed the hot video as the hottest")
+            ctx.notes.append("the hot-spot figures never showed the hot video and its buckets as the hottest")
             self.figures_failed = True
             return f"{video} takes {HOT_SHARE:.0%} of the commands; the figures did not show it within 30 s"
         self.shares = {p: round(window.share(p), 2) for p in window.partitions}
