@@ -117,10 +117,33 @@ def _top(pipe, tag: str, kind: str, slots: list[int], limit: int) -> None:
     pipe.delete(scratch)
 
 
+def _slots(seconds: int, now: float | None) -> list[int]:
+    last = _slot(now)
+    return list(range(last - seconds // SLOT_S + 1, last + 1))
+
+
+def _videos_summed(replies) -> Counter:
+    """The hottest videos' writes, added up over the partitions' `_top` replies."""
+    videos = Counter()
+    for reply in replies:
+        for member, score in reply:
+            videos[member.decode()] += int(score)
+    return videos
+
+
+def hot_videos(seconds: int, min_writes: int, *, now: float | None = None) -> set[str]:
+    """The videos that took at least `min_writes` writes over the last `seconds` (one round trip): the display
+    snapshot's throttle reads it (DEG-2). Raises RedisError (the caller fails open)."""
+    slots = _slots(seconds, now)
+    pipe = cache_redis().pipeline(transaction=False)
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        _top(pipe, alias, "v", slots, TOP_K)
+    return {v for v, n in _videos_summed(pipe.execute()[1::3]).items() if n >= min_writes}
+
+
 def read(seconds: int, *, now: float | None = None, bucket_limit: int = TOP_K) -> Window:
     """The window's figures. Raises RedisError (the callers fail open)."""
-    last = _slot(now)
-    slots = list(range(last - seconds // SLOT_S + 1, last + 1))
+    slots = _slots(seconds, now)
     aliases = list(settings.COUNT_PARTITION_ALIASES)
     pipe = cache_redis().pipeline(transaction=False)
     for alias in aliases:
@@ -129,10 +152,8 @@ def read(seconds: int, *, now: float | None = None, bucket_limit: int = TOP_K) -
     _top(pipe, USERS_TAG, "u", slots, TOP_K)
     _top(pipe, SHARDS_TAG, "s", slots, -1)
     replies = pipe.execute()[1::3]
-    out, videos = Window(seconds), Counter()
+    out, videos = Window(seconds), _videos_summed(replies[0:2 * len(aliases):2])
     for i, alias in enumerate(aliases):
-        for member, score in replies[2 * i]:
-            videos[member.decode()] += int(score)
         hot = [(int(member), int(score)) for member, score in replies[2 * i + 1]]
         out.partitions[alias] = sum(n for _vb, n in hot)
         out.buckets[alias] = hot[:bucket_limit] if bucket_limit > 0 else hot

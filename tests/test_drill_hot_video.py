@@ -24,3 +24,20 @@ def test_hot_video_skew(settings):
     assert set(verdict.phases["fault"]["commands"]) == {"200"}
     [move] = BucketMigration.objects.all()
     assert move.state == "RETIRED" and move.target_partition == "cnt_02"  # the empty partition took them
+
+
+def test_with_no_move_the_degradation_plan_holds(settings):
+    """Moves unavailable (no partition past the share): every command answers, the hot video's display is refreshed
+    at most every COUNT_HOT_REFRESH_S once the figures call it hot, no cold video's mark waits, counts exact. The
+    workers run with the drill's throttle settings (the drill judges by them)."""
+    from counting.models import BucketMigration
+
+    settings.LIKES_DRILLS_ENABLED = True
+    settings.HOTSPOT_MOVE_SUGGEST_SHARE = 1.0
+    settings.COUNT_HOT_WRITES_PER_MINUTE, settings.COUNT_HOT_REFRESH_S = 20, 1.5
+    verdict = run("hot-video-skew", env={"COUNT_HOT_WRITES_PER_MINUTE": "20", "COUNT_HOT_REFRESH_S": "1.5"},
+                  fault_s=8)
+    assert "no move suggested: degradation plan" in verdict.injected[0], verdict.injected
+    assert "gaps once hot [" in verdict.recovered[0], verdict.recovered  # the throttle was seen, then judged
+    assert set(verdict.phases["fault"]["commands"]) == {"200"}
+    assert not BucketMigration.objects.exists()

@@ -15,7 +15,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from counting import routing
+from counting import hotspots, routing
 from counting.models import (
     CountRefreshSwitch,
     DirtyVideo,
@@ -82,8 +82,9 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     Each video's snapshot id only grows (the greater of this run's and the stored one plus one), and
     the views carry the stored id, so a count-cache rebuild copying an older snapshot cannot replace
     a newer view.
-    Hot videos (dirty at least COUNT_HOT_DIRTY_THRESHOLD times) are refreshed at most every
-    COUNT_HOT_REFRESH_S; a paused video keeps its marks until resumed.
+    Hot videos (dirty at least COUNT_HOT_DIRTY_THRESHOLD times, or past COUNT_HOT_WRITES_PER_MINUTE in the
+    hot-spot figures) are refreshed at most every COUNT_HOT_REFRESH_S; a paused video keeps its marks until
+    resumed.
     Transaction: one on `default` for the snapshots; one per count partition for clearing marks.
     Idempotency: a rerun recomputes the same sums.
     """
@@ -106,12 +107,12 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     paused = set(CountRefreshSwitch.objects.filter(video_id__in=list(marks), paused=True)
                  .values_list("video_id", flat=True))
     last = dict(VideoDisplayCount.objects.filter(video_id__in=list(marks)).values_list("video_id", "generated_at"))
-    chosen = []
+    chosen, busiest = [], _hot_videos()
     for video_id in itertools.islice(marks, limit):
         if video_id in paused:
             report.skipped_paused += 1
             continue
-        hot = seq_total[video_id] >= settings.COUNT_HOT_DIRTY_THRESHOLD
+        hot = seq_total[video_id] >= settings.COUNT_HOT_DIRTY_THRESHOLD or video_id in busiest
         if hot and video_id in last and (now - last[video_id]).total_seconds() < settings.COUNT_HOT_REFRESH_S:
             report.skipped_hot += 1
             continue
@@ -208,6 +209,17 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
         metrics.observe("likes_display_snapshot_lag_seconds",  # M10: event -> count snapshot
                         (published_at - first_dirty[video_id]).total_seconds())
     return report
+
+
+def _hot_videos() -> set[str]:
+    """The videos the hot-spot figures of the last minute call hot (DEG-2): the dirty marks alone count projector
+    batches, which a busy projector and frequent runs keep below the threshold however hot a video is. Redis down:
+    none (every video refreshed as usual), counted."""
+    try:
+        return hotspots.hot_videos(60, settings.COUNT_HOT_WRITES_PER_MINUTE)
+    except RedisError:
+        metrics.inc("likes_hotspot_errors_total", step="throttle")
+        return set()
 
 
 def _marks_to_back(generation: int, chosen: list[str], marks) -> None:

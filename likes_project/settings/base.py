@@ -361,9 +361,11 @@ COUNT_PROJECTOR_BATCH = env_int("COUNT_PROJECTOR_BATCH", 500)
 COUNT_SNAPSHOT_BATCH = env_int("COUNT_SNAPSHOT_BATCH", 2000)
 # One display snapshot run at a time (a lease); a holder silent this long is taken over.
 COUNT_SNAPSHOT_LEASE_S = env_float("COUNT_SNAPSHOT_LEASE_S", 30.0)
-# A video whose buckets changed at least this often since its last snapshot is hot: it is refreshed
-# at most every COUNT_HOT_REFRESH_S (spec §8.6); others on every snapshot run.
+# A video whose buckets changed at least this often since its last snapshot, or that took at least
+# COUNT_HOT_WRITES_PER_MINUTE writes in the last minute (the hot-spot figures), is hot: it is refreshed
+# at most every COUNT_HOT_REFRESH_S (spec §8.6, DEG-2); others on every snapshot run.
 COUNT_HOT_DIRTY_THRESHOLD = env_int("COUNT_HOT_DIRTY_THRESHOLD", 50)
+COUNT_HOT_WRITES_PER_MINUTE = env_int("COUNT_HOT_WRITES_PER_MINUTE", 600)
 COUNT_HOT_REFRESH_S = env_float("COUNT_HOT_REFRESH_S", 1.0)
 # Commit -> applied beyond this is logged and counted (likes_projection_over_target_total).
 COUNT_CONVERGENCE_TARGET_S = env_float("COUNT_CONVERGENCE_TARGET_S", 2.0)

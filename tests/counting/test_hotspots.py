@@ -94,6 +94,27 @@ def test_a_partition_past_the_share_gets_a_move_of_its_hottest_buckets_to_the_co
     assert len(hotspots.suggest(window).buckets) == 1
 
 
+def test_a_video_hot_in_the_figures_is_refreshed_at_most_every_hot_refresh_s(traffic, make_user, settings):
+    """DEG-2, a slower display refresh for a hot video: its dirty marks count projector batches (here one each
+    time), so the last minute's figures decide; a cold video is refreshed on every run, and so is the hot one once
+    the figures no longer call it hot (the counter-example)."""
+    from counting.services.snapshots import display_snapshot_refresh
+
+    settings.COUNT_HOT_WRITES_PER_MINUTE, settings.COUNT_HOT_REFRESH_S = 6, 3600
+    traffic(6)  # hs-hot: 6 writes in the minute (hs-cold's like and unlike fold to no bucket change)
+    first = display_snapshot_refresh()
+    assert (first.videos, first.skipped_hot) == (1, 0)  # never refreshed yet: the first refresh always runs
+    fan = make_user()
+    cmd(fan, "hs-hot")
+    cmd(fan, "hs-cold")
+    drain()
+    throttled = display_snapshot_refresh()
+    assert (throttled.videos, throttled.skipped_hot) == (1, 1)  # hs-cold shown, hs-hot waits for its hour
+    settings.COUNT_HOT_WRITES_PER_MINUTE = 100
+    cooled = display_snapshot_refresh()
+    assert (cooled.videos, cooled.skipped_hot) == (1, 0)  # no longer hot: refreshed at once
+
+
 def test_the_gauges_have_bounded_labels_and_no_user_ids(traffic, client, settings):
     settings.HOTSPOT_MIN_WRITES = 10**9  # no suggestion
     _users, expected = traffic(5)
