@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+
+from django.utils.dateparse import parse_datetime
 
 from likes_project.errors import InvalidInput
 from relations.models import RelationState, VideoStatus, VideoVisibility
@@ -73,3 +76,19 @@ def video_status(value) -> str:
     if value not in VideoStatus.values:
         raise InvalidInput(f"status must be one of {VideoStatus.values}.", code="invalid_status")
     return value
+
+
+def published_at(value) -> dt.datetime | None:
+    """A video's publication time as the service sends it: ISO 8601 with its offset, or absent (None)."""
+    if value is None:
+        return None
+    parsed = None
+    if isinstance(value, str) and len(value) <= 64 and storable_text(value):
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:  # well formed but out of range (a 25th hour)
+            parsed = None
+    if parsed is None or parsed.tzinfo is None or not 2000 <= parsed.year <= 9999:
+        raise InvalidInput("publishedAt must be an ISO 8601 date and time with its offset "
+                           "(2026-12-06T18:00:00Z).", code="invalid_published_at")
+    return parsed

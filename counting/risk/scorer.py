@@ -3,7 +3,9 @@ consumer framework, judging accounts from the likes they give. Each signal is na
 
 - `young_account`: the account joined less than RISK_YOUNG_ACCOUNT_S ago;
 - `burst`: it gave more than RISK_BURST_LIKES_PER_MINUTE likes in one minute;
-- `ring`: a device it liked from has carried RISK_RING_MIN_ACCOUNTS accounts or more within RISK_RING_WINDOW_S.
+- `ring`: a device it liked from has carried RISK_RING_MIN_ACCOUNTS accounts or more within RISK_RING_WINDOW_S;
+- `fresh_upload`: it liked a video less than RISK_FRESH_UPLOAD_S after the video was published (the video service's
+  `publishedAt`; a video pushed without one never fires it).
 
 A signal that fires adds its weight (RISK_SIGNAL_WEIGHTS); a score of RISK_DOWNWEIGHT_SCORE asks for down-weight,
 RISK_FREEZE_SCORE for freeze. A verdict is written only when it raises the account's level (none pending already),
@@ -40,7 +42,7 @@ from likes_project.eventlog.retry import retryable_from
 from likes_project.eventlog.streams import StreamEntry
 from likes_project.redis_client import cache_redis
 from relations.events import LIKED, validate_event
-from relations.models import AccountRiskLevel, AccountStatus
+from relations.models import AccountRiskLevel, AccountStatus, VideoSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class RiskScorer:
         users = {ev["userId"] for ev in likes} | {
             u for members in rings.values() if len(members) >= settings.RISK_RING_MIN_ACCOUNTS for u in members}
         joined = dict(get_user_model().objects.filter(pk__in=users).values_list("pk", "date_joined"))
+        fresh = self._fresh_likes(likes)
         now = timezone.now()
         out: dict[int, tuple[dict, list[int]]] = {}
         for user_id in users:
@@ -122,7 +125,26 @@ class RiskScorer:
                 if user_id in members and len(members) >= settings.RISK_RING_MIN_ACCOUNTS:
                     signals["ring"] = {"device": device, "accounts": len(members)}
                     ring = members
+            if fresh.get(user_id):
+                signals["fresh_upload"] = {"videos": sorted(fresh[user_id])[:5],
+                                           "secondsAfterUpload": min(fresh[user_id].values())}
             out[user_id] = (signals, ring)
+        return out
+
+    @staticmethod
+    def _fresh_likes(likes: list[dict]) -> dict[int, dict[str, int]]:
+        """user -> {video: seconds after its publication} for the likes given within RISK_FRESH_UPLOAD_S of it."""
+        published = dict(VideoSnapshot.objects.filter(
+            video_id__in={ev["videoId"] for ev in likes}, published_at__isnull=False).values_list(
+            "video_id", "published_at"))
+        out: dict[int, dict[str, int]] = defaultdict(dict)
+        for ev in likes:
+            at = parse_datetime(ev.get("stateChangedAt") or "")
+            if at is None or ev["videoId"] not in published:
+                continue
+            after = (at - published[ev["videoId"]]).total_seconds()
+            if 0 <= after < settings.RISK_FRESH_UPLOAD_S:
+                out[ev["userId"]][ev["videoId"]] = int(after)
         return out
 
     # --- the verdict ----------------------------------------------------------------------------

@@ -46,9 +46,11 @@ RISK_YOUNG_ACCOUNT_S = env_int("RISK_YOUNG_ACCOUNT_S", 86400)  # signal young_ac
 RISK_BURST_LIKES_PER_MINUTE = env_int("RISK_BURST_LIKES_PER_MINUTE", 60)  # signal burst: likes in one minute
 RISK_RING_MIN_ACCOUNTS = env_int("RISK_RING_MIN_ACCOUNTS", 5)  # signal ring: accounts seen on one device
 RISK_RING_WINDOW_S = env_int("RISK_RING_WINDOW_S", 86400)  # how long a device remembers its accounts
+RISK_FRESH_UPLOAD_S = env_int("RISK_FRESH_UPLOAD_S", 10)  # signal fresh_upload: a like this soon after publication
 RISK_SIGNAL_WEIGHTS = {"young_account": env_int("RISK_WEIGHT_YOUNG_ACCOUNT", 1),
                        "burst": env_int("RISK_WEIGHT_BURST", 2),
-                       "ring": env_int("RISK_WEIGHT_RING", 3)}
+                       "ring": env_int("RISK_WEIGHT_RING", 3),
+                       "fresh_upload": env_int("RISK_WEIGHT_FRESH_UPLOAD", 1)}
 RISK_DOWNWEIGHT_SCORE = env_int("RISK_DOWNWEIGHT_SCORE", 3)
 RISK_FREEZE_SCORE = env_int("RISK_FREEZE_SCORE", 5)
 # A ring bigger than this waits for a second person's approval instead of applying on its own.

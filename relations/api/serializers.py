@@ -48,6 +48,8 @@ class VideoPushSerializer(serializers.Serializer):
     visibility = serializers.ChoiceField(choices=["public", "friends", "private"], required=False)
     status = serializers.ChoiceField(choices=["active", "taken_down", "deleted"], required=False)
     version = serializers.IntegerField(min_value=1)
+    publishedAt = serializers.DateTimeField(required=False, help_text="When the video was published (ISO 8601 "
+                                            "with its offset); kept when a later push leaves it out.")
 
 
 class VideoSnapshotSerializer(serializers.Serializer):

@@ -167,6 +167,7 @@ class InternalVideoView(APIView):
         result: VideoUpsertResult = videos.video_snapshot_upsert(
             video_id=video_id, author_id=author_id,
             visibility=body.get("visibility", "public"), status=body.get("status", "active"),
-            version=version, actor=videos.VIDEO_SERVICE_ACTOR,
+            version=version, actor=videos.VIDEO_SERVICE_ACTOR, published_at=validation.published_at(
+                body.get("publishedAt")),
         )
         return Response(_video_response(result.record, applied=result.applied))

@@ -47,6 +47,8 @@ class VideoSnapshot(models.Model):
     override_by = models.CharField(max_length=150, blank=True, default="", db_default="")
     override_at = models.DateTimeField(null=True, blank=True)
     revision = models.BigIntegerField(default=1, db_default=1)
+    # The service's: when the video was published, if its push said so (the risk scorer's `fresh_upload`).
+    published_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -11,6 +11,7 @@ through after commit.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass
 
@@ -52,11 +53,12 @@ class VideoOverrideResult:
 
 _UPSERT_SQL = """
 INSERT INTO {table} (video_id, author_id, service_visibility, service_status, version, visibility, status,
-                     override_reason, override_by, revision, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, '', '', 1, now())
+                     published_at, override_reason, override_by, revision, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '', '', 1, now())
 ON CONFLICT (video_id) DO UPDATE
    SET author_id = EXCLUDED.author_id, service_visibility = EXCLUDED.service_visibility,
        service_status = EXCLUDED.service_status, version = EXCLUDED.version,
+       published_at = COALESCE(EXCLUDED.published_at, {table}.published_at),
        visibility = COALESCE({table}.override_visibility, EXCLUDED.service_visibility),
        status = COALESCE({table}.override_status, EXCLUDED.service_status),
        revision = {table}.revision + 1, updated_at = now()
@@ -75,9 +77,11 @@ def _cache_write_through(video: VideoView) -> None:
 
 
 def video_snapshot_upsert(*, video_id: str, author_id: int, visibility: str, status: str,
-                          version: int | None, actor: Actor) -> VideoUpsertResult:
+                          version: int | None, actor: Actor, published_at: dt.datetime | None = None
+                          ) -> VideoUpsertResult:
     """Apply a push from the video service to the service's fields. A push whose version is not above
     the stored one is ignored (versions are monotonic). An operator override stays applied on top.
+    `published_at` (aware) is kept when a later push leaves it out.
     `version=None` means "the next version"; only fixtures and demo data that stand in for the video
     service use it (the admin and `upsert_video` never do: D50).
 
@@ -90,6 +94,9 @@ def video_snapshot_upsert(*, video_id: str, author_id: int, visibility: str, sta
     validation.video_status(status)
     if isinstance(author_id, bool) or not isinstance(author_id, int) or author_id < 1:
         raise validation.InvalidInput("authorId must be a positive integer.", code="invalid_author")
+    if published_at is not None and (not isinstance(published_at, dt.datetime) or timezone.is_naive(published_at)):
+        raise validation.InvalidInput("publishedAt must be a date and time with its offset.",
+                                      code="invalid_published_at")
     if not get_user_model().objects.filter(pk=author_id).exists():
         raise validation.InvalidInput("authorId names no user.", code="unknown_author")
     with transaction.atomic(using="default", durable=True):
@@ -99,11 +106,12 @@ def video_snapshot_upsert(*, video_id: str, author_id: int, visibility: str, sta
         validation.strict_int(version, field="version", code="invalid_version", minimum=1)
         with connection.cursor() as cursor:
             cursor.execute(_UPSERT_SQL.format(table=VideoSnapshot._meta.db_table),
-                           [video_id, author_id, visibility, status, version, visibility, status])
+                           [video_id, author_id, visibility, status, version, visibility, status, published_at])
             applied = cursor.fetchone() is not None
         audit_record(
             actor=actor, action="video.upsert", target_type="video", target_id=video_id,
-            params={"authorId": author_id, "visibility": visibility, "status": status, "version": version},
+            params={"authorId": author_id, "visibility": visibility, "status": status, "version": version,
+                    **({"publishedAt": published_at.isoformat()} if published_at else {})},
             outcome="applied" if applied else "ignored_not_newer",
         )
     record = video_record_get(video_id=video_id)

@@ -16,7 +16,7 @@ from counting.risk.models import RiskDecision, RiskVerdict
 from counting.risk.scorer import RiskScorer
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
-from relations.models import AccountStatus
+from relations.models import AccountStatus, VideoSnapshot
 from relations.services.commands import relation_set_state
 from tests.counting.helpers import drain_all, publish_all
 from tests.reconciliation.helpers import displayed
@@ -115,3 +115,25 @@ def test_the_scorer_switched_off_decides_nothing(scene, settings):
     settings.RISK_SCORER_ENABLED = False
     scene(4)
     assert not RiskVerdict.objects.exists() and not RiskDecision.objects.exists()
+
+
+def test_a_like_seconds_after_an_upload_is_a_signal_and_a_later_one_is_not(make_user, make_video, settings):
+    """fresh_upload: an old account liking a video right after its publication is judged (weighted here to reach
+    down-weight alone); liking a video published an hour ago, or one pushed without publishedAt, is not."""
+    settings.RISK_SIGNAL_WEIGHTS = {**settings.RISK_SIGNAL_WEIGHTS, "fresh_upload": settings.RISK_DOWNWEIGHT_SCORE}
+    author, quick, late = make_user(), make_user(), make_user()
+    for user in (quick, late):
+        aged(user, 400)
+    for video in ("rs-new", "rs-old", "rs-unknown"):
+        make_video(video, author)
+    now = timezone.now()
+    VideoSnapshot.objects.filter(video_id="rs-new").update(published_at=now)
+    VideoSnapshot.objects.filter(video_id="rs-old").update(published_at=now - dt.timedelta(hours=1))
+    like(quick, "rs-new")
+    like(late, "rs-old")
+    like(late, "rs-unknown")
+    publish_all()
+    score_all()
+    [v] = RiskVerdict.objects.all()
+    assert (v.user_id, v.level, set(v.signals)) == (quick.pk, "downweight", {"fresh_upload"})
+    assert v.signals["fresh_upload"]["videos"] == ["rs-new"] and v.signals["fresh_upload"]["secondsAfterUpload"] < 10

@@ -30,6 +30,20 @@ def test_internal_push_creates_and_reads_back_a_snapshot(service, author):
     }
 
 
+def test_the_publication_time_is_kept_and_a_bad_one_refused_without_a_write(service, author):
+    """`publishedAt` (the risk scorer's fresh_upload signal): stored by a newer push, kept by a later push that
+    leaves it out; a time without its offset, or not a time, is 400 invalid_published_at and writes nothing."""
+    push_video(service, "vid-p", authorId=author.pk, version=1, publishedAt="2026-12-06T18:00:00+01:00")
+    assert VideoSnapshot.objects.get(video_id="vid-p").published_at.isoformat() == "2026-12-06T17:00:00+00:00"
+    push_video(service, "vid-p", authorId=author.pk, version=2, visibility="friends")
+    row = VideoSnapshot.objects.get(video_id="vid-p")
+    assert (row.version, row.published_at.hour) == (2, 17)
+    for bad in ("2026-12-06T18:00:00", "yesterday", 1733500000, "2026-12-06T25:00:00Z"):
+        assert_error(push_video(service, "vid-p", authorId=author.pk, version=3, publishedAt=bad), 400,
+                     "invalid_published_at")
+    assert VideoSnapshot.objects.get(video_id="vid-p").version == 2
+
+
 def test_internal_get_of_unknown_video_is_404(service):
     assert_error(service.get("/internal/v1/videos/nope"), 404, "video_not_found")
 

@@ -89,8 +89,10 @@ def test_a_service_push_after_an_admin_edit_is_applied_and_the_override_still_ho
 
 def test_the_same_through_upsert_video(service, author):
     out = io.StringIO()
-    call_command("upsert_video", "vid-c", "--author", author.username, "--service-version", "4", stdout=out)
+    call_command("upsert_video", "vid-c", "--author", author.username, "--service-version", "4",
+                 "--published-at", "2026-12-06T18:00:00Z", stdout=out)
     assert "service push v4 applied" in out.getvalue()
+    assert VideoSnapshot.objects.get(pk="vid-c").published_at.isoformat() == "2026-12-06T18:00:00+00:00"
     call_command("upsert_video", "vid-c", "--override", "--status", "taken_down", "--reason", "abuse report",
                  stdout=out)
     assert "override set" in out.getvalue()
@@ -212,6 +214,10 @@ def test_upsert_video_refuses_mixed_or_missing_modes(author, make_video):
         (["--override", "--visibility", "private"], "reason_required"),
         (["--override", "--author", author.username, "--status", "deleted", "--reason", "r"], "invalid_author"),
         (["--clear-override", "--status", "active"], "invalid_override"),
+        (["--override", "--status", "deleted", "--reason", "r", "--published-at", "2026-12-06T18:00:00Z"],
+         "invalid_published_at"),
+        (["--service-version", "9", "--author", author.username, "--published-at", "2026-12-06 18:00"],
+         "invalid_published_at"),
     ):
         with pytest.raises(CommandError, match=match):
             call_command("upsert_video", "vid-m", *argv, stdout=io.StringIO(), stderr=io.StringIO())

@@ -43,6 +43,8 @@ class Command(DomainCommand):
         parser.add_argument("--status", choices=VideoStatus.values, default=None,
                             help="With --service-version: the pushed status (default active). With --override: "
                                  "the overridden status (default: not overridden).")
+        parser.add_argument("--published-at", metavar="ISO",
+                            help="With --service-version: when the video was published (ISO 8601 with its offset).")
         parser.add_argument("--reason", default="", help="Why (audited); required with --override.")
         self.add_actor_argument(parser)
 
@@ -56,6 +58,7 @@ class Command(DomainCommand):
             result = video_snapshot_upsert(
                 video_id=video_id, author_id=author.pk, visibility=options["visibility"] or VideoVisibility.PUBLIC,
                 status=options["status"] or VideoStatus.ACTIVE, version=options["service_version"], actor=actor,
+                published_at=validation.published_at(options["published_at"]),
             )
             verb = "applied" if result.applied else "ignored (not newer than the stored service version)"
             self.stdout.write(f"{video_id}: service push v{options['service_version']} {verb}; "
@@ -64,6 +67,8 @@ class Command(DomainCommand):
         if options["author"]:
             raise InvalidInput("--author belongs to --service-version (an override never changes the author).",
                                code="invalid_author")
+        if options["published_at"]:
+            raise InvalidInput("--published-at belongs to --service-version.", code="invalid_published_at")
         if options["override"]:
             if options["visibility"] is None and options["status"] is None:
                 raise InvalidInput("--override needs --visibility and/or --status.", code="invalid_override")
