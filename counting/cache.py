@@ -186,6 +186,7 @@ def buckets_write(generation: int, rows: list[tuple[str, int, int, int, int]]) -
     registry = gens_mirror_read()
     status = registry.get(generation)
     if status is None or status not in LIVE:
+        # M15: an old generation's write refused; `write_buckets` counts likes_count_cache_bucket_refused_total{reason}.
         refusal = "NO_REGISTRY" if not registry else "GEN_UNKNOWN" if status is None else f"GEN_{status}"
         return [refusal] * len(rows)
     verdicts = scripts_run([(BUCKET_WRITE_LUA, [bucket_key(generation, video_id, vb)],

@@ -1,7 +1,8 @@
 """Bounded database fallback (DEG-1 step 4): when Redis is down or bypassed, every read lands on the
 databases, and a burst must queue briefly, then fail with 503 `degraded_overloaded`, rather than drain
 the connection pool. One limiter per store a read path falls back to, each a per-process semaphore
-sized by DB_FALLBACK_CONCURRENCY."""
+sized by DB_FALLBACK_CONCURRENCY. Each read a limiter admits and each it refuses is counted by store (M15's
+DB fallback volume: a read that takes a slot is one query on the databases)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ class FallbackLimiter:
     def slot(self):
         sem = self._semaphore()
         if not sem.acquire(timeout=max(0.0, self.wait_s())):
-            metrics.inc("likes_db_fallback_rejected_total", store=self.store)  # M15: DB fallback volume
+            metrics.inc("likes_db_fallback_rejected_total", store=self.store)  # M15: DB fallback volume, refused
             raise DegradedOverloaded(headers={"Retry-After": "1"})
+        metrics.inc("likes_db_fallback_reads_total", store=self.store)  # M15: DB fallback volume, admitted
         try:
             yield
         finally:

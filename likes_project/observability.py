@@ -12,11 +12,12 @@ Age gauges ("how old is the oldest pending thing") are stored as the epoch time 
 turned into an age at scrape time, so they keep growing while refreshes are stalled (then they are an
 upper bound: the thing may have been handled since). Counts are as of the refresh.
 
-The core reads the event log's gauges itself (streams, consumer lag, dead letters); each app registers
-the parts that read its own stores (`register_part`, from its AppConfig.ready), so this module never
-imports an app. Each part reads one store. A part whose store fails is left out of the snapshot and
-reported as `likes_metrics_scrape_errors{part="..."} 1` instead: a refresh never fails because a shard,
-a count partition or Redis is down (that is exactly when the other gauges matter).
+The core reads the event log's gauges itself (streams, consumer lag, dead letters) and the generation
+lifecycle's rebuild progress (every generation table's building row); each app registers the parts that
+read its own stores (`register_part`, from its AppConfig.ready), so this module never imports an app.
+Each part reads one store. A part whose store fails is left out of the snapshot and reported as
+`likes_metrics_scrape_errors{part="..."} 1` instead: a refresh never fails because a shard, a count
+partition or Redis is down (that is exactly when the other gauges matter).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.apps import apps
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Count, Min
@@ -36,6 +38,7 @@ from redis.exceptions import RedisError
 
 from likes_project.eventlog import streams
 from likes_project.eventlog.models import ConsumerCheckpoint, DeadLetter, DeadLetterStatus, GaugeSnapshot
+from likes_project.generations.models import BUILDING, GenerationModel
 from likes_project.redis_client import stream_redis
 
 logger = logging.getLogger(__name__)
@@ -145,6 +148,25 @@ def _dead_letters(scrape: Scrape) -> None:
                   ).add_since(oldest)
 
 
+def _generation_rebuilds(scrape: Scrape) -> None:
+    """M15: generation rebuild progress, per generation table (one per lifecycle: a handful), as the building
+    generation's last chunk saved it: whether one is building, and each begun step's units done and, when the step
+    knows it, its total (`done / expected` is the progress)."""
+    building = scrape.family("likes_generation_rebuilding", "1 while a generation of this table is being built.")
+    done = scrape.family("likes_generation_rebuild_units_done", "Units the building generation's step has done.")
+    expected = scrape.family("likes_generation_rebuild_units_expected",
+                             "Units the building generation's step expects in all (when it knows).")
+    for model in sorted((m for m in apps.get_models() if issubclass(m, GenerationModel)),
+                        key=lambda m: m._meta.label_lower):
+        name = model._meta.label_lower
+        row = model.objects.filter(status__in=BUILDING).first()
+        building.add(0.0 if row is None else 1.0, model=name)
+        for step, counts in ((row.progress or {}).get("steps", {}) if row else {}).items():
+            done.add(int(counts.get("done") or 0), model=name, step=step)
+            if counts.get("total") is not None:
+                expected.add(counts["total"], model=name, step=step)
+
+
 _PARTS: list[tuple[str, Callable[[Scrape], None]]] = []
 
 
@@ -157,7 +179,8 @@ def register_part(name: str, part: Callable[[Scrape], None]) -> None:
 def collect() -> Scrape:
     """Run every part against its store (the expensive reads; only `gauges_refresh` calls this)."""
     scrape = Scrape()
-    parts = [("streams", _streams), ("consumer_lag", _consumer_lag), ("dead_letters", _dead_letters), *_PARTS]
+    parts = [("streams", _streams), ("consumer_lag", _consumer_lag), ("dead_letters", _dead_letters),
+             ("generation_rebuilds", _generation_rebuilds), *_PARTS]
     redis_down = False
     for name, part in parts:
         if redis_down and name == "consumer_lag":

@@ -36,6 +36,8 @@ from likes_project.api_tokens import (
 )
 from likes_project.audit.services import admin_actor
 from likes_project.errors import DomainError
+from likes_project.ledgers.console import json_field
+from opsconsole.models import DrillRecord
 from opsconsole.services_beat import BEAT_OPERATE_PERMISSION, periodic_tasks_run_now, periodic_tasks_set_enabled
 
 for _model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule, TokenProxy):
@@ -223,3 +225,20 @@ class ApiTokenAdmin(admin.ModelAdmin):
                            intro=f"Token {token_fingerprint(token.key)}, issued {token.created:%Y-%m-%d %H:%M} UTC. "
                                  "Clients using it are refused from their next request on; the revoke is audited "
                                  "with your reason.")
+
+
+# --- drill records (spec TEST-5, issue 33 §2) ----------------------------------------------------
+
+
+@admin.register(DrillRecord)
+class DrillRecordAdmin(ReadOnlyAdmin):
+    """Every fault drill run, as the runner kept it: nothing here is edited (`manage.py drill_records` lists
+    the same)."""
+
+    list_display = ("started_at", "drill", "spec_numbers", "verdict", "stage", "topology", "code_version")
+    list_filter = ("verdict", "drill", "topology")
+    search_fields = ("drill", "run_id", "code_version")
+    fields = ("drill", "spec_numbers", "run_id", "seed", "stage", "topology", "code_version", "requested_by",
+              "started_at", "finished_at", "verdict", "expected", "open_issues", "history_file", "actual_view")
+    readonly_fields = fields
+    actual_view = json_field("actual", "drill-verdict", "what it saw (the verdict)")

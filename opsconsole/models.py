@@ -37,3 +37,38 @@ class GaugeSample(models.Model):
 
     def __str__(self) -> str:
         return f"gauges at {self.at.isoformat()}"
+
+
+class DrillVerdict(models.TextChoices):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    ERROR = "ERROR"  # the drill itself broke off (its exception is the open issue)
+
+
+class DrillRecord(models.Model):
+    """One fault drill's run, kept (spec TEST-5, issue 33 §2): which drill (and its numbers in spec §7), where it ran
+    (stage, topology, code version), when, what it was expected to show, what it saw (the verdict as JSON), and what
+    is left open. Written by the drill runner at the end of every run, failed ones too; never edited."""
+
+    drill = models.CharField(max_length=64, db_index=True)
+    spec_numbers = models.JSONField(default=list, blank=True)  # the spec §7 drills it runs; []: beyond the list
+    run_id = models.CharField(max_length=32)
+    seed = models.BigIntegerField(null=True, blank=True)  # a seeded run's (the soak's)
+    stage = models.CharField(max_length=64)
+    topology = models.CharField(max_length=32)
+    code_version = models.CharField(max_length=64)
+    requested_by = models.CharField(max_length=150)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    expected = models.TextField()
+    actual = models.JSONField(default=dict)
+    verdict = models.CharField(max_length=8, choices=DrillVerdict.choices)
+    open_issues = models.TextField(blank=True, default="")
+    history_file = models.CharField(max_length=512, blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        indexes = [models.Index(fields=["-started_at"], name="drill_record_started")]
+
+    def __str__(self) -> str:
+        return f"{self.drill} {self.verdict} at {self.started_at:%Y-%m-%d %H:%M}"

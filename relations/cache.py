@@ -278,6 +278,7 @@ def relation_cache_write(generation: int, entries: list[tuple[int, str, str, int
         return []
     status = cache_redis().hget(relation_generations_key(), str(generation))
     if status is None or status.decode() not in LIVE:
+        # M15: an old generation's write refused; `floors_to_redis` counts likes_relcache_generation_refused_total.
         return [-1] * len(entries)
     return [int(r) for r in scripts_run([
         (RELATION_WRITE, [relation_key(generation, user_id, video_id)],

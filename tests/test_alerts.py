@@ -66,6 +66,9 @@ def test_the_unit_tests_fail_when_a_rule_is_broken(tmp_path):
 
 
 def test_every_alert_has_a_series_that_fires_it_and_one_that_does_not():
+    """Every rule's unit test in alerts_test.yml has a series that fires it and one that does not, which
+    `promtool test rules` runs (above): among them OBS-3, LikesConvergenceWindowExceeded past the exported window
+    (`likes_convergence_window_seconds`) and quiet within it."""
     fires, calm = set(), set()
     for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
         for check in case["alert_rule_test"]:

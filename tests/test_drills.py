@@ -23,6 +23,7 @@ from counting.services.count_cache.layers import count_cache_generations_mirror
 from likes_project import l1cache
 from likes_project.redis_client import is_cluster_url, reset_clients
 from opsconsole.drills import DRILLS, drill_run
+from opsconsole.models import DrillRecord
 from tests import drills
 from tests.conftest import ensure_contracts
 
@@ -70,6 +71,7 @@ def run(name: str, *, cache: drills.PrivateRedis | None = None, env: dict[str, s
         output = pipeline.stop()
     print(verdict.as_text())
     assert verdict.passed, verdict.as_text() + "\n--- worker/beat output ---\n" + output[-8000:]
+    assert DrillRecord.objects.filter(drill=name, run_id=verdict.run_id, verdict="PASS").count() == 1  # TEST-5
     assert verdict.heal_s is not None and verdict.comparison["ok"]
     assert not verdict.comparison["partial"]
     return verdict

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from redis.exceptions import RedisError
@@ -47,6 +47,7 @@ from relations.models import AccountRiskLevel, AccountStatus, VideoSnapshot
 logger = logging.getLogger(__name__)
 
 RISK_CONSUMER = "risk"
+VERDICT_LOCK_NS = 0x4C4B5256  # "LKRV": with hashtext(user id), serialises one account's verdicts
 SCORER = "risk-scorer"
 RANK = {AccountRiskLevel.NONE: 0, AccountRiskLevel.DOWNWEIGHT: 1, AccountRiskLevel.FREEZE: 2}
 
@@ -154,6 +155,16 @@ class RiskScorer:
         level = level_for(score)
         if level == AccountRiskLevel.NONE:
             return
+        # Two partitions' passes may judge one ring's member at once (a ring is judged whole): the check below and
+        # the decision it creates are serialised per account by a session lock, so one raise is decided once.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", [VERDICT_LOCK_NS, str(user_id)])
+            try:
+                self._verdict_locked(user_id, level, score, signals, ring)
+            finally:
+                cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [VERDICT_LOCK_NS, str(user_id)])
+
+    def _verdict_locked(self, user_id: int, level: str, score: int, signals: dict, ring: list[int]) -> None:
         current = AccountStatus.objects.filter(user_id=user_id).values_list("risk_level", flat=True).first()
         if RANK[level] <= RANK.get(current or AccountRiskLevel.NONE, 0) or RiskDecision.objects.filter(
                 kind=RiskKind.ACCOUNT, params__users=[user_id],

@@ -161,11 +161,11 @@ def _load(generation: int | None, video_ids: list[str], prefetched: ViewsPrefetc
         for video_id, (display, snapshot_id, generated_at) in hits.items():
             out[video_id] = DisplayCount(video_id, display, generated_at, "redis", snapshot_id)
         if hits:
-            metrics.inc("likes_cache_hits_total", len(hits), cache="count_view")
+            metrics.inc("likes_cache_hits_total", len(hits), cache="count_view")  # M15: count cache hit rate
     missing = [v for v in video_ids if v not in out]
     if missing:
         if generation is not None:
-            metrics.inc("likes_cache_misses_total", len(missing), cache="count_view")
+            metrics.inc("likes_cache_misses_total", len(missing), cache="count_view")  # M15
         with SNAPSHOT_FALLBACK.slot():
             rows = VideoDisplayCount.objects.filter(video_id__in=missing).values_list(
                 "video_id", "display_count", "generated_at", "snapshot_id")

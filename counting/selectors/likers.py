@@ -24,6 +24,9 @@ for `limit=1` and the default scan limit.
 Read-time privacy (REV-6, PRIV): a popped liker is hidden when they made their likes private (unless
 they are the caller), when their account is banned or deleted, or when the caller has blocked them;
 and when their like of this video is risk-hidden (issue 14 §4), unless the caller is an operator.
+An orphan sort entry (no LIKED state row at its liked_at behind it: REV-3 writes both in one transaction,
+so none should exist) is popped like a hidden liker and never served. Counted (M16): the entries popped
+and the likers returned (their ratio is the filter's scan amplification) and the orphans popped.
 
 The cursor is signed with `CURSOR_SIGNING_KEY` (salt below), bound to the caller and the video, and
 holds the generation plus one frontier per shard of that generation: `null` (nothing popped yet),
@@ -47,9 +50,10 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from counting import routing
-from counting.models import LikeReverseRecent, LikeReverseSort
+from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort
 from counting.risk import selectors as risk_selectors
 from counting.services.reverse.projector import RECENT_KEEP, REVERSE_CONSUMER
+from likes_project import metrics
 from likes_project.cursors import cursor_sign, cursor_unsign, from_micros, invalid_cursor, iso_utc, micros
 from likes_project.errors import DomainError, Forbidden
 from likes_project.eventlog.checkpoints import consumer_watermark
@@ -180,30 +184,41 @@ def likers_cursor_decode(*, caller_id: int, video_id: str, cursor: str, generati
 
 
 def _prefetch(alias: str, generation: int, video_id: str, wanted: list[tuple[int, object]], count: int
-              ) -> dict[int, list[tuple[datetime, int]]]:
+              ) -> tuple[dict[int, list[tuple[datetime, int]]], set[int]]:
     """Up to `count` sort entries per shard strictly after each shard's frontier, newest first, in
-    one query on count partition `alias` (one index range per shard through a LATERAL join)."""
+    one query on count partition `alias` (one index range per shard through a LATERAL join), and the
+    users of those that are orphans: no LIKED state row at that liked_at behind them (REV-3 keeps both in
+    one transaction, so there should be none; the statement reads both in one snapshot, so a concurrent
+    unlike is never mistaken for one)."""
     shards = [s for s, _f in wanted]
     times = [None if f is None else from_micros(f[0]) for _s, f in wanted]
     users = [None if f is None else f[1] for _s, f in wanted]
-    table = LikeReverseSort._meta.db_table
+    table, states = LikeReverseSort._meta.db_table, LikeReverseProjection._meta.db_table
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            "SELECT f.s, e.liked_at, e.user_id FROM unnest(%s::int[], %s::timestamptz[], %s::bigint[]) AS f(s, t, u) "
+            "SELECT f.s, e.liked_at, e.user_id, p.user_id IS NULL FROM unnest(%s::int[], %s::timestamptz[], "
+            "%s::bigint[]) AS f(s, t, u) "
             f"CROSS JOIN LATERAL (SELECT liked_at, user_id FROM {table} WHERE generation = %s AND video_id = %s "
             # A shard with nothing popped starts above every key, so the frontier is always one row
             # comparison in the index's own order and the scan starts at the cursor (an `IS NULL OR`
             # filtered every entry above it instead: page 1,000 cost twice page 1).
             "AND reverse_shard = f.s AND (liked_at, user_id) < (COALESCE(f.t, 'infinity'), "
             "COALESCE(f.u, 9223372036854775807)) "
-            "ORDER BY liked_at DESC, user_id DESC LIMIT %s) e ORDER BY f.s, e.liked_at DESC, e.user_id DESC",
-            [shards, times, users, generation, video_id, count],
+            "ORDER BY liked_at DESC, user_id DESC LIMIT %s) e "
+            # One unique-index probe per entry, on this partition (a pair's state row lives beside its entry).
+            f"LEFT JOIN {states} p ON p.generation = %s AND p.video_id = %s AND p.user_id = e.user_id "
+            "AND p.state = 'LIKED' AND p.liked_at = e.liked_at "
+            "ORDER BY f.s, e.liked_at DESC, e.user_id DESC",
+            [shards, times, users, generation, video_id, count, generation, video_id],
         )
         rows = cursor.fetchall()
     out: dict[int, list[tuple[datetime, int]]] = {s: [] for s in shards}
-    for s, liked_at, user_id in rows:
+    orphans = set()
+    for s, liked_at, user_id, orphan in rows:
         out[s].append((liked_at, user_id))
-    return out
+        if orphan:
+            orphans.add(user_id)
+    return out, orphans
 
 
 def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str | None = None,
@@ -219,6 +234,7 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
     buffers: dict[int, list[tuple[datetime, int]]] = {}
     more: dict[int, bool] = {}  # the shard's last fetch was full: rows may remain after the buffer
     hidden: set[int] = set()
+    orphaned: set[int] = set()  # users whose sort entry has no LIKED state row behind it: never served
     checked: set[int] = set()
     # One query when the video has no risk-hidden relation (almost always): then no per-fetch risk check.
     risk_filter = risk_selectors.risk_hidden_exists(video_id=video_id) and not sees_risk_hidden(caller_id)
@@ -229,7 +245,8 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
             by_alias.setdefault(gen.placement[s], []).append((s, frontiers[s]))
         fresh: set[int] = set()
         for alias, wanted in sorted(by_alias.items()):
-            got = _prefetch(alias, gen.generation, video_id, wanted, count)
+            got, orphans = _prefetch(alias, gen.generation, video_id, wanted, count)
+            orphaned.update(orphans)
             for s, rows in got.items():
                 buffers[s] = rows
                 more[s] = len(rows) == count
@@ -248,13 +265,15 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
         else:
             frontiers[s] = EXHAUSTED
     picked: list[tuple[datetime, int]] = []
-    popped = 0
+    popped = orphans_popped = 0
     while heap and len(picked) < limit and popped < budget:
         _neg_t, _neg_u, s, i = heapq.heappop(heap)
         liked_at, user_id = buffers[s][i]
         popped += 1
         frontiers[s] = (micros(liked_at), user_id)  # REV-7: popped, and now returned or filtered
-        if user_id not in hidden:
+        if user_id in orphaned:
+            orphans_popped += 1
+        elif user_id not in hidden:
             picked.append((liked_at, user_id))
         if i + 1 < len(buffers[s]):
             nxt = buffers[s][i + 1]
@@ -273,6 +292,11 @@ def likers_page_list(*, caller_id: int, video_id: str, limit: int, cursor: str |
         else:
             frontiers[s] = EXHAUSTED
     exhausted = all(f == EXHAUSTED for f in frontiers)
+    # M16: privacy-filter scan amplification (scanned / returned, over a window) and orphan sort entries.
+    metrics.inc("likes_likers_scanned_total", popped)
+    metrics.inc("likes_likers_returned_total", len(picked))
+    if orphans_popped:
+        metrics.inc("likes_reverse_orphan_sort_entries_total", orphans_popped)
     names = dict(get_user_model().objects.filter(pk__in=[u for _t, u in picked]).values_list("pk", "username"))
     items = [Liker(u, names.get(u, ""), t) for t, u in picked]
     return LikersPage(items=items, generation=gen.generation, frontiers=frontiers, popped=popped, exhausted=exhausted)

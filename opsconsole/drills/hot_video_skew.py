@@ -29,7 +29,9 @@ COLD_WAIT_MAX_S = 4.0  # the longest a cold video's dirty mark may wait while th
 
 class HotVideoSkew(Drill):
     name = "hot-video-skew"
-    summary = "one video takes most writes; the hot-spot panel's suggested bucket move runs, skew falls, counts exact"
+    spec_numbers = (13,)
+    summary = ("one video takes most writes; the hot-spot panel's suggested bucket move runs, skew falls, counts exact "
+               "(no move possible: the hot video's display slowed, cold ones never starved)")
     commands_succeed_while = "one video took most of the writes"
     default_fault_s = 20.0
 

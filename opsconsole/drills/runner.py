@@ -17,6 +17,7 @@ from opsconsole.drills.api import DrillApi
 from opsconsole.drills.checks import Backlog, backlog_sample, projections_compare, retries_get
 from opsconsole.drills.faults import DrillRefused
 from opsconsole.drills.population import drill_population_create
+from opsconsole.drills.records import record_write
 from opsconsole.drills.registry import DRILLS
 from opsconsole.drills.scenarios import Context
 from opsconsole.drills.stage import DeploymentStage, Stage
@@ -55,10 +56,18 @@ def drill_run(name: str, *, stage: Stage | None = None, fault_s: float | None = 
     traffic = Traffic(population)
     ctx.traffic = traffic
     try:
-        return _run(drill, ctx, population, traffic, started_at=started_at, heal_timeout_s=heal_timeout_s,
-                    say=say)
+        verdict = _run(drill, ctx, population, traffic, started_at=started_at, heal_timeout_s=heal_timeout_s,
+                       say=say)
+    except Exception as exc:  # broken off: kept as an ERROR record, then raised as it was
+        record_write(drill, stage=stage.label, started_at=started_at, finished_at=timezone.now(), verdict=None,
+                     error=exc)
+        raise
     finally:
         traffic.stop()  # whatever went wrong, no command outlives the run
+    record = record_write(drill, stage=stage.label, started_at=started_at, finished_at=timezone.now(),
+                          verdict=verdict)
+    say(f"drill record {record.pk} written")
+    return verdict
 
 
 def _run(drill, ctx, population, traffic, *, started_at, heal_timeout_s, say) -> Verdict:

@@ -31,6 +31,7 @@ class Context:
 class Drill:
     name = ""
     summary = ""
+    spec_numbers: tuple[int, ...] = ()  # the spec §7 drills this runs (registry.SPEC_DRILLS); (): beyond the list
     default_fault_s = 20.0
     pause_at_switch = False  # stop commands for the instant of injecting/undoing (rules differ across it)
     commands_succeed_while = ""  # set: every command must answer 200 while the fault holds ("<the fault>")
@@ -167,6 +168,7 @@ class EventlogFlush(Drill):
 
 class WorkerKill(Drill):
     name = "worker-kill"
+    spec_numbers = (4,)
     summary = "the Celery workers are SIGKILLed mid-batch and restarted; exact convergence"
     commands_succeed_while = "the workers were dead"
     default_fault_s = 5.0
@@ -215,6 +217,7 @@ class RedisOutage(Drill):
 
 class CacheRedisDown(RedisOutage):
     name = "cache-redis-down"
+    spec_numbers = (1,)
     summary = "the cache Redis is down, then back empty: reads degrade (D26), commands work, reads end correct"
     commands_succeed_while = "the cache Redis was down"
 
@@ -253,6 +256,7 @@ class SnapshotRebalance(Drill):
     whole again, which must seal, pass its own test-restore, and the projections converge exactly."""
 
     name = "snapshot-rebalance"
+    spec_numbers = (8,)
     summary = "a partition changes hands during a recovery snapshot's cut; it aborts and a new one seals"
     commands_succeed_while = "a recovery snapshot was being built across a rebalance"
     default_fault_s = 5.0
@@ -400,6 +404,7 @@ class MigrationWorkerKill(_LedgerWorkerKill):
     bucket."""
 
     name = "migration-worker-kill"
+    spec_numbers = (11,)
     summary = "the workers are SIGKILLed during a bucket migration; it resumes from its ledger and ends RETIRED"
     commands_succeed_while = "the workers running a bucket migration were killed"
     aliases_setting, holder, move = "COUNT_PARTITION_ALIASES", "count partition", "a bucket migration"

@@ -193,9 +193,9 @@ def video_snapshots_flow(video_ids: list[str], *, also: Read | None = None) -> F
     for video_id, snap in cached.items():
         out[video_id] = None if snap.get("missing") else _cached_view(video_id, snap)
     misses = [v for v in wanted if v not in cached]
-    metrics.inc("likes_cache_hits_total", len(cached), cache="visibility")
+    metrics.inc("likes_cache_hits_total", len(cached), cache="visibility")  # M15: cache hit rate
     if misses:
-        metrics.inc("likes_cache_misses_total", len(misses), cache="visibility")
+        metrics.inc("likes_cache_misses_total", len(misses), cache="visibility")  # M15
         found = _videos_from_db(misses)
         fills = []
         for video_id in misses:
@@ -407,9 +407,9 @@ def relation_states_flow(user_id: int, video_ids: list[str], min_versions: dict[
             out[video_id] = RelationView(*hit)
         else:
             misses.append(video_id)
-    metrics.inc("likes_cache_hits_total", len(out), cache="relation")  # M15
+    metrics.inc("likes_cache_hits_total", len(out), cache="relation")  # M15: relation cache hit rate
     if misses:
-        metrics.inc("likes_cache_misses_total", len(misses), cache="relation")
+        metrics.inc("likes_cache_misses_total", len(misses), cache="relation")  # M15
         alias = routing.alias_for_user(user_id)
         with RELATION_FALLBACK.slot():
             rows = LikeRelation.objects.using(alias).filter(user_id=user_id, video_id__in=misses).values_list(

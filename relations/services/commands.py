@@ -230,6 +230,9 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
                 and settings.LIKE_STALE_BASE_POLICY != STALE_POLICY_LAST_COMMIT_WINS
             ):
                 count_command("stale_base", desired_state)  # M5: commands carrying a stale version
+                # M3: a CAS conflict. The server's own CAS runs under the row lock and cannot lose; the compare
+                # that can is the client's baseVersion (CMD-7's expected version) against the locked row.
+                metrics.inc("likes_cas_conflicts_total")
                 raise StaleBaseVersion(
                     f"baseVersion {base_version} is not the current version {current.relation_version}.",
                     currentRelation=current.as_dict(),
@@ -248,7 +251,7 @@ def _apply_python(*, alias: str, slot: int, user_id: int, video_id: str, desired
                             state_changed_at=now, created_at=now, updated_at=now,
                         )
                 except IntegrityError:
-                    metrics.inc("likes_unique_conflicts_total")  # M3
+                    metrics.inc("likes_unique_conflicts_total")  # M3: unique-key conflicts
                     continue  # another transaction inserted the row first: lock it and decide again
                 changed_at = now
             else:
@@ -343,6 +346,7 @@ def _apply_function(*, alias: str, slot: int, user_id: int, video_id: str, desir
                                                 changed), current)
     if outcome == "stale":
         count_command("stale_base", desired_state)
+        metrics.inc("likes_cas_conflicts_total")  # M3: a CAS conflict, as in _apply_python
         raise StaleBaseVersion(f"baseVersion {base_version} is not the current version {cur_version}.",
                                currentRelation=current.as_dict())
     result = RelationView(state, version)

@@ -265,6 +265,7 @@ ROLE_MIGRATIONS = [
     ("likes_project.subscriptions.migrations.0002_roles", "roles"),
     ("likes_project.subscriptions.migrations.0004_replay_roles", "roles"),
     ("counting.notifications.migrations.0002_roles", "roles"),
+    ("opsconsole.migrations.0005_drill_records", "roles"),
 ]
 
 

@@ -29,6 +29,7 @@ from django.utils.dateparse import parse_datetime
 from counting import routing
 from counting.models import LikeReverseProjection, LikeReverseRecent, LikeReverseSort, ReverseEventReceipt
 from counting.services import group_kit as kit
+from likes_project import metrics
 from likes_project.dbraw import raw_cursor
 from likes_project.eventlog.consumer import Retryable
 from likes_project.eventlog.retry import retryable_from
@@ -90,9 +91,10 @@ def _ensure_state_rows(alias: str, items: list[Item], now) -> None:
                 params=[now], conflict=("generation", "video_id", "user_id"))
 
 
-def _fold_and_write(cursor, alias: str, items: list[Item], now) -> list[tuple[Item, str]]:
+def _fold_and_write(cursor, alias: str, items: list[Item], now) -> tuple[list[tuple[Item, str]], int]:
     """Inside the caller's transaction: lock the state rows, fold, then move the sort entries (exact
-    delete with the stored liked_at, then insert) and update the state/tombstone rows."""
+    delete with the stored liked_at, then insert) and update the state/tombstone rows. Returns the
+    verdicts and how many state rows it wrote as tombstones (UNLIKED)."""
     _lock_videos(cursor, {(it.generation, it.video_id) for it in items})
     locked = kit.rows_lock(cursor, LikeReverseProjection, keys=[it.key for it in items],
                            columns=[("generation", "int"), ("video_id", "text"), ("user_id", "bigint")],
@@ -119,7 +121,7 @@ def _fold_and_write(cursor, alias: str, items: list[Item], now) -> list[tuple[It
     if updates:
         cursor.execute(STATE_UPDATE_SQL, [now, *_columns(updates, 6)])
     _recent_write(cursor, alias, deletes, inserts)
-    return verdicts
+    return verdicts, sum(1 for state, *_rest in updates if state == UNLIKED)
 
 
 def _columns(rows: list[tuple], width: int) -> list[list]:
@@ -200,6 +202,13 @@ def _recent_write(cursor, alias: str, deletes: list[tuple], inserts: list[tuple]
         [*_columns(touched, 2), RECENT_KEEP])
 
 
+def _tombstones_count(n: int) -> None:
+    """M16: tombstone rows written (every generation's), counted once their transaction committed. A counter,
+    not a gauge of the tombstones held, which would count rows of a table of every relation ever projected."""
+    if n:
+        metrics.inc("likes_reverse_tombstones_written_total", n)
+
+
 def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, str]]:
     """Apply relation facts (a rebuild's backfill) to the rows on count partition `alias`.
 
@@ -210,7 +219,9 @@ def reverse_facts_apply(*, alias: str, items: list[Item]) -> list[tuple[Item, st
     now = timezone.now()
     _ensure_state_rows(alias, items, now)
     with transaction.atomic(using=alias, durable=True), raw_cursor(alias) as cursor:
-        return _fold_and_write(cursor, alias, items, now)
+        verdicts, tombstones = _fold_and_write(cursor, alias, items, now)
+    _tombstones_count(tombstones)
+    return verdicts
 
 
 def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int, token: int) -> kit.GroupOutcome:
@@ -230,10 +241,13 @@ def _apply_group(alias: str, items: list[Item], *, consumer: str, partition: int
                 fresh.append(it)
         if not fresh:
             return out
-        verdicts = _fold_and_write(cursor, alias, fresh, now)
+        verdicts, tombstones = _fold_and_write(cursor, alias, fresh, now)
         kit.receipts_write(cursor, ReverseEventReceipt, partition=partition, now=now,
                        rows=[(it.generation, it.ref, it.event_id, verdict) for it, verdict in verdicts])
+    _tombstones_count(tombstones)
     for it, verdict in verdicts:
+        # M16: a version below the row's is a low-version rejection (STALE, REV-6: it cannot revive a cancelled
+        # entry); the consumer framework counts it as likes_events_stale_total{consumer="reverse"}.
         out.add(it.ref, verdict)
     return out
 

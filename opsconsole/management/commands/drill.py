@@ -5,6 +5,7 @@ from django.core.management.base import CommandError
 from likes_project.cli import DomainCommand
 from opsconsole.drills import DRILLS, DrillRefused, drill_run
 from opsconsole.drills.faults import databases_restore
+from opsconsole.drills.registry import SPEC_DRILLS
 
 
 class Command(DomainCommand):
@@ -16,6 +17,9 @@ class Command(DomainCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name", nargs="?", help="The drill: " + ", ".join(DRILLS) + ".")
+        parser.add_argument("--list", action="store_true",
+                            help="List spec §7's fault drills by number with the drills that run each, then the "
+                                 "drills beyond that list, and exit (no LIKES_DRILLS_ENABLED needed).")
         parser.add_argument("--alias", help="The relation shard / count partition to take down, or the Redis Cluster "
                                  "node (host:port) cluster-node-restart restarts (default: the last).")
         parser.add_argument("--fault-seconds", type=float, default=None,
@@ -30,6 +34,9 @@ class Command(DomainCommand):
     def run(self, *args, **options):
         from opsconsole.drills.runner import drills_enabled_check
 
+        if options["list"]:
+            self.stdout.write(drills_listed())
+            return
         try:
             drills_enabled_check()
             if options["restore_databases"]:
@@ -44,3 +51,13 @@ class Command(DomainCommand):
         self.stdout.write(verdict.as_json() if options["json"] else verdict.as_text())
         if not verdict.passed:
             raise CommandError(f"drill {verdict.drill} FAILED: {'; '.join(verdict.failures)}")
+
+
+def drills_listed() -> str:
+    """Spec §7's drills 1-15, each with the drills that run it, then the drills beyond that list."""
+    lines = []
+    for number, title in SPEC_DRILLS.items():
+        runs = [name for name, drill in DRILLS.items() if number in drill.spec_numbers]
+        lines.append(f"{number:>2}. {title}\n      " + (", ".join(runs) or "not runnable by an operator yet"))
+    beyond = [f"    {name}: {drill.summary}" for name, drill in DRILLS.items() if not drill.spec_numbers]
+    return "\n".join([*lines, "beyond spec §7:", *beyond])
