@@ -2,7 +2,7 @@
 # The one entry point of the benchmarks; docs/benchmarks.md ("How to run") says what it sets up and what each runs.
 #
 #   bench/run.sh NAME [ARGS]        NAME: command levers projection projector convergence read reverse downstream reconcile
-#                                         snapshot migration slotmove growth profile topology
+#                                         snapshot migration slotmove growth profile topology traffic
 #   bench/run.sh [ARGS]             the command path (NAME command), as bench/run.sh always ran it
 #   bench/run.sh NAME --help        the options of NAME
 set -euo pipefail
@@ -26,6 +26,7 @@ case "$name" in
   slotmove) module=bench.slotmove own_db=likes_bench_slot ;;
   growth) module=bench.growth.bench stop_ticks=600 ;;
   profile) module=bench.profile ;;
+  traffic) module=bench.traffic own_db=likes_bench_traffic ;;  # risk verdicts and frozen accounts stay with the db
   topology)
     # Command throughput and commit -> displayCount on both topologies (issue 16): each half is `command` (no
     # HTTP) and `convergence` (the Celery path), then the table of both. Each sub-run takes the lock itself.
@@ -44,6 +45,10 @@ esac
 # Settings a benchmark needs before anything reads them (its own shard or partition layout).
 case "$name" in
   convergence) export PATH="$BENCH/../.venv/bin:$PATH" ;;  # the Procfile's `celery`
+  traffic)  # the Procfile's `celery`; three count partitions, the manifest over two: cnt_02 just added, empty, so
+    # a hot spot's suggested move has somewhere to go; 0.45 of the writes is 1.35 times the mean of three partitions
+    export PATH="$BENCH/../.venv/bin:$PATH" COUNT_PARTITIONS=3 COUNT_BOOTSTRAP_PARTITIONS="cnt_00,cnt_01" \
+      HOTSPOT_MOVE_SUGGEST_SHARE="${HOTSPOT_MOVE_SUGGEST_SHARE:-0.45}" ;;
   snapshot)  # the bench's own snapshot storage (never the development one under .data/)
     export SNAPSHOT_STORAGE_BACKEND=filesystem SNAPSHOT_STORAGE_DIR="${TMPDIR:-/tmp}/likes-bench-snapshots" ;;
   migration)  # three count partitions, the first manifest sealed over two: cnt_02 starts with no routes
