@@ -33,6 +33,8 @@ pytestmark = pytest.mark.topology_independent
 NOT_RUN = {
     "drill": "a drill injects real faults (ALTER DATABASE ... ALLOW_CONNECTIONS false on a shard, FLUSHDB, SIGKILL "
              "of the workers) and needs worker and beat processes; tests/test_drills.py runs the drills in-suite",
+    "soak": "a soak drives a running service over HTTP for its duration while injecting the drills' faults; "
+            "tests/test_soak.py runs one in-suite",
 }
 # Run as shown, with the exception named: `drill --restore-databases` only re-allows connections.
 RUN_ANYWAY = {"manage.py drill --restore-databases"}

@@ -46,6 +46,7 @@ class VideoRow:
     likers: int | None
     likers_match: bool
     ok: bool
+    hidden: int = 0  # liked by accounts whose likes leave the public count (banned, down-weighted, frozen)
 
 
 @dataclass
@@ -110,10 +111,12 @@ def _outbox_versions(population: Population) -> dict[str, int]:
     return out
 
 
-def projections_compare(api: DrillApi, population: Population, expected: dict[tuple[int, str], Ack]) -> Comparison:
-    """Per touched video: acknowledged likes vs facts vs displayCount (count endpoint and batch query) vs
-    likers; per user: acknowledged vs facts vs my-likes vs batch-query myState; per pair: the fact is the
-    last acknowledged answer and its outbox holds that version (nothing partial, nothing missing)."""
+def projections_compare(api: DrillApi, population: Population, expected: dict[tuple[int, str], Ack], *,
+                        count_hidden: frozenset[int] = frozenset()) -> Comparison:
+    """Per touched video: acknowledged likes vs facts vs displayCount (count endpoint and batch query: the facts
+    less the likes of `count_hidden`, the accounts whose likes leave the public count) vs likers; per user:
+    acknowledged vs facts vs my-likes vs batch-query myState; per pair: the fact is the last acknowledged answer
+    and its outbox holds that version (nothing partial, nothing missing)."""
     connections_refresh()
     out = Comparison()
     try:
@@ -150,12 +153,14 @@ def projections_compare(api: DrillApi, population: Population, expected: dict[tu
         if not likers_answer.ok:
             out.errors.append(f"likers {video_id} answered {likers_answer.status} {likers_answer.code}")
         facts_n = len(liked_by_video[video_id])
+        hidden = len(liked_by_video[video_id] & count_hidden)
         display = count.body["displayCount"] if count.ok else None
         likers_match = likers_answer.ok and sorted(likers) == sorted(liked_by_video[video_id])
         out.videos.append(VideoRow(
             video_id, len(acked_by_video[video_id]), facts_n, display, batch_counts.get(video_id),
             len(likers) if likers_answer.ok else None, likers_match,
-            ok=(facts_n == len(acked_by_video[video_id]) == display == batch_counts.get(video_id) and likers_match),
+            ok=(facts_n == len(acked_by_video[video_id]) and facts_n - hidden == display == batch_counts.get(video_id)
+                and likers_match), hidden=hidden,
         ))
     for user in population.users:
         fact_set = sorted(v for (u, v), (s, _) in facts.items() if u == user.user_id and s == LIKED)

@@ -1,0 +1,40 @@
+"""The seeded soak (issue 33 §1) in the suite: a fixed seed's fault windows (a relation shard and a count partition
+refusing, the event log flushed, the cache Redis hanging, the worker killed) under the four traffic groups, over
+HTTP against the live server, with the real Celery worker and beat; then the history checker: no acknowledged
+command lost, no version backwards, one version per key, no read below its floor, no 500, every projection exact and
+the exact reconciliation PASSED. On each topology, on the drills' worker after them (`tests/passes.py` JOINS), with
+the cache and the event log on private redis-servers (a pause or a flush of the shared ones would hit every test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from opsconsole.models import DrillRecord
+from opsconsole.soak import history as soak_history
+from opsconsole.soak.runner import soak_run
+from opsconsole.soak.schedule import FAULTS
+from tests import drills
+from tests.test_drills import private_cache, private_eventlog  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
+
+# This seed draws every fault, and its event-log flush falls inside a count partition's outage: the flushed tail was
+# not yet projected, so only the lost-tail republisher brings it back (with it disabled the checker names the lost
+# like: the note of issue 33).
+SEED, DURATION_S = 20261225, 60.0
+
+
+def test_a_fixed_seed_soak_is_clean(settings, live_server, private_cache, private_eventlog, tmp_path):  # noqa: F811
+    settings.LIKES_DRILLS_ENABLED = True
+    pipeline = drills.Pipeline().start()
+    try:
+        verdict = soak_run(seed=SEED, duration_s=DURATION_S, base_url=live_server.url, history_path=tmp_path / "h",
+                           stage=drills.SuiteStage(pipeline, private_cache), heal_timeout_s=120, say=print)
+    finally:
+        output = pipeline.stop()
+    print(verdict.as_text())
+    assert verdict.passed, verdict.as_text() + "\n--- worker/beat output ---\n" + output[-6000:]
+    begun = {line["fault"] for line in soak_history.lines(tmp_path / "h") if line.get("phase") == "begin"}
+    assert begun == {w["fault"] for w in verdict.schedule} == set(FAULTS), verdict.injected
+    assert verdict.outcomes.get("command 200", 0) > 100 and verdict.reconciliation["status"] == "PASSED"
+    assert DrillRecord.objects.filter(drill="soak", seed=SEED, verdict="PASS").count() == 1
