@@ -3,9 +3,12 @@ partition (BKT-1, PROJ-10), and user -> reverse shard -> count partition for the
 (REV-4).
 
 The only module that knows where a count-partition row lives. The bucket space comes from the generation's
-stored contract, never from a code constant; the route comes from the generation's active manifest
-(materialised in COUNT_BUCKET_ROUTE). Both are cached in-process and re-checked every few seconds so
-that a CAS of `active_manifest_id` is seen; a partition fence catches anything in between.
+stored contract, never from a code constant; the routes come from the immutable items of the manifest the
+generation's `active_manifest_id` names (ROUTE-4), never from the mutable COUNT_BUCKET_ROUTE, which is only
+its materialised copy (ROUTE-1; rebuilt from the manifest when they disagree, ROUTE-3). So the manifest id and
+the routes of a `GenerationRoutes` always belong together, for the projector, the aggregators, recovery and
+reconciliation alike. Both are cached in-process and re-checked every few seconds so that a CAS of
+`active_manifest_id` is seen; a partition fence catches anything in between.
 """
 
 from __future__ import annotations
@@ -67,7 +70,10 @@ def virtual_bucket(space: BucketSpace, video_id: str, user_id: int) -> int:
 
 
 def load_generation(generation: int | None = None) -> GenerationRoutes:
-    from counting.models import CountBucketRoute, CountBucketSpace, CountProjectionGeneration
+    """The generation (the ACTIVE one by default) with the routes of the manifest it names (ROUTE-4: a route
+    table rewritten since, by hand or by a crash, changes nothing here). The pointer is read first and the
+    manifest's items after it: a cutover's CAS in between leaves the old, immutable manifest with its own id."""
+    from counting.models import CountBucketSpace, CountProjectionGeneration, CountRouteManifestItem
 
     qs = CountProjectionGeneration.objects
     gen = qs.filter(generation=generation).first() if generation else qs.filter(status="ACTIVE").first()
@@ -77,12 +83,13 @@ def load_generation(generation: int | None = None) -> GenerationRoutes:
     space = BucketSpace(row.version, row.hash_algorithm, row.hash_seed, row.key_encoding, row.virtual_buckets)
     routes = {
         vb: Route(p, e)
-        for vb, p, e in CountBucketRoute.objects.filter(bucket_space_version=space.version).values_list(
+        for vb, p, e in CountRouteManifestItem.objects.filter(manifest_id=gen.active_manifest_id).values_list(
             "virtual_bucket", "physical_partition", "route_epoch"
         )
     }
-    if len(routes) != space.virtual_buckets:
-        raise NoActiveGeneration(f"routes cover {len(routes)} of {space.virtual_buckets} buckets; rebuild them")
+    if set(routes) != set(range(space.virtual_buckets)):
+        raise NoActiveGeneration(f"manifest {gen.active_manifest_id} covers {len(routes)} of {space.virtual_buckets} "
+                                 "buckets")
     return GenerationRoutes(gen.generation, space, gen.active_manifest_id,
                             tuple(routes[vb] for vb in range(space.virtual_buckets)))
 

@@ -1,6 +1,6 @@
 """Thin Celery wrappers around the counting services: the count and reverse-index projectors, the
-display snapshot job, the count cache's bucket refresh and loss detector, and the retirement of
-deleted videos."""
+display snapshot job, the count cache's bucket refresh and loss detector, the retirement of
+deleted videos, and the migrations' beat (the materialised routes put back, the source copies cleaned)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,11 @@ def retire_deleted_videos_task(limit: int = 1000, rounds: int = 20, batch: int |
 
 @shared_task(name="counting.bucket_migrations_cleanup", acks_late=True, ignore_result=True)
 def bucket_migrations_cleanup_task() -> list[int]:
-    """MIG-5: delete the source copies of retired migrations whose retention passed."""
+    """The migrations' beat: ROUTE-3, the materialised routes rebuilt from the active manifest when they
+    disagree with it (a crash, a hand edit; nothing is written when they agree), then MIG-5, the source
+    copies of retired migrations whose retention passed deleted. Returns the migrations cleaned."""
+    from counting.services.manifests import routes_rebuild_if_disagreeing
     from counting.services.migration.protocol import migrations_cleanup_due
 
+    routes_rebuild_if_disagreeing()
     return migrations_cleanup_due()

@@ -1,7 +1,9 @@
 """Route manifests (ROUTE-1 … ROUTE-4): sealing one, checking one, and the materialised routes rebuilt
 from one. A manifest covers every virtual bucket of its bucket space exactly once, each on one partition at
 one epoch; once SEALED (row count and checksum) it never changes. `COUNT_BUCKET_ROUTE` is only ever written
-from a manifest, so it can always be rebuilt from the active one (ROUTE-3)."""
+from a manifest, so it can always be rebuilt from the active one (ROUTE-3); nothing routes by it (routes are
+read from the active manifest's items: `counting.routing`, ROUTE-4), it is the operators' materialised view,
+which the migrations' beat puts back when it disagrees (`routes_rebuild_if_disagreeing`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from counting.models import CountBucketRoute, CountRouteManifest, CountRouteManifestItem, ManifestStatus
+from likes_project.audit.services import Actor, audit_record, system_actor
+
+ROUTES_SWEEPER = "route-sweeper"  # the audit actor of a rebuild the beat did
 
 
 class ManifestInvalid(Exception):
@@ -64,14 +69,24 @@ def manifest_seal(*, bucket_space_version: int, virtual_buckets: int,
     return manifest
 
 
+def _routes_current(bucket_space_version: int) -> dict[int, tuple[str, int]]:
+    return {vb: (p, e) for vb, p, e in CountBucketRoute.objects.filter(
+        bucket_space_version=bucket_space_version).values_list("virtual_bucket", "physical_partition", "route_epoch")}
+
+
+def _routes_differing(current: dict[int, tuple[str, int]], items: list[tuple[int, str, int]]) -> list[int]:
+    """The buckets whose materialised route is not the manifest's: wrong, missing, or not in the manifest."""
+    wanted = {vb: (p, e) for vb, p, e in items}
+    return sorted(vb for vb in set(current) | set(wanted) if current.get(vb) != wanted.get(vb))
+
+
 def routes_materialize(*, bucket_space_version: int, items: list[tuple[int, str, int]]) -> int:
     """Make `COUNT_BUCKET_ROUTE` of the bucket space say what `items` (a sealed manifest's) say; in the
     caller's transaction on `default`. One statement for the changed buckets (a migration's cutover runs
-    it inside its write pause). Returns how many bucket rows changed."""
+    it inside its write pause). Returns how many bucket rows changed (rewritten or deleted)."""
     from django.db import connections
 
-    current = {vb: (p, e) for vb, p, e in CountBucketRoute.objects.filter(
-        bucket_space_version=bucket_space_version).values_list("virtual_bucket", "physical_partition", "route_epoch")}
+    current = _routes_current(bucket_space_version)
     changed = [(vb, p, e) for vb, p, e in items if current.get(vb) != (p, e)]
     if changed:
         t = CountBucketRoute._meta.db_table
@@ -85,18 +100,51 @@ def routes_materialize(*, bucket_space_version: int, items: list[tuple[int, str,
     stale = set(current) - {vb for vb, _, _ in items}
     if stale:
         CountBucketRoute.objects.filter(bucket_space_version=bucket_space_version, virtual_bucket__in=stale).delete()
-    return len(changed)
+    return len(changed) + len(stale)
 
 
-def routes_rebuild(generation: int | None = None) -> int:
-    """ROUTE-3 after a crash: the materialised routes rebuilt from the generation's active manifest (the
-    arbiter). Returns how many bucket rows were wrong."""
+def _active_routes(generation: int | None, *, lock: bool):
+    """(generation row, bucket space, the verified items of its active manifest)."""
     from counting.models import CountBucketSpace, CountProjectionGeneration
 
-    qs = CountProjectionGeneration.objects
+    qs = CountProjectionGeneration.objects.select_for_update() if lock else CountProjectionGeneration.objects
     gen = qs.get(generation=generation) if generation else qs.get(status="ACTIVE")
-    manifest = CountRouteManifest.objects.get(pk=gen.active_manifest_id)
     space = CountBucketSpace.objects.get(version=gen.bucket_space_version)
-    items = manifest_verify(manifest, space.virtual_buckets)
+    items = manifest_verify(CountRouteManifest.objects.get(pk=gen.active_manifest_id), space.virtual_buckets)
+    return gen, space, items
+
+
+def routes_disagreeing(generation: int | None = None) -> list[int]:
+    """ROUTE-3's check (reads only): the buckets whose materialised route disagrees with the active manifest
+    of `generation` (the ACTIVE one by default)."""
+    _gen, space, items = _active_routes(generation, lock=False)
+    return _routes_differing(_routes_current(space.version), items)
+
+
+def routes_rebuild(generation: int | None = None, *, actor: Actor | None = None) -> int:
+    """ROUTE-3 after a crash: the materialised routes rebuilt from the generation's active manifest (the
+    arbiter); audited (`routes.rebuild`) when it rewrote anything. Returns how many bucket rows were wrong.
+
+    Transaction: one durable transaction on `default`, the generation's row locked first, so a cutover's CAS
+    (which updates that row and the routes in one transaction) is never undone by a rebuild that read the
+    pointer before it. Idempotency: routes that agree are not written; a rerun returns 0."""
     with transaction.atomic(using="default", durable=True):
-        return routes_materialize(bucket_space_version=space.version, items=items)
+        gen, space, items = _active_routes(generation, lock=True)
+        wrong = _routes_differing(_routes_current(space.version), items)
+        if not wrong:
+            return 0
+        changed = routes_materialize(bucket_space_version=space.version, items=items)
+        audit_record(actor=actor or system_actor(ROUTES_SWEEPER), action="routes.rebuild",
+                     target_type="count_generation", target_id=str(gen.generation),
+                     params={"manifestId": gen.active_manifest_id, "bucketSpaceVersion": space.version,
+                             "changed": changed, "buckets": wrong[:20]})
+    return changed
+
+
+def routes_rebuild_if_disagreeing() -> int:
+    """The beat's ROUTE-3 sweep: when the active generation's materialised routes disagree with its active
+    manifest, rebuild them from it (the check reads only; nothing is written when they agree). Returns how
+    many bucket rows were rewritten."""
+    if not routes_disagreeing():
+        return 0
+    return routes_rebuild()

@@ -1,4 +1,5 @@
-"""Recovery snapshots (issue 12; SNAP-4 … SNAP-11, INV-16, T11, T12, T17–T19): the build at an exact cut
+"""Recovery snapshots (issue 12; SNAP-4 … SNAP-11, INV-16, T11, T12, T17, T19; T18 and the other rejection
+cases: tests/reconciliation/test_recovery_rejections.py): the build at an exact cut
 with the whole offset vector, the cut that fails (never enlarged) on a receipt beyond it or a lease that
 changed hands, verification that names why a snapshot is unusable, the restore of a damaged partition
 through an approved repair while commands go on, and the daily test-restore. The restore on the generation
@@ -120,7 +121,7 @@ def _rebalance(grants, moved: list) -> None:
 
 def test_a_lease_that_changes_hands_during_the_build_aborts_it_and_a_new_snapshot_is_taken(
         api, make_user, make_video, settings):
-    """T18 (and T12's rebalance): ownership of a partition moved between the stop of dispatch and the cut.
+    """T12 (a rebalance, SNAP-6 step 4): ownership of a partition moved between the stop of dispatch and the cut.
     That snapshot fails and is never reused; the job takes a new one, which seals once nothing moves."""
     live.api_liked_video(api, make_user, make_video, "sn-lease", 1)
     moved: list = []

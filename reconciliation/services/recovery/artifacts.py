@@ -22,14 +22,25 @@ import json
 import os
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import storages
 
+from counting.models import LikeCountProjection, VideoLikeCountVbucket
 from likes_project.hashing import HashingReader
+
+# The columns of each artifact kind, in COPY order, and the key order of its rows.
+PROJECTION_COLUMNS = ("user_id", "video_id", "projected_state", "projected_version", "bucket_space_version",
+                      "virtual_bucket", "updated_at")
+VBUCKET_COLUMNS = ("video_id", "virtual_bucket", "bucket_space_version", "active_count", "bucket_version", "frozen",
+                   "updated_at")
+KINDS = {
+    "projection": (LikeCountProjection, PROJECTION_COLUMNS, "user_id, video_id"),
+    "vbuckets": (VideoLikeCountVbucket, VBUCKET_COLUMNS, "video_id, virtual_bucket"),
+}
 
 FORMAT = "likes-recovery-artifact"
 SCHEMA_VERSION = 1
@@ -152,9 +163,10 @@ def _stored_digest(uri: str) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def artifact_check(record: dict) -> list[str]:
+def artifact_check(record: dict, *, fold: Callable[[bytes], None] | None = None) -> list[str]:
     """Read a stored artifact back in full: the problems with it (empty when its SHA-256, size, header
-    and rows are what `record` says)."""
+    and rows are what `record` says). `fold(chunk)` sees every chunk of COPY rows on the way (whole lines),
+    for a check of the content in the same read."""
     uri = record.get("uri", "")
     try:
         digest, size = _stored_digest(uri)
@@ -166,7 +178,11 @@ def artifact_check(record: dict) -> list[str]:
                         f"{record.get('sha256')} ({record.get('bytes')} bytes)")
     try:
         header, chunks, _hashing = artifact_stream(uri)
-        rows = sum(chunk.count(b"\n") for chunk in chunks)
+        rows = 0
+        for chunk in chunks:
+            rows += chunk.count(b"\n")
+            if fold is not None:
+                fold(chunk)
     except ArtifactInvalid as exc:
         return [*problems, f"artifact_unreadable: {exc}"]
     if header.get("kind") != record.get("kind") or header.get("partition") != record.get("partition"):

@@ -11,12 +11,16 @@ Build (one at a time, under the lease `recovery:snapshot`):
   cut: B[p] = the durable checkpoint of every partition ("0-0" for one never consumed: it still
        appears, T17); one REPEATABLE READ snapshot opened per count partition; inside it, no receipt
        of the generation at or beyond B[p] (a dispatcher that skipped ahead fails the cut, which is
-       never enlarged: T11, T12); the leases still ours (else abort: T18)
+       never enlarged: T11, T12); the leases still ours (else abort: T12)
   resume: the leases released -> the dispatch pause ends (its length is recorded)
-  dump: both tables of every partition from its open snapshot, streamed into artifacts
-  seal: every artifact read back (rows, SHA-256), the manifest still SEALED, complete and the
-       generation's, the vector covering every partition of the same contract -> SEALED (INV-16);
-       anything else -> FAILED with the reason.
+  dump: both tables of every partition from its open snapshot, the buckets the pinned manifest routes
+       there (its items, not the mutable route table: ROUTE-4), streamed into artifacts
+  seal: every artifact read back (rows, SHA-256), each partition's LIKED projection rows equal to what
+       its vbuckets count (T18), the manifest still SEALED, complete and the generation's, the vector
+       covering every partition of the same contract and below no earlier sealed cut (T17) -> SEALED
+       (INV-16); anything else -> FAILED with the reason.
+What may not be sealed, or no longer be used, is decided in `problems` (SNAP-9 … SNAP-11): verification adds
+what may change after the seal (a stream lost and written again, an offset gone backwards, the manifest moved).
 """
 
 from __future__ import annotations
@@ -33,17 +37,11 @@ from django.utils import timezone
 
 from counting import routing
 from counting.models import (
-    CountBucketSpace,
     CountEventReceipt,
     CountProjectionGeneration,
-    CountRouteManifest,
-    LikeCountProjection,
-    ManifestStatus,
     ProjectionGenerationStatus,
-    VideoLikeCountVbucket,
 )
 from counting.services import route_switch
-from counting.services.manifests import ManifestInvalid, manifest_verify
 from counting.services.projection import COUNT_CONSUMER
 from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record
@@ -54,21 +52,21 @@ from likes_project.eventlog.models import DeadLetter, DeadLetterStatus
 from reconciliation.models import RecoverySnapshot, SnapshotStatus
 from reconciliation.services.cut import CutRefused, consume_to, count_leases_take, wait_driving
 from reconciliation.services.recovery import artifacts
+from reconciliation.services.recovery.artifacts import (  # noqa: F401 - importable from here as they always were
+    KINDS,
+    PROJECTION_COLUMNS,
+    VBUCKET_COLUMNS,
+)
+from reconciliation.services.recovery.problems import (
+    seal_problems,
+    snapshot_problems,
+    stream_problems,
+)
 
 logger = logging.getLogger(__name__)
 
 PERMISSION = "reconciliation.create_snapshot"
 BUILD_LEASE = "recovery:snapshot"
-
-# The columns of each artifact kind, in COPY order, and the key order of its rows.
-PROJECTION_COLUMNS = ("user_id", "video_id", "projected_state", "projected_version", "bucket_space_version",
-                      "virtual_bucket", "updated_at")
-VBUCKET_COLUMNS = ("video_id", "virtual_bucket", "bucket_space_version", "active_count", "bucket_version", "frozen",
-                   "updated_at")
-KINDS = {
-    "projection": (LikeCountProjection, PROJECTION_COLUMNS, "user_id, video_id"),
-    "vbuckets": (VideoLikeCountVbucket, VBUCKET_COLUMNS, "video_id, virtual_bucket"),
-}
 
 # A test hook: called with the cut's lease grants once they are held, before the cut is read.
 after_dispatch_stopped: Callable[[list[leases.LeaseGrant]], None] | None = None
@@ -142,6 +140,14 @@ def _receipts_beyond(cursor, generation: int, through: dict[int, str], limit: in
     return out[:limit]
 
 
+def _stream_mark(p: int) -> dict:
+    """What tells partition p's stream at the cut from one lost and written again since (SNAP-11): how many
+    entries were ever added to it, then its last id, read in that order (every entry after `streamLast`
+    was added after `streamAdded` was read, which `problems._rewritten` relies on)."""
+    added = streams.retention(p).added
+    return {"streamAdded": added, "streamLast": streams.last_generated_id(p)}
+
+
 def _holes(aliases: list[str], generation: int) -> Callable[[], bool]:
     def none_left() -> bool:
         through = {p: checkpoints_get(COUNT_CONSUMER).get(p, "0-0") for p in streams.all_partitions()}
@@ -172,7 +178,7 @@ def _cut_snapshots(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -
                 after_dispatch_stopped(grants)
             through = {p: checkpoints_get(COUNT_CONSUMER).get(p, "0-0") for p in streams.all_partitions()}
             offsets = [{"topic": streams.TOPIC, "partition": p, "through": t, "nextOffset": next_offset(t),
-                        "streamAdded": streams.retention(p).added} for p, t in sorted(through.items())]
+                        **_stream_mark(p)} for p, t in sorted(through.items())]
             beyond = []
             for alias in aliases:
                 snapshots.enter_context(transaction.atomic(using=alias))
@@ -241,37 +247,6 @@ def _dump(snap: RecoverySnapshot, gen: routing.GenerationRoutes, say) -> list[di
 
 
 # --- the seal -----------------------------------------------------------------------------------------
-
-
-def seal_problems(snap: RecoverySnapshot) -> list[str]:
-    """The SNAP-10 conditions that do not hold for `snap`'s recorded content (empty: it may be sealed,
-    or still be used)."""
-    problems = []
-    aliases = set(settings.COUNT_PARTITION_ALIASES)
-    have = {(a.get("kind"), a.get("partition")) for a in snap.artifacts}
-    for alias in sorted(aliases):
-        for kind in KINDS:
-            if (kind, alias) not in have:
-                problems.append(f"artifact_missing: no {kind} artifact of partition {alias} (buckets without the "
-                                "relation projection cannot replay an unlike)")
-    for record in snap.artifacts:
-        problems += artifacts.artifact_check(record)
-    manifest = CountRouteManifest.objects.filter(pk=snap.manifest_id).first()
-    if manifest is None or manifest.status != ManifestStatus.SEALED:
-        problems.append(f"manifest_not_sealed: route manifest {snap.manifest_id} is not SEALED")
-    else:
-        space = CountBucketSpace.objects.filter(version=snap.bucket_space_version).first()
-        try:
-            manifest_verify(manifest, space.virtual_buckets if space else -1)
-        except ManifestInvalid as exc:
-            problems.append(f"manifest_incomplete: {exc}")
-    contract = streams.active_contract()
-    parts = sorted(int(o.get("partition", -1)) for o in snap.offsets)
-    if snap.stream_contract_version != contract.version or parts != list(range(contract.partitions)):
-        problems.append(f"offset_vector_incomplete: the vector names partitions {parts} of stream contract "
-                        f"v{snap.stream_contract_version}; the topic has {contract.partitions} partitions "
-                        f"(contract v{contract.version})")
-    return problems
 
 
 def _finish(snap: RecoverySnapshot, *, status: str, failure: str = "", **fields) -> RecoverySnapshot:
@@ -365,49 +340,6 @@ def snapshot_report(snap: RecoverySnapshot) -> dict:
 # --- verification (SNAP-11) and retention ---------------------------------------------------------------
 
 
-def _trimmed_past(offsets: list[dict]) -> list[str]:
-    """Partitions whose stream no longer holds every entry the replay from nextOffset[p] needs: trimmed
-    or deleted at or past it, or lost and written again since the cut (SNAP-11)."""
-    out = []
-    for o in offsets:
-        kept = streams.retention(int(o["partition"]))
-        first_needed = streams.entry_id_key(o["nextOffset"])
-        gone = max(streams.entry_id_key(kept.trimmed_below), (lambda k: (k[0], k[1] + 1))(
-            streams.entry_id_key(kept.deleted_through)))
-        if gone > first_needed:
-            out.append(f"offset_past_retention: partition {o['partition']} needs the entries from "
-                       f"{o['nextOffset']} on, but the stream has dropped those below {gone[0]}-{gone[1]}; repair "
-                       "from the facts (--source facts)")
-        elif kept.added < int(o.get("streamAdded", 0)):
-            out.append(f"offset_past_retention: the stream of partition {o['partition']} was lost and written again "
-                       f"since the cut ({kept.added} entries added, {o.get('streamAdded')} at the cut); repair from "
-                       "the facts (--source facts)")
-    return out
-
-
-def snapshot_problems(snap: RecoverySnapshot) -> list[str]:
-    """Why `snap` cannot be used for recovery now (empty: usable). SNAP-11: not SEALED, an artifact that
-    fails verification, a vector lacking a partition, an offset the stream no longer holds, a manifest
-    that is not the active one's, a dead letter redriven since the cut."""
-    if snap.status != SnapshotStatus.SEALED:
-        return [f"not_sealed: snapshot {snap.pk} is {snap.status}" + (f" ({snap.failure})" if snap.failure else "")]
-    problems = seal_problems(snap)
-    problems += _trimmed_past(snap.offsets)
-    gen = CountProjectionGeneration.objects.filter(status=ProjectionGenerationStatus.ACTIVE).first()
-    if gen is None or gen.active_manifest_id != snap.manifest_id or gen.bucket_space_version != \
-            snap.bucket_space_version:
-        problems.append(f"manifest_moved: the active generation routes by manifest "
-                        f"{gen.active_manifest_id if gen else None}, the snapshot by {snap.manifest_id}")
-    redriven = list(DeadLetter.objects.filter(pk__in=snap.dead_letters_at_cut, status=DeadLetterStatus.RESOLVED)
-                    .values_list("pk", flat=True)[:10])
-    if redriven:
-        problems.append(f"dead_letters_redriven_since: dead letters {redriven} were applied after the cut, below "
-                        "its offsets; repair from the facts (--source facts)")
-    for problem in problems:  # M7, M12: holes in the offset vector, offsets past retention, and the rest, counted
-        metrics.inc("likes_snapshot_problems_total", problem=problem.split(":", 1)[0])
-    return problems
-
-
 def snapshot_verify(snapshot_id, *, actor: Actor) -> dict:
     """`manage.py snapshot_verify ID`: {"snapshotId", "usable", "problems"}, audited."""
     snap = snapshot_get(snapshot_id)
@@ -439,7 +371,7 @@ def snapshots_expire(*, keep: int | None = None) -> list[int]:
     named = _named_by_open_repairs()
     sealed = list(RecoverySnapshot.objects.filter(status=SnapshotStatus.SEALED).order_by("-id"))
     for i, snap in enumerate(sealed):
-        if snap.pk not in named and (i >= keep or _trimmed_past(snap.offsets)):
+        if snap.pk not in named and (i >= keep or stream_problems(snap.offsets)):
             expired.append(snap)
     old_failed = timezone.now() - dt.timedelta(days=1)
     expired += list(RecoverySnapshot.objects.filter(status=SnapshotStatus.FAILED, created_at__lt=old_failed)
