@@ -8,12 +8,18 @@ import logging
 import time
 from collections.abc import Callable
 
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from likes_project.audit.services import Actor
 from likes_project.ledgers.model import ApprovedLedgerModel
 from likes_project.ledgers.service import ApprovedLedger
 from likes_project.opsjobs.services import JobKind, SliceContext
 
 logger = logging.getLogger(__name__)
+TRANSIENT = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
 Run = Callable[..., ApprovedLedgerModel]  # run(ledger_id, *, say, tick): the protocol from the ledger's state
 
 
@@ -43,10 +49,27 @@ def ledger_job_kind(ledger: ApprovedLedger, run: Run) -> JobKind:
 
         try:
             m = run(ledger_id, say=say, tick=tick)
+        except TRANSIENT as exc:
+            # A store refusing or gone for a moment (a partition restarting, a failover): the step resumes where it
+            # stands, so the job waits and runs it again, up to LEDGER_TRANSIENT_RETRIES times, instead of leaving
+            # the ledger for an operator to resume.
+            tries = int(ctx.state.get("transientTries", 0)) + 1
+            error = f"{exc.__class__.__name__}: {exc}"[:4000]
+            if tries > settings.LEDGER_TRANSIENT_RETRIES:
+                ledger.model.objects.filter(pk=ledger_id).update(error=error)
+                raise
+            ledger.model.objects.filter(pk=ledger_id).update(error=f"waiting for a store (try {tries}): {error}")
+            ctx.state["transientTries"] = tries
+            ctx.say(f"{ledger.noun} {ledger_id}: a store did not answer ({exc.__class__.__name__}); trying again "
+                    f"in {settings.LEDGER_TRANSIENT_WAIT_S:g} s ({tries} of {settings.LEDGER_TRANSIENT_RETRIES})")
+            time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)  # the worker waits: parking re-queues the slice at once
+            return False
         except Exception as exc:
             # The job fails; the ledger stays in its state (every step resumes) and says why it stopped.
             ledger.model.objects.filter(pk=ledger_id).update(error=f"{exc.__class__.__name__}: {exc}"[:4000])
             raise
+        if m.error.startswith("waiting for a store"):
+            ledger.model.objects.filter(pk=ledger_id, error=m.error).update(error="")
         ctx.result = {ledger.id_param: m.pk, "status": m.state, "writePauseMs": m.write_pause_ms,
                       "copiedRows": m.copied_rows, **ledger.progress_fields(m), "error": m.error or None}
         ctx.job.message = f"{ledger.noun} {m.pk}: {m.state}" + (f" ({m.error[:300]})" if m.error else "")

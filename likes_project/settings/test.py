@@ -47,6 +47,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # from 0.5 s), and a killed worker's consumer leases expire after 6 s instead of 30 s, still an expiry the
 # worker-kill drills wait out. What a test asserts does not depend on either length.
 DRILL_FAULT_MAX_S = float(os.environ.get("DRILL_FAULT_MAX_S", "4"))
+LEDGER_TRANSIENT_WAIT_S = float(os.environ.get("LEDGER_TRANSIENT_WAIT_S", "0.5"))
 CONSUMER_LEASE_TTL_S = float(os.environ.get("CONSUMER_LEASE_TTL_S", "6"))
 # The relation shard contract is reloaded only when a test (or a `moved` answer) resets it: a timed reload would
 # add statements to the tests that count them. Processes a test starts set their own.

@@ -91,16 +91,23 @@ def base_url_check(base_url: str) -> str:
     return base_url.rstrip("/")
 
 
-def _window(w: Window, *, t0: float, stop: threading.Event, stage: Stage, history: History, said: list[str]) -> None:
+OPERATIONS_WAIT_S = 60.0  # after the heal, how long the soak waits for the operations it started to finish
+
+
+def _window(w: Window, *, t0: float, stop: threading.Event, stage: Stage, history: History, said: list[str],
+            videos: list[str], operations: list) -> None:
     """Hold one fault window: wait for its start, begin, hold, end (always, once begun)."""
     if stop.wait(max(0.0, t0 + w.start_s - time.monotonic())):
         return
     try:
-        what, end = soak_faults.begin(w.fault, target=w.target, seconds=w.length_s, stage=stage)
+        what, end, operation = soak_faults.begin(w.fault, target=w.target, seconds=w.length_s, stage=stage,
+                                                 videos=videos)
     except Exception as exc:  # noqa: BLE001 - a fault that could not begin is reported, the soak goes on
         said.append(f"{w.fault}: could not begin: {exc.__class__.__name__}: {exc}")
         history.write(kind="fault", fault=w.fault, phase="refused", detail=str(exc)[:300])
         return
+    if operation is not None:
+        operations.append(operation)
     said.append(f"{w.fault} at {time.monotonic() - t0:.1f} s: {what}")
     history.write(kind="fault", fault=w.fault, phase="begin", target=w.target, detail=what)
     try:
@@ -120,10 +127,10 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
     base_url = base_url_check(base_url)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line a request: the history has them
     try:
-        names, groups = faults_parse(faults), traffic_parse(traffic)
+        stage = stage or DeploymentStage()
+        names, groups = faults_parse(faults, signals=soak_faults.signals_allowed(stage)), traffic_parse(traffic)
     except ValueError as exc:
         raise DrillRefused(str(exc)) from exc
-    stage = stage or DeploymentStage()
     soak_faults.check(names, stage)
     started_at = timezone.now()
     shards = len(routing.all_aliases())
@@ -138,10 +145,12 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
                   schedule=verdict.schedule, groups=groups)
     say(f"soak seed {seed}: run {population.run_id}, {len(schedule)} fault windows, history {path}")
     load = SoakTraffic(population, history, base_url=base_url, seed=seed, groups=groups)
-    stop = threading.Event()
+    stop, operations = threading.Event(), []
     t0 = time.monotonic()
     windows = [threading.Thread(target=_window, args=(w,), kwargs={"t0": t0, "stop": stop, "stage": stage,
-                                                                   "history": history, "said": verdict.injected},
+                                                                   "history": history, "said": verdict.injected,
+                                                                   "videos": population.videos,
+                                                                   "operations": operations},
                                 daemon=True) for w in schedule]
     load.start()
     for t in windows:
@@ -150,19 +159,23 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
         stop.wait(duration_s)
     finally:
         stop.set()  # a window still holding ends now
-        for t in windows:
-            t.join(timeout=120)
         load.stop()
         load.close()
+        for t in windows:
+            t.join(timeout=120)
     history.write(kind="meta", phase="traffic stopped")
     say("traffic stopped; healing")
+    healing_from = time.monotonic()
 
     connections_refresh()
     report = checker.Report()
     expected = checker.history_check(path, checker.facts_read(population), report)
     healed_at = wait_until(lambda: checker.compare(population, expected).ok,
                            timeout_s=heal_timeout_s, poll_s=1.0)
-    verdict.heal_s = round(time.monotonic() - t0 - duration_s, 1) if healed_at else None
+    verdict.heal_s = round(time.monotonic() - healing_from, 1) if healed_at else None
+    # The operations started mid-soak: how each ended (one left unfinished is noted: it waits for an operator).
+    wait_until(lambda: all(op.read()[1] for op in operations) or None, timeout_s=OPERATIONS_WAIT_S, poll_s=1.0)
+    verdict.notes += [f"started mid-soak: {op.said()}" for op in operations]
     checker.stores_check(population, expected, report)
     checker.reconciliation_check(population, report)
     history.close()

@@ -16,7 +16,12 @@ FAULTS: dict[str, tuple[float, float]] = {
     "eventlog-flush": (0.0, 0.0),  # FLUSHDB of the event log: an instant, then the lost tail is republished
     "cache-hang": (2.0, 6.0),  # the cache Redis hangs (CLIENT PAUSE ALL): every call waits out its timeout
     "worker-kill": (0.0, 0.0),  # SIGKILL to the Celery workers mid-batch; their supervisor restarts them
+    # Operations started mid-soak (held: the soak waits for their end when the window closes).
+    "bucket-move": (5.0, 15.0),  # a bucket migration planned, approved and run by the workers
+    "snapshot": (5.0, 15.0),  # a recovery snapshot job
+    "reconcile": (3.0, 10.0),  # an exact reconciliation job of the soak's videos
 }
+SIGNALLED = ("worker-kill",)  # faults that signal processes: only those the soak's stage started
 TRAFFIC = ("uniform", "hot", "toggler", "flipper")  # spec TEST-2's four groups
 
 
@@ -31,8 +36,10 @@ class Window:
         return asdict(self)
 
 
-def faults_parse(text: str | None) -> list[str]:
-    names = list(FAULTS) if not text else [n.strip() for n in text.split(",") if n.strip()]
+def faults_parse(text: str | None, *, signals: bool = True) -> list[str]:
+    """The faults a list names (default: every fault, those of SIGNALLED only when `signals`)."""
+    names = ([n for n in FAULTS if signals or n not in SIGNALLED] if not text
+             else [n.strip() for n in text.split(",") if n.strip()])
     unknown = [n for n in names if n not in FAULTS]
     if unknown or not names:
         raise ValueError(f"unknown faults {unknown}; the soak knows: {', '.join(FAULTS)}")

@@ -339,6 +339,48 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
     _exact_everywhere(videos)
 
 
+def test_a_store_refusing_for_a_moment_is_waited_out_by_the_same_job_and_a_lasting_one_stops_it(
+        api, make_user, make_video, settings):
+    """A step a store refuses (a partition restarting: OperationalError) runs again in the same job after
+    LEDGER_TRANSIENT_WAIT_S, so a brief outage needs no operator (the soak found migrations left in PREPARE); past
+    LEDGER_TRANSIENT_RETRIES refusals in a row the job fails and the ledger waits for a resume, as any error."""
+    from django.db import OperationalError
+
+    settings.LEDGER_TRANSIENT_WAIT_S, settings.LEDGER_TRANSIENT_RETRIES = 0.0, 2
+    video = "mig-transient"
+    live.api_liked_video(api, make_user, make_video, video, 4)
+    refusals = []
+
+    def refuse(limit):
+        def hook(m, at):
+            if len(refusals) < limit:  # the first steps it reaches, whichever they are
+                refusals.append(at)
+                raise OperationalError('database "cnt_02" is not currently accepting connections')
+        return hook
+
+    moving = _gen().buckets_on("cnt_00")
+    protocol.RUNNER.step_hook = refuse(2)
+    try:
+        m = _run(moving, "cnt_02")
+    finally:
+        protocol.RUNNER.step_hook = None
+    assert (m.state, m.error, len(refusals)) == (S.RETIRED, "", 2)
+    _exact_everywhere([video])
+
+    refusals.clear()
+    back = _gen().buckets_on("cnt_02")
+    protocol.RUNNER.step_hook = refuse(3)  # one more than the retries
+    try:
+        m = _run(back, "cnt_00")
+        assert m.state not in (S.RETIRED, S.ABORTED, S.FAILED) and m.error.startswith("OperationalError"), m.error
+        m = ledger.migration_resume(migration_id=m.pk, actor=live.APPROVER)
+        job_run_inline(m.job_id)
+    finally:
+        protocol.RUNNER.step_hook = None
+    assert ledger.migration_get(m.pk).state == S.RETIRED
+    _exact_everywhere([video])
+
+
 # --- refusals ----------------------------------------------------------------------------------------
 
 
