@@ -8,6 +8,7 @@ the cache and the event log on private redis-servers (a pause or a flush of the 
 from __future__ import annotations
 
 import pytest
+from django.db import connections
 
 from opsconsole.models import DrillRecord
 from opsconsole.soak import history as soak_history
@@ -24,12 +25,31 @@ pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", t
 SEED, DURATION_S = 20261206, 60.0
 
 
-def test_a_fixed_seed_soak_is_clean(settings, live_server, private_cache, private_eventlog, tmp_path):  # noqa: F811
+# Half the clients of a deployment's soak: the suite's other workers share the PostgreSQL server's connections.
+SIZES = {"uniform": 3, "hot": 2, "toggler": 2, "flipper": 2}
+
+
+@pytest.fixture
+def live_connections_per_request():
+    """The live server's threads close their database connections after each request (CONN_MAX_AGE 0): a
+    keep-alive client holds a server thread for the whole soak, and with 60 s connections each thread would keep one
+    per database it touched, more than the server's max_connections leaves the suite's other workers."""
+    saved = {alias: connections.settings[alias]["CONN_MAX_AGE"] for alias in connections.settings}
+    for alias in saved:
+        connections.settings[alias]["CONN_MAX_AGE"] = 0
+    yield
+    for alias, age in saved.items():
+        connections.settings[alias]["CONN_MAX_AGE"] = age
+
+
+def test_a_fixed_seed_soak_is_clean(settings, live_connections_per_request, live_server, private_cache,  # noqa: F811
+                                    private_eventlog, tmp_path):  # noqa: F811
     settings.LIKES_DRILLS_ENABLED = True
     pipeline = drills.Pipeline().start()
     try:
         verdict = soak_run(seed=SEED, duration_s=DURATION_S, base_url=live_server.url, history_path=tmp_path / "h",
-                           stage=drills.SuiteStage(pipeline, private_cache), heal_timeout_s=120, say=print)
+                           stage=drills.SuiteStage(pipeline, private_cache), heal_timeout_s=120, sizes=SIZES,
+                           operations_wait_s=10, say=print)  # how the operations ended is noted, not judged
     finally:
         output = pipeline.stop()
     print(verdict.as_text())
@@ -37,4 +57,6 @@ def test_a_fixed_seed_soak_is_clean(settings, live_server, private_cache, privat
     begun = {line["fault"] for line in soak_history.lines(tmp_path / "h") if line.get("phase") == "begin"}
     assert begun == {w["fault"] for w in verdict.schedule} == set(FAULTS), verdict.injected
     assert verdict.outcomes.get("command 200", 0) > 100 and verdict.reconciliation["status"] == "PASSED"
+    assert {line["client"].split("-")[0] for line in soak_history.lines(tmp_path / "h") if line.get("kind") == "command"
+            } == set(SIZES)  # every group sent commands
     assert DrillRecord.objects.filter(drill="soak", seed=SEED, verdict="PASS").count() == 1

@@ -431,8 +431,7 @@ BUCKET_MIGRATION_CUTOVER_LAG = env_int("BUCKET_MIGRATION_CUTOVER_LAG", 2000)
 BUCKET_MIGRATION_CATCHUP_PASSES = env_int("BUCKET_MIGRATION_CATCHUP_PASSES", 20)  # then cut over anyway
 # MIG-5: the source's read-only copy is kept this long after VERIFY passed, then deleted.
 BUCKET_MIGRATION_RETENTION_S = env_float("BUCKET_MIGRATION_RETENTION_S", 24 * 3600.0)
-# Both ledgers (bucket migrations, slot moves): a step a store refused for a moment runs again after
-# LEDGER_TRANSIENT_WAIT_S, at most LEDGER_TRANSIENT_RETRIES times in a row, then waits for an operator's resume.
+# Both ledgers: a step a store refused runs again after the wait, that many times in a row (D131).
 LEDGER_TRANSIENT_WAIT_S = env_float("LEDGER_TRANSIENT_WAIT_S", 5.0)
 LEDGER_TRANSIENT_RETRIES = env_int("LEDGER_TRANSIENT_RETRIES", 60)
 

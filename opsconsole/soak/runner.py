@@ -120,9 +120,12 @@ def _window(w: Window, *, t0: float, stop: threading.Event, stage: Stage, histor
 
 def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None = None, traffic: str | None = None,
              history_path: Path | None = None, stage: Stage | None = None, heal_timeout_s: float = 180.0,
+             sizes: dict[str, int] | None = None, operations_wait_s: float = OPERATIONS_WAIT_S,
              say: Callable[[str], None] = lambda line: None) -> SoakVerdict:
     """Run one soak and return its verdict. Refused (DrillRefused) before anything is created when drills are
-    disabled, the URL is not this host's, a fault cannot run here or a list names an unknown fault or group."""
+    disabled, the URL is not this host's, a fault cannot run here or a list names an unknown fault or group.
+    `sizes`: clients per group (default `traffic.SIZES`); `operations_wait_s`: how long, after the heal, the soak
+    waits for the operations it started to finish before it notes how each stands."""
     drills_enabled_check()
     base_url = base_url_check(base_url)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line a request: the history has them
@@ -134,7 +137,8 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
     soak_faults.check(names, stage)
     started_at = timezone.now()
     shards = len(routing.all_aliases())
-    population = drill_population_create(users_per_shard=math.ceil(sum(SIZES[g] for g in groups) / shards) + 1,
+    sizes = sizes or SIZES
+    population = drill_population_create(users_per_shard=math.ceil(sum(sizes[g] for g in groups) / shards) + 1,
                                           videos=8)
     path = history_path or Path(tempfile.gettempdir()) / f"likes-soak-{seed}-{population.run_id}.jsonl"
     verdict = SoakVerdict(seed, duration_s, base_url, population.run_id, history=str(path))
@@ -144,7 +148,7 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
     history.write(kind="meta", seed=seed, duration_s=duration_s, base_url=base_url, run_id=population.run_id,
                   schedule=verdict.schedule, groups=groups)
     say(f"soak seed {seed}: run {population.run_id}, {len(schedule)} fault windows, history {path}")
-    load = SoakTraffic(population, history, base_url=base_url, seed=seed, groups=groups)
+    load = SoakTraffic(population, history, base_url=base_url, seed=seed, groups=groups, sizes=sizes)
     stop, operations = threading.Event(), []
     t0 = time.monotonic()
     windows = [threading.Thread(target=_window, args=(w,), kwargs={"t0": t0, "stop": stop, "stage": stage,
@@ -164,7 +168,7 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
         for t in windows:
             t.join(timeout=120)
     history.write(kind="meta", phase="traffic stopped")
-    say("traffic stopped; healing")
+    say(f"traffic stopped, the windows closed at {time.monotonic() - t0:.1f} s; healing")
     healing_from = time.monotonic()
 
     connections_refresh()
@@ -174,8 +178,9 @@ def soak_run(*, seed: int, duration_s: float, base_url: str, faults: str | None 
                            timeout_s=heal_timeout_s, poll_s=1.0)
     verdict.heal_s = round(time.monotonic() - healing_from, 1) if healed_at else None
     # The operations started mid-soak: how each ended (one left unfinished is noted: it waits for an operator).
-    wait_until(lambda: all(op.read()[1] for op in operations) or None, timeout_s=OPERATIONS_WAIT_S, poll_s=1.0)
+    wait_until(lambda: all(op.read()[1] for op in operations) or None, timeout_s=operations_wait_s, poll_s=1.0)
     verdict.notes += [f"started mid-soak: {op.said()}" for op in operations]
+    say(f"healed in {verdict.heal_s} s; operations settled at {time.monotonic() - t0:.1f} s")
     checker.stores_check(population, expected, report)
     checker.reconciliation_check(population, report)
     history.close()

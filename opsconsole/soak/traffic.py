@@ -48,7 +48,8 @@ class SoakClient:
 class SoakTraffic:
     """The clients of `groups` over `population`, sending to `base_url`, recorded into `history`."""
 
-    def __init__(self, population: Population, history: History, *, base_url: str, seed: int, groups: list[str]):
+    def __init__(self, population: Population, history: History, *, base_url: str, seed: int, groups: list[str],
+                 sizes: dict[str, int] | None = None):
         lc = likes_client_module()
         self.population, self.seed, self.history = population, seed, history
         self.errors = lc.LikesError
@@ -56,7 +57,7 @@ class SoakTraffic:
         users = iter(population.users)
         self.clients: list[SoakClient] = []
         for group in groups:
-            for i in range(SIZES[group]):
+            for i in range((sizes or SIZES)[group]):
                 user = next(users)
                 name = f"{group}-{i}"
                 device = f"soak-{population.run_id}-ring" if group == "toggler" else f"soak-{population.run_id}-{name}"
