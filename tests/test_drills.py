@@ -104,12 +104,14 @@ def test_eventlog_flush(drills_on, private_eventlog):
     assert set(_fault(verdict)["commands"]) == {"200"}
 
 
+# spec §7 drill 4: the workers killed mid-batch.
 def test_worker_kill(drills_on):
     verdict = run("worker-kill")
     assert "SIGKILL" in verdict.injected[0]
     assert set(_fault(verdict)["commands"]) == {"200"}
 
 
+# spec §7 drill 1: the relation Redis (the cache role) shut down.
 def test_cache_redis_down(drills_on, private_cache):
     verdict = run("cache-redis-down", cache=private_cache)
     assert verdict.fault_confirmed is True  # the cache server was really gone
@@ -185,12 +187,14 @@ def test_a_shard_that_is_the_same_database_as_another_alias_is_refused(drills_on
         DatabaseRefusal("rel_99").check()
 
 
+# spec §7 drill 8: a rebalance during a snapshot's cut.
 def test_snapshot_rebalance(drills_on):
     """T12 on real workers: the snapshot cut across a rebalance fails, a new one seals and test-restores."""
     verdict = run("snapshot-rebalance")
     assert any("aborted [" in line and "then snapshot" in line for line in verdict.injected), verdict.injected
 
 
+# spec §7 drill 11: the workers killed during a migration.
 def test_migration_worker_kill(drills_on):
     """MIG-2 on real workers: killed mid-migration, the job is resumed from the ledger and ends RETIRED with one
     writer per bucket; exact convergence. (Small copy chunks so the kill lands inside the copy; a short job

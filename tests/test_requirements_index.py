@@ -118,6 +118,13 @@ def test_the_metric_list_m1_to_m16():
     assert ids('M17 is no row; "M2" is data; bench/M3.py, XM4 and M5a neither') == []
 
 
+def test_the_fault_drills_1_to_15():
+    """spec.md §7's drills (issue 33): "drill N" / "Drill N" for N in 1..15; drill 16, a version or a quote are not."""
+    assert ids("Drill 13, and drill 4 (spec §7)") == [("spec:drill", "drill 13"), ("spec:drill", "drill 4"),
+                                                     ("spec:§", "spec §7")]
+    assert ids('drill 16 is none; "drill 2" is data; drill 1.5 and redrill 3 neither') == []
+
+
 def test_the_t_rule():
     app, test = "relations/tasks.py", "tests/relations/test_command.py"
     # a qualifier in the same clause decides, wherever the module is

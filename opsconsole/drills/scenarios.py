@@ -167,7 +167,7 @@ class EventlogFlush(Drill):
 
 
 class WorkerKill(Drill):
-    name = "worker-kill"
+    name = "worker-kill"  # spec §7 drill 4
     spec_numbers = (4,)
     summary = "the Celery workers are SIGKILLed mid-batch and restarted; exact convergence"
     commands_succeed_while = "the workers were dead"
@@ -216,7 +216,7 @@ class RedisOutage(Drill):
 
 
 class CacheRedisDown(RedisOutage):
-    name = "cache-redis-down"
+    name = "cache-redis-down"  # spec §7 drill 1
     spec_numbers = (1,)
     summary = "the cache Redis is down, then back empty: reads degrade (D26), commands work, reads end correct"
     commands_succeed_while = "the cache Redis was down"
@@ -255,7 +255,7 @@ class SnapshotRebalance(Drill):
     rebalance). That snapshot must abort, never seal; the job takes a new one once the partitions are
     whole again, which must seal, pass its own test-restore, and the projections converge exactly."""
 
-    name = "snapshot-rebalance"
+    name = "snapshot-rebalance"  # spec §7 drill 8
     spec_numbers = (8,)
     summary = "a partition changes hands during a recovery snapshot's cut; it aborts and a new one seals"
     commands_succeed_while = "a recovery snapshot was being built across a rebalance"
@@ -403,7 +403,7 @@ class MigrationWorkerKill(_LedgerWorkerKill):
     the last) is the move (see _LedgerWorkerKill); afterwards exactly one partition accepts writes for each moved
     bucket."""
 
-    name = "migration-worker-kill"
+    name = "migration-worker-kill"  # spec §7 drill 11
     spec_numbers = (11,)
     summary = "the workers are SIGKILLed during a bucket migration; it resumes from its ledger and ends RETIRED"
     commands_succeed_while = "the workers running a bucket migration were killed"

@@ -46,6 +46,9 @@ GUIDE_RES = {p: _family_regex(p, hyphen=False) for p in GUIDE_PREFIXES}
 # spec.md §8's metric list: M1..M16, no hyphen (`likes_commands_total{action}` is M1).
 METRIC_RE = _family_regex("M", hyphen=False)
 METRIC_MAX = 16
+# spec.md §7's fault drills by their number: "drill 13", "Drill 4" (1..15; the word, then the number).
+DRILL_RE = re.compile(r"(?<![\w-])[Dd]rill (\d{1,2})(?![\d.]\d?)")
+DRILL_MAX = 15
 _SECTION_NUM = r"§\s?(\d+(?:\.\d+)*)"
 _SECTION_LIST = _SECTION_NUM + r"((?:\s*,\s*§\s?\d+(?:\.\d+)*)*)"
 SPEC_SECTION_RE = re.compile(r"(?<![\w-])spec(?:\.md)?\s*" + _SECTION_LIST)
@@ -188,6 +191,9 @@ def find_citations(text: str, path: str = "<text>") -> list[Citation]:
     for m in METRIC_RE.finditer(text):
         if not _is_quoted_literal(text, m.start(), m.end()) and int(m.group(1)) <= METRIC_MAX:
             hits.append(_Hit(m.start(), m.end(), "spec:M", "M", int(m.group(1)), "", f"M{m.group(1)}"))
+    for m in DRILL_RE.finditer(text):
+        if not _is_quoted_literal(text, m.start(), m.end()) and 1 <= int(m.group(1)) <= DRILL_MAX:
+            hits.append(_Hit(m.start(), m.end(), "spec:drill", "drill", int(m.group(1)), "", f"drill {m.group(1)}"))
     for fam, regex, label in (("spec:§", SPEC_SECTION_RE, "spec"),
                               ("guide:§", GUIDE_SECTION_RE, "consistency-techniques")):
         for m in regex.finditer(text):

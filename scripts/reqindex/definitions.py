@@ -100,6 +100,10 @@ def parse_spec(text: str, defs: Definitions) -> None:
             current = None
             defs.texts[("spec:M", m.group(1))] = shorten(m.group(2), 130)
             defs.titles["spec:M"] = f"{section} {defs.spec_headings.get(section, '')}".strip()
+        elif section == "7" and (m := re.match(r"^(\d+)\. (.*)$", line)):  # §7's fault drills
+            current = None
+            defs.texts[("spec:drill", f"drill {m.group(1)}")] = shorten(m.group(2), 130)
+            defs.titles["spec:drill"] = f"{section} {defs.spec_headings.get(section, '')}".strip()
         elif m := re.match(r"^\| T(\d+) \| (.*?) \| (.*?) \| .*\|$", line):
             ident = f"T{m.group(1)}"
             current = None

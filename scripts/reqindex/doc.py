@@ -21,7 +21,7 @@ from .definitions import Definitions, natural_key
 
 FAMILY_MARK = re.compile(r"^<!-- family: (\S+) -->$")
 UNDEFINED_MARK = "<!-- undefined -->"
-_SPEC_ORDER = {p: i for i, p in enumerate(("INV", "E", *SPEC_PREFIXES[:-2], "T", "M", "§"))}
+_SPEC_ORDER = {p: i for i, p in enumerate(("INV", "E", *SPEC_PREFIXES[:-2], "T", "drill", "M", "§"))}
 _GUIDE_ORDER = {p: i for i, p in enumerate((*GUIDE_PREFIXES, "§"))}
 _FILES = {"spec": "spec.md", "guide": "consistency-techniques.md", "decisions": "docs/decisions.md"}
 
@@ -75,7 +75,8 @@ def family_sort(key: str) -> tuple:
 def _family_title(key: str, defs: Definitions) -> str:
     """`CMD — 4.2 Like command (spec.md)`."""
     fam = family_of(key)
-    names = {"spec:T": "T (test-matrix rows)", "spec:M": "M (metrics)", "spec:§": "spec §",
+    names = {"spec:T": "T (test-matrix rows)", "spec:drill": "drill (fault drills)", "spec:M": "M (metrics)",
+             "spec:§": "spec §",
              "guide:§": "consistency-techniques §", "decisions:D": "D"}
     title = re.sub(r"\s*\([A-Z]+\)$", "", defs.titles.get(key, ""))
     if fam.source == "guide" and title:

@@ -203,6 +203,7 @@ def test_the_projector_is_refused_at_the_drained_source_and_its_checkpoint_stays
     assert checkpoints_get("count") != seen["checkpoints"]  # it advanced only once the group committed
 
 
+# spec §7 drill 12: an old-epoch write after the route CAS.
 def test_a_late_old_epoch_write_after_the_switch_is_refused_and_applied_at_the_target_by_version(
         api, make_user, make_video):
     """T23 after the CAS: a pass still holding the old routes writes to the retired source, is refused
@@ -302,6 +303,7 @@ def sql_rows(alias: str, statement: str, params: list) -> list[tuple]:
 # --- crashes -----------------------------------------------------------------------------------------
 
 
+# spec §7 drill 11: a crash in every migration phase.
 @pytest.mark.parametrize("point", ["prepare", "copy", "catch_up", "cutover_draining", "cutover_sealed", "verify"])
 def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, make_user, make_video, point,
                                                                         settings):

@@ -141,6 +141,7 @@ def new_active_manifest() -> int:
 
 
 @TX_DB
+# spec §7 drill 6: count Redis flushed.
 def test_t16_a_flushed_count_cache_is_rebuilt_from_the_durable_buckets_without_touching_them(
         make_user, make_video, strict_verify, round_trips):
     expected = seed_likes(make_user, make_video)

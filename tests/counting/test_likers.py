@@ -188,6 +188,7 @@ def _three_shards(make_user, gen, per_shard: int):
     raise AssertionError("could not find three shards")
 
 
+# spec §7 drill 15: only popped items advance the cursor.
 def test_t32_prefetched_but_unpopped_rows_are_read_again(make_user, make_video, author, api):
     gen = reverse_routing.reverse_active()
     a, b, c = _three_shards(make_user, gen, 4)

@@ -90,6 +90,7 @@ def test_length_prefix_removes_concatenation_ambiguity():
         "sha256-be64", "s", length_prefixed_utf8("a", "b1"))
 
 
+# spec §7 drill 10: a changed seed, encoding or V.
 def test_t20_a_new_contract_is_a_new_version_and_never_changes_the_bound_one():
     gen = count_routing.active()
     before = {k: count_routing.virtual_bucket(gen.space, *k) for k in PINNED}
@@ -145,6 +146,7 @@ def _xadd_in_order(events: list[dict]) -> None:
     streams.publish_pipeline(events)
 
 
+# spec §7 drill 7: v12 before v11, the count.
 def test_t5_unlike_v2_consumed_before_like_v1_ends_unliked_with_no_net_change(make_user, video):
     user = make_user()
     cmd(user, video.video_id, "LIKED")
@@ -169,6 +171,7 @@ def test_t5_counter_example_in_order_like_then_unlike_also_nets_zero(make_user, 
     assert bucket_sum(video.video_id) == 0
 
 
+# spec §7 drill 7: v13 skipping v12, the count.
 def test_proj1_v12_straight_after_v10_advances_the_version_only(make_user, video):
     user = make_user()
     for desired in ["LIKED", "UNLIKED", "LIKED", "UNLIKED"]:
@@ -212,6 +215,7 @@ def test_t8_counter_example_a_real_relike_does_add(make_user, video):
 # --- T9 / T10: crashes and partial batches -------------------------------------------------------
 
 
+# spec §7 drill 4: the projector killed after its commit.
 def test_t9_crash_after_projection_commit_before_checkpoint_does_not_double_apply(make_user, video):
     user = make_user()
     p = like_published(user, video.video_id)
@@ -223,6 +227,7 @@ def test_t9_crash_after_projection_commit_before_checkpoint_does_not_double_appl
     assert ConsumerCheckpoint.objects.get(consumer="count", partition=p).last_done_id == entries[-1].entry_id
 
 
+# spec §7 drill 4: the projector killed before its commit.
 def test_t9_counter_example_crash_before_commit_replays_normally(make_user, video, monkeypatch):
     user = make_user()
     p = like_published(user, video.video_id)

@@ -85,6 +85,7 @@ def test_generation_1_contract_and_golden_vectors():
     assert {u: gen.alias_of(u) for u in PINNED_R8} == {u: gen.placement[s] for u, s in PINNED_R8.items()}
 
 
+# spec §7 drill 10: a changed R.
 def test_a_new_r_is_a_new_generation_and_never_changes_the_active_one():
     before = {u: reverse_routing.reverse_active().shard_of(u) for u in PINNED_R8}
     shadow = reverse_routing.reverse_from_row(reverse_generation_shadow_create(shards=4))
@@ -98,6 +99,7 @@ def test_a_new_r_is_a_new_generation_and_never_changes_the_active_one():
 # --- REV-2 ordering cases --------------------------------------------------------------------------
 
 
+# spec §7 drill 7: v12 before v11, the reverse sort.
 def test_t13_v12_before_v11_leaves_a_tombstone_and_no_entry(make_user, make_video, author):
     user = make_user()
     make_video("rv-13", author)
@@ -135,6 +137,7 @@ def test_t13_counter_example_v11_then_v12_deletes_the_exact_entry(make_user, mak
     assert (row.state, row.relation_version, row.liked_at) == ("UNLIKED", 2, None)
 
 
+# spec §7 drill 7: v13 skipping v12, the reverse sort.
 def test_t14_v13_across_a_missing_v12_moves_the_entry_to_v13s_time(make_user, make_video, author):
     user = make_user()
     make_video("rv-14", author)

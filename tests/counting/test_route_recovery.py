@@ -224,6 +224,7 @@ def test_bkt7_a_cold_video_gets_only_the_bucket_rows_its_likes_touched(make_user
 # --- T22: a crash while the source copy is cleaned up, and a scale-in crashed at every step ------------------
 
 
+# spec §7 drill 11: a crash in RETIRED.
 @pytest.mark.django_db(databases="__all__", transaction=True)
 @pytest.mark.usefixtures("close_db_connections")
 @pytest.mark.parametrize("direction", ["scale-out", "scale-in"])
@@ -266,6 +267,7 @@ def test_t22_a_crash_while_retired_cleans_the_source_copy_keeps_one_authority_an
     _exact_everywhere(videos)
 
 
+# spec §7 drill 11: scale-in.
 @pytest.mark.django_db(databases="__all__", transaction=True)
 @pytest.mark.usefixtures("close_db_connections")
 @pytest.mark.parametrize("point", ["prepare", "copy", "catch_up", "cutover_draining", "cutover_sealed", "verify"])

@@ -20,6 +20,7 @@ from tests.reconciliation import helpers as live
 pytestmark = [pytest.mark.topology, pytest.mark.schema, *live.LIVE_STORES]
 
 
+# spec §7 drill 10: V changed, switched only through a shadow generation.
 def test_a_bucket_space_switch_under_live_load_gives_the_same_counts_in_both_generations(
         api, make_user, make_video):
     videos = [f"bs-{i}" for i in range(4)]

@@ -77,6 +77,7 @@ def _used_partition(snap) -> dict:
 # --- T17: the offset vector -----------------------------------------------------------------------------
 
 
+# spec §7 drill 8: an offset vector missing a partition.
 def test_t17_a_vector_that_lost_a_partition_is_refused_sealed_and_never_replayed(sealed, monkeypatch):
     """T17: the vector recorded for the seal lacks a partition (SNAP-4: a partition with no new messages must
     still appear) -> FAILED, never restored. Counter-example: the fixture's whole vector sealed and verifies."""
@@ -89,6 +90,7 @@ def test_t17_a_vector_that_lost_a_partition_is_refused_sealed_and_never_replayed
     _never_replayed(failed, "not_sealed")
 
 
+# spec §7 drill 8: an offset regression.
 def test_t17_a_cut_below_the_one_sealed_before_it_is_refused_sealed(sealed, api, make_user):
     """T17: an offset that went backwards between two cuts (checkpoints only advance: the consumer's position
     or the log was rolled back in between). Counter-example: the next cut, at or past the last, seals."""
@@ -175,6 +177,7 @@ def _manifest_lost_a_bucket(snap, records):
                                                 (_artifact_deleted, "artifact_missing"),
                                                 (_manifest_lost_a_bucket, "manifest_incomplete")],
                          ids=["row-count", "deleted-artifact", "manifest-missing-a-bucket"])
+# spec §7 drill 9: an artifact deleted, a row count tampered with, a manifest missing a bucket.
 def test_t19_an_artifact_or_manifest_that_does_not_match_the_record_stays_failed_and_is_never_replayed(
         sealed, monkeypatch, damage, prefix):
     """T19, SNAP-10: damaged between the dump and the seal -> the snapshot stays FAILED; the same damage to a
@@ -206,6 +209,7 @@ def _written(p: int, n: int) -> None:
         stream_redis().xadd(streams.stream_key(p), {"event": "{}"})
 
 
+# spec §7 drill 8: log expiry and a log lost since the cut.
 @pytest.mark.parametrize("how", ["lost-then-fewer", "lost-then-more", "failed-over-to-a-lagging-copy"])
 def test_snap11_a_stream_lost_and_written_again_since_the_cut_is_never_used_for_log_recovery(sealed, how):
     """SNAP-11: the log of one partition is not the one the cut was taken from: lost and republished (fewer or

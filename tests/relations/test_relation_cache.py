@@ -67,6 +67,7 @@ def test_projector_writes_the_floor_then_redis(make_user, make_video, author):
     assert cache.relation_cache_read(g, user.pk, ["rc-1"]) == {"rc-1": ("LIKED", 1)}
 
 
+# spec §7 drill 5: relation Redis flushed, a low-version backfill.
 def test_t6_after_a_redis_flush_a_late_v1_cannot_overwrite_v2(make_user, make_video, author, settings):
     user = make_user()
     make_video("rc-6", author)
@@ -93,6 +94,7 @@ def test_t6_counter_example_without_the_floor_redis_alone_would_take_v1(make_use
     assert cache.relation_cache_write(g, [(user.pk, "rc-6b", "LIKED", 1)]) == [1]  # an empty key takes v1
 
 
+# spec §7 drill 5: an old-generation backfill.
 def test_t7_an_old_generation_task_arriving_after_the_rebuild_cannot_write(make_user, make_video, author):
     user = make_user()
     make_video("rc-7", author)
