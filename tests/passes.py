@@ -39,7 +39,8 @@ WHOLE_MODULES = {
 # Modules that join another's unit (run on its worker, one after the other): a drill kept apart only because it
 # runs on one pass, still never beside the other drills.
 JOINS = {"tests/test_drill_subscription.py": "tests/test_drills.py",
-         "tests/test_drill_hot_video.py": "tests/test_drills.py", "tests/test_soak.py": "tests/test_drills.py"}
+         "tests/test_drill_hot_video.py": "tests/test_drills.py", "tests/test_soak.py": "tests/test_drills.py",
+         "tests/test_drill_backlog.py": "tests/test_drills.py"}
 
 
 def unclassified(items: Iterable) -> list[str]:
