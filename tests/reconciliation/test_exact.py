@@ -52,6 +52,7 @@ def _refused(run, because: str) -> None:
 # --- T27 -----------------------------------------------------------------------------------------
 
 
+# spec §7 drill 14: coverage with the projection ahead of the source.
 def test_t27_a_projected_version_above_the_source_passes_coverage_with_the_outbox_evidence(
         api, make_user, make_video):
     video, _users, u = _liked_then_unliked(api, make_user, make_video, "ex-t27")

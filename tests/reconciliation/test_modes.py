@@ -85,6 +85,7 @@ def test_a_wrong_count_cache_view_is_auto_fixed_but_a_wrong_display_snapshot_wai
     assert VideoDisplayCount.objects.get(video_id=video.video_id).raw_active_count == 9
 
 
+# spec §7 drill 14: coverage with the projection behind the source.
 def test_coverage_skips_an_event_published_but_not_yet_consumed_and_fails_one_consumed_but_not_projected(
         make_user, make_video, settings):
     """Under load an event can outlast the settle time between the publisher and the projector: that is

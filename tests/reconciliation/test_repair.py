@@ -226,6 +226,7 @@ def test_a_bucket_repair_recounts_from_the_projection_and_says_what_it_changed(a
 # --- T29 ---------------------------------------------------------------------------------------------
 
 
+# spec §7 drill 14: a repair during live consumption, nothing overwritten.
 def test_t29_a_repair_of_one_video_leaves_the_others_rows_alone_while_both_keep_receiving_likes(
         api, make_user, make_video, monkeypatch):
     a, a_users = live.api_liked_video(api, make_user, make_video, "rp-t29-a", 4)
