@@ -5,6 +5,7 @@ dead letters, the count-cache process state and Redis round trips)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections import Counter
 
@@ -23,6 +24,7 @@ from likes_project import l1cache, leases
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import ApplyResult, NonRetryable, consume_partition, dead_letter_record
 from likes_project.eventlog.models import DeadLetter, Lease
+from likes_project.redis_client import stream_redis
 from relations.models import LikeRelation, OutboxEvent
 from relations.services import outbox
 from relations.services.outbox import ClaimedRow, event_envelope
@@ -209,3 +211,12 @@ class RoundTrips:
 
     def __len__(self) -> int:
         return max(self.by_server.values(), default=0)
+
+
+def stream_event(user_id: int, video_id: str, version: int, state: str) -> None:
+    """A relation event written straight into its stream partition (no outbox row): what a publisher would add."""
+    key = f"{user_id}:{video_id}"
+    event = {"eventType": "LikeRelationChanged", "eventId": str(uuid.uuid4()), "aggregateKey": key,
+             "userId": user_id, "videoId": video_id, "relationVersion": version, "absoluteState": state,
+             "stateChangedAt": dt.datetime.now(dt.UTC).isoformat()}
+    stream_redis().xadd(streams.stream_key(streams.partition_for(key)), {"event": json.dumps(event)})

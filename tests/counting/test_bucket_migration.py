@@ -315,6 +315,16 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
     for v in videos:
         live.api_liked_video(api, make_user, make_video, v, 6)
     moving = _gen().buckets_on("cnt_00")
+    crashed_then_resumed(point, moving, "cnt_02", videos)
+    assert _authorities(moving) == {vb: ["cnt_02"] for vb in moving}
+    _exact_everywhere(videos)
+
+
+def crashed_then_resumed(point: str, moving: list[int], target: str, videos: list[str], *, reason: str = "test"
+                         ) -> BucketMigration:
+    """Run a migration of `moving` onto `target` whose runner is killed at `point`; before the resume exactly one
+    partition is the writer of each bucket (the source before the CAS, the target after it) and the counts are
+    exact; a new job resumes it to RETIRED."""
     crashed = []
 
     def crash(m, at):
@@ -324,10 +334,9 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
 
     protocol.RUNNER.step_hook = crash
     try:
-        m = _run(moving, "cnt_02")
+        m = _run(moving, target, reason=reason)
         assert crashed and m.state not in (S.RETIRED, S.ABORTED, S.FAILED), m.state
         assert "Crash" in m.error
-        # Before the CAS the source is still the only writer; after it the target is (never both).
         owners = _authorities(moving)
         assert all(len(v) == 1 for v in owners.values()), owners
         _exact_everywhere(videos)
@@ -337,8 +346,7 @@ def test_a_crash_at_any_step_is_resumed_to_one_authority_and_exact_counts(api, m
         protocol.RUNNER.step_hook = None
     m = ledger.migration_get(m.pk)
     assert m.state == S.RETIRED, (m.state, m.error)
-    assert _authorities(moving) == {vb: ["cnt_02"] for vb in moving}
-    _exact_everywhere(videos)
+    return m
 
 
 def test_a_store_refusing_for_a_moment_is_waited_out_by_the_same_job_and_a_lasting_one_stops_it(

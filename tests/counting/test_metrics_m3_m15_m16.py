@@ -6,12 +6,9 @@ filter's scan amplification (M16)."""
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
-import uuid
-from datetime import UTC, datetime
 
 import pytest
 from django.db import connections, transaction
@@ -25,14 +22,13 @@ from likes_project import metrics, observability
 from likes_project.eventlog import streams
 from likes_project.eventlog.consumer import consume_partition
 from likes_project.opsjobs.services import job_run_slice, job_start
-from likes_project.redis_client import stream_redis
 from relations import routing as relation_routing
 from relations import selectors as relation_selectors
 from relations.errors import StaleBaseVersion
 from relations.models import LikeRelation, RelationCacheGeneration, UserPrivacy
 from relations.services.commands import relation_set_state
 from relations.services.relation_cache import RelationCacheProjector, cache_generations_mirror, floors_to_redis
-from tests.counting.helpers import drain_reverse, project_reverse, publish_all
+from tests.counting.helpers import drain_reverse, project_reverse, publish_all, stream_event
 from tests.factories import TEST_ACTOR
 from tests.relations.helpers import cmd
 
@@ -216,12 +212,6 @@ M16_PROJECTOR = {"tombstones": ("likes_reverse_tombstones_written_total", {}),
                  "low_version": ("likes_events_stale_total", {"consumer": "reverse"})}
 
 
-def _event(user_id: int, video_id: str, version: int, state: str) -> None:
-    key = f"{user_id}:{video_id}"
-    event = {"eventType": "LikeRelationChanged", "eventId": str(uuid.uuid4()), "aggregateKey": key,
-             "userId": user_id, "videoId": video_id, "relationVersion": version, "absoluteState": state,
-             "stateChangedAt": datetime.now(UTC).isoformat()}
-    stream_redis().xadd(streams.stream_key(streams.partition_for(key)), {"event": json.dumps(event)})
 
 
 def test_m16_the_reverse_projector_counts_tombstones_and_low_version_rejections():
@@ -236,7 +226,7 @@ def test_m16_the_reverse_projector_counts_tombstones_and_low_version_rejections(
     ]
     before = snap(M16_PROJECTOR)
     for (version, state), expected in steps:
-        _event(9161, "m16-rev", version, state)
+        stream_event(9161, "m16-rev", version, state)
         assert all(r.status == "ok" for r in project_reverse())
         assert moved(M16_PROJECTOR, before) == expected, (version, state)
 

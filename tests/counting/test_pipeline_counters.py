@@ -4,27 +4,15 @@ with its counter-example. Real PostgreSQL, Redis and the real projector."""
 
 from __future__ import annotations
 
-import json
-import uuid
-from datetime import UTC, datetime
-
 import pytest
 
 from likes_project import metrics
-from likes_project.eventlog import streams
-from likes_project.redis_client import stream_redis
-from tests.counting.helpers import drain, project_all
+from tests.counting.helpers import drain, project_all, stream_event
 from tests.relations.helpers import cmd
 
 pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__")]
 
 
-def _event(user_id: int, video_id: str, version: int, state: str) -> None:
-    key = f"{user_id}:{video_id}"
-    event = {"eventType": "LikeRelationChanged", "eventId": str(uuid.uuid4()), "aggregateKey": key,
-             "userId": user_id, "videoId": video_id, "relationVersion": version, "absoluteState": state,
-             "stateChangedAt": datetime.now(UTC).isoformat()}
-    stream_redis().xadd(streams.stream_key(streams.partition_for(key)), {"event": json.dumps(event)})
 
 
 def test_commands_are_counted_like_and_unlike_apart(make_user, make_video):
@@ -44,12 +32,12 @@ def test_commands_are_counted_like_and_unlike_apart(make_user, make_video):
 
 def test_a_version_that_skips_one_is_counted_and_consecutive_ones_are_not(make_user):
     before = metrics.value("likes_version_jumps_total", consumer="count")
-    _event(9001, "pc-jump", 1, "LIKED")
-    _event(9001, "pc-jump", 2, "UNLIKED")  # consecutive: no jump
+    stream_event(9001, "pc-jump", 1, "LIKED")
+    stream_event(9001, "pc-jump", 2, "UNLIKED")  # consecutive: no jump
     project_all()
     assert metrics.value("likes_version_jumps_total", consumer="count") == before
-    _event(9001, "pc-jump", 4, "LIKED")  # v3 is missing (late, or never): one jump
-    _event(9002, "pc-jump", 2, "LIKED")  # a relation first seen at v2: v1 never arrived, a jump too
+    stream_event(9001, "pc-jump", 4, "LIKED")  # v3 is missing (late, or never): one jump
+    stream_event(9002, "pc-jump", 2, "LIKED")  # a relation first seen at v2: v1 never arrived, a jump too
     project_all()
     assert metrics.value("likes_version_jumps_total", consumer="count") == before + 2
 

@@ -25,10 +25,17 @@ from counting.services.migration import changelog, ledger, protocol
 from counting.tasks import bucket_migrations_cleanup_task
 from likes_project.audit.models import AuditRecord
 from likes_project.eventlog import streams
-from likes_project.opsjobs.services import job_run_inline
 from reconciliation.services.recovery import restore, snapshot
 from tests.counting.helpers import ALL_DB, drain, envelopes, mark_all_sent, project_all
-from tests.counting.test_bucket_migration import Crash, S, _authorities, _exact_everywhere, _gen, _run
+from tests.counting.test_bucket_migration import (
+    Crash,
+    S,
+    _authorities,
+    _exact_everywhere,
+    _gen,
+    _run,
+    crashed_then_resumed,
+)
 from tests.reconciliation import helpers as live
 from tests.relations.helpers import cmd
 
@@ -282,26 +289,7 @@ def test_t22_a_scale_in_crashed_at_any_step_resumes_to_one_authority_and_exact_c
         live.api_liked_video(api, make_user, make_video, v, 5)
     source, target = settings.COUNT_BOOTSTRAP_PARTITIONS[1], settings.COUNT_BOOTSTRAP_PARTITIONS[0]
     moving = _gen().buckets_on(source)
-    crashed = []
-
-    def crash(m, at):
-        if at == point and not crashed:
-            crashed.append(m.state)
-            raise Crash(f"killed at {at}")
-
-    protocol.RUNNER.step_hook = crash
-    try:
-        m = _run(moving, target, reason="scale in")
-        assert crashed and m.state not in (S.RETIRED, S.ABORTED, S.FAILED), m.state
-        owners = _authorities(moving)
-        assert all(len(v) == 1 for v in owners.values()), owners
-        _exact_everywhere(videos)
-        m = ledger.migration_resume(migration_id=m.pk, actor=live.APPROVER)
-        job_run_inline(m.job_id)
-    finally:
-        protocol.RUNNER.step_hook = None
-    m = ledger.migration_get(m.pk)
-    assert m.state == S.RETIRED, (m.state, m.error)
+    crashed_then_resumed(point, moving, target, videos, reason="scale in")
     assert _gen().buckets_on(source) == []
     assert _authorities(moving) == {vb: [target] for vb in moving}
     _exact_everywhere(videos)
