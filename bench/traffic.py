@@ -83,7 +83,7 @@ def _loop(job: dict, users: list, rate: float, k: int, ctl, answers: list) -> No
     try:
         for sent in range(roles.MAX_LOOP):
             if (delay := min(t_first + sent / rate, t_end) - time.time()) > 0:
-                time.sleep(delay)  # the open loop's pacing
+                time.sleep(delay)  # an open loop paces on the clock: there is no event to wait for
             if not ctl.go(t_end):
                 break
             _kind, ui, vid, desired, key = gen.next()
@@ -150,15 +150,19 @@ def drained(timeout: float) -> tuple[dict, float]:
     from counting.risk.scorer import RISK_CONSUMER
     from likes_project.eventlog import streams
     from likes_project.eventlog.models import ConsumerCheckpoint
+    from likes_project.waiting import wait_until
+
     t0, pending = time.time(), {}
-    for _ in range(100_000):  # bounded; the timeout ends it first
+
+    def settled() -> bool | None:
+        nonlocal pending
         done = dict(ConsumerCheckpoint.objects.filter(consumer=RISK_CONSUMER).values_list("partition", "last_done_id"))
         behind = [p for p in streams.all_partitions() if (last := streams.last_generated_id(p)) != "0-0"
                   and done.get(p) != last]
         pending = {"risk_partitions_behind": behind} if behind else checks.pipeline_pending(active_only=True)
-        if not pending or time.time() - t0 > timeout:
-            break
-        time.sleep(0.5)  # poll the drain (bounded by the timeout)
+        return (not pending) or None
+
+    wait_until(settled, timeout_s=timeout, poll_s=0.5)
     return pending, round(time.time() - t0, 1)
 
 

@@ -62,7 +62,9 @@ def ledger_job_kind(ledger: ApprovedLedger, run: Run) -> JobKind:
             ctx.state["transientTries"] = tries
             ctx.say(f"{ledger.noun} {ledger_id}: a store did not answer ({exc.__class__.__name__}); trying again "
                     f"in {settings.LEDGER_TRANSIENT_WAIT_S:g} s ({tries} of {settings.LEDGER_TRANSIENT_RETRIES})")
-            time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)  # the worker waits: parking re-queues the slice at once
+            # A back-off, not a wait for an event: the store gives no signal when it is back, and a parked slice is
+            # re-queued at once, so the worker itself waits before the retry.
+            time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)
             return False
         except Exception as exc:
             # The job fails; the ledger stays in its state (every step resumes) and says why it stopped.
