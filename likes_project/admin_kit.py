@@ -201,6 +201,19 @@ def adopt_stored_row(obj, stored) -> None:
     obj._state.db = stored._state.db
 
 
+def preset_action(method: Callable, description: str, *, permissions: list[str], **arguments):
+    """An admin action that is a ModelAdmin's `method(self, request, queryset, **arguments)` with its arguments
+    fixed, for a family of actions that are one step with different settings (set / clear a switch, take / ignore
+    / reopen a diff): `take = preset_action(_set_status, "Take the selected diffs", permissions=["triage"],
+    to=DiffStatus.FIXING)` in the class body, after `_set_status`, and listed by that name in `actions`."""
+
+    @admin.action(description=description, permissions=permissions)
+    def action(modeladmin, request, queryset):
+        return method(modeladmin, request, queryset, **arguments)
+
+    return action
+
+
 class RuntimeSwitchAdmin(PauseSwitchAdmin):
     """A runtime switch of `likes_project.switches` (issue 14 §3): the key is picked from the keys its
     kind accepts, and setting or clearing goes through `switch_set` (checked, audited), from the form or
@@ -254,13 +267,10 @@ class RuntimeSwitchAdmin(PauseSwitchAdmin):
                              intro="The change takes effect on every process within SWITCH_CACHE_S seconds and is "
                                    "recorded in the audit log with the reason.")
 
-    @admin.action(description="Set the selected switches (with a reason)", permissions=["change"])
-    def switches_set(self, request, queryset):
-        return self._set_selected(request, queryset, paused=True)
-
-    @admin.action(description="Clear the selected switches (with a reason)", permissions=["change"])
-    def switches_clear(self, request, queryset):
-        return self._set_selected(request, queryset, paused=False)
+    switches_set = preset_action(_set_selected, "Set the selected switches (with a reason)", permissions=["change"],
+                                 paused=True)
+    switches_clear = preset_action(_set_selected, "Clear the selected switches (with a reason)",
+                                   permissions=["change"], paused=False)
 
 
 # --- extra pages -------------------------------------------------------------------------------

@@ -16,15 +16,9 @@ COUNT_PARTITION = "count_partition"
 DEFAULT = "default"
 
 
-# Models whose earliest migrations live in another app than the model does now (they moved with
-# SeparateDatabaseAndState and kept their tables): those historical migrations must still run on
-# the model's alias family, which the live registry no longer tells under the old app label.
-MOVED_MODEL_FAMILIES = {
-    ("relations", "likereverseprojection"): COUNT_PARTITION,
-    ("relations", "likereversesort"): COUNT_PARTITION,
-    ("relations", "reverseeventreceipt"): COUNT_PARTITION,
-    ("relations", "likereverserecent"): COUNT_PARTITION,
-}
+# Models no longer in the registry whose migrations must still run on a shard family: (app_label, model) ->
+# family. None since the squash of D133 (the who-liked index's models had moved from relations to counting).
+MOVED_MODEL_FAMILIES: dict[tuple[str, str], str] = {}
 
 
 class ShardAliasRequired(RuntimeError):

@@ -4,6 +4,7 @@
   (`likes_project.approvals`): the approver is never the requester, and an approval binds the hash of the
   parameters it approved. One check per table, named after the table's prefix, so the constraint names
   (and the schema) stay what each table had.
+- `approval_permissions`: the two permissions of such a request, `request_<codename>` and `approve_<codename>`.
 - `ApprovalRequest`: the columns of such a request (a repair, a risk decision, a subscription's replay): its
   parameters and their hash, who asked and why, the approval, the ops job that ran it and how it ended.
 - `FinishedByStatus`: `finished`, for a row whose `status` ends in one of its `finished_statuses`.
@@ -33,6 +34,13 @@ def approval_checks(prefix: str) -> list[models.CheckConstraint]:
     ]
 
 
+def approval_permissions(codename: str, what: str) -> list[tuple[str, str]]:
+    """The permission pair of a two-person request: `request_<codename>` ("Can request a <what>") and
+    `approve_<codename>` ("Can approve another operator's <what>")."""
+    return [(f"request_{codename}", f"Can request a {what}"),
+            (f"approve_{codename}", f"Can approve another operator's {what}")]
+
+
 class FinishedByStatus:
     """A row that is done once its `status` is one of `finished_statuses` (an ops job, a check run, an approved
     request): what a `--wait`, a console page's refresh or a job's next slice asks of it."""
@@ -48,8 +56,8 @@ class ApprovalRequest(FinishedByStatus, models.Model):
     """A request that runs once another person approved exactly its parameters (`likes_project.approvals`):
     `params` hash to `params_hash`, the approval records who, when and the hash it approved, and the approved
     request runs as the system's ops job `job_id` (its failure in `error`). Newest first. Each table adds its
-    `status` (its own choices, and the `finished_statuses` among them), what it requests, its permissions and
-    `approval_checks(<its prefix>)` in a `Meta(ApprovalRequest.Meta)`."""
+    `status` (its own choices, and the `finished_statuses` among them), what it requests,
+    `approval_permissions(<its codename>, …)` and `approval_checks(<its prefix>)` in a `Meta(ApprovalRequest.Meta)`."""
 
     params = models.JSONField()
     params_hash = models.CharField(max_length=64)

@@ -25,7 +25,7 @@ from django_celery_beat.models import ClockedSchedule, CrontabSchedule, Interval
 from rest_framework.authtoken.admin import TokenChangeList
 from rest_framework.authtoken.models import TokenProxy
 
-from likes_project.admin_kit import ReadOnlyAdmin, ReasonForm, csrf_protect_m, reason_action, render_page
+from likes_project.admin_kit import ReadOnlyAdmin, ReasonForm, csrf_protect_m, preset_action, reason_action, render_page
 from likes_project.api_tokens import (
     TOKEN_ADD_PERMISSION,
     TOKEN_REVOKE_PERMISSION,
@@ -80,13 +80,10 @@ class PeriodicTaskAdmin(ReadOnlyAdmin):
         return reason_action(self, request, queryset, title=f"{verb} periodic tasks", intro=intro, submit=verb,
                              apply=apply)
 
-    @admin.action(description="Enable the selected periodic tasks", permissions=["operate"])
-    def enable_tasks(self, request, queryset):
-        return self._set_enabled(request, queryset, enabled=True)
-
-    @admin.action(description="Disable the selected periodic tasks", permissions=["operate"])
-    def disable_tasks(self, request, queryset):
-        return self._set_enabled(request, queryset, enabled=False)
+    enable_tasks = preset_action(_set_enabled, "Enable the selected periodic tasks", permissions=["operate"],
+                                 enabled=True)
+    disable_tasks = preset_action(_set_enabled, "Disable the selected periodic tasks", permissions=["operate"],
+                                  enabled=False)
 
     @admin.action(description="Run the selected periodic tasks now (once)", permissions=["operate"])
     def run_tasks_now(self, request, queryset):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 
 from likes_project.generations import GenerationModel
-from likes_project.model_kit import ApprovalRequest, FinishedByStatus, approval_checks
+from likes_project.model_kit import ApprovalRequest, FinishedByStatus, approval_checks, approval_permissions
 from likes_project.switches import GlobalPauseSwitch
 
 
@@ -180,8 +180,7 @@ class RepairRequest(ApprovalRequest):
 
     class Meta(ApprovalRequest.Meta):
         constraints = approval_checks("repair")
-        permissions = [("request_repair", "Can request a count repair"),
-                       ("approve_repair", "Can approve another operator's count repair")]
+        permissions = approval_permissions("repair", "count repair")
 
     def __str__(self) -> str:
         return f"repair {self.pk} ({self.status}) of {len(self.params.get('videos', []))} videos"

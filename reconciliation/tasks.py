@@ -7,24 +7,19 @@ from celery import shared_task
 from reconciliation import schedule
 
 
-@shared_task(name="reconciliation.identity_recent", acks_late=True, ignore_result=True)
-def identity_recent_task() -> dict:
-    return schedule.scheduled_start("reconcile-identity-recent")
+def _scheduled_check_task(spec: schedule.Schedule):
+    """The beat task of one check schedule: start the schedule's next run (`schedule.scheduled_start`)."""
+
+    @shared_task(name=spec.task, acks_late=True, ignore_result=True)
+    def scheduled_check_task() -> dict:
+        return schedule.scheduled_start(spec.name)
+
+    return scheduled_check_task
 
 
-@shared_task(name="reconciliation.coverage_recent", acks_late=True, ignore_result=True)
-def coverage_recent_task() -> dict:
-    return schedule.scheduled_start("reconcile-coverage-recent")
-
-
-@shared_task(name="reconciliation.coverage_rotating", acks_late=True, ignore_result=True)
-def coverage_rotating_task() -> dict:
-    return schedule.scheduled_start("reconcile-coverage-rotating")
-
-
-@shared_task(name="reconciliation.exact_hot", acks_late=True, ignore_result=True)
-def exact_hot_task() -> dict:
-    return schedule.scheduled_start("reconcile-exact-hot")
+# One beat task per check schedule, named as `schedule.SCHEDULES` says: reconciliation.identity_recent,
+# .coverage_recent, .coverage_rotating and .exact_hot.
+SCHEDULED_CHECK_TASKS = {spec.name: _scheduled_check_task(spec) for spec in schedule.SCHEDULES}
 
 
 # --- recovery snapshots (issue 12): a snapshot every SNAPSHOT_INTERVAL_S, a daily test-restore, and the

@@ -69,8 +69,8 @@ run_pass() {
 run_single() {
   # tests/test_upgrade.py builds scratch database sets of its own, whatever the pass: it runs once, in `upgraded`.
   run_pass single single --ignore=tests/test_upgrade.py
-  # The `schema` tests again, on databases created by the migrations as they were before the layers issue
-  # squashed them (tests/legacy) and migrated forward in place: the SQL the schema carries (functions,
+  # The `schema` tests again, on databases created by the migrations as they were before their second squash
+  # (D133; tests/legacy) and migrated forward in place: the SQL the schema carries (functions,
   # triggers, constraints, grants) and tests/test_upgrade.py's object-by-object comparison (D95, D100).
   LIKES_TEST_DATABASES=upgraded run_pass upgraded single -m schema
 }

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.urls import reverse
 
 CHROMIUM = "/usr/bin/chromium"
 # The flags that work on this machine (its notes): without the background-networking ones Chromium
@@ -113,6 +114,25 @@ def page_as(open_page, username: str, password: str = PASSWORD, *, next_path: st
 def submit(page, label: str) -> None:
     """Press the form's submit button labelled `label`."""
     page.locator(f"input[type=submit][value='{label}']").click()
+
+
+def approve_here(page, form_id: str) -> None:
+    """Press the approve button of the form `form_id` on a row's change page and wait for the console to answer on
+    that same page (its message and the row's new state)."""
+    path = urlsplit(page.url).path
+    page.locator(f"#{form_id} input[type=submit]").click()
+    page.wait_for_url(path_is(path))
+
+
+def submit_for_new_row(page, label: str, model, **lookup):
+    """Press the submit button `label` of a form that makes a row of `model` (a plan, a request), find that row
+    (the only one, or the one `lookup` selects) and wait for the console to land on its change page. Returns the
+    row and the page's path."""
+    submit(page, label)
+    row = model.objects.get(**lookup)
+    path = reverse(f"admin:{row._meta.app_label}_{row._meta.model_name}_change", args=[row.pk])
+    page.wait_for_url(path_is(path))
+    return row, path
 
 
 def console_user(username: str, *groups: str):

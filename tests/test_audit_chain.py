@@ -12,7 +12,7 @@ import time
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 from likes_project.audit import chain, selectors
 from likes_project.audit.jobs import VERIFY_JOB
@@ -295,38 +295,6 @@ def test_the_walk_is_resumable_in_slices(monkeypatch):
         state = json.loads(json.dumps(selectors.chain_walk_step(state, deadline=time.monotonic())))  # as job.state
         steps += 1
     assert steps >= 3 and state["broken"] is None and state["checked"] == state["headSeq"]
-
-
-# --- the data migration -------------------------------------------------------------------------------
-
-
-@pytest.mark.django_db(databases="__all__")
-def test_the_migration_chains_rows_written_before_the_chain():
-    import importlib
-
-    from django.apps import apps as django_apps
-
-    as_attacker(f"DELETE FROM {TABLE}")  # the table as 0003 finds it: rows without seq only (one chained first)
-    record("chained")
-    with connections["default"].cursor() as cursor:
-        for n in range(3):  # rows as the log held them before 0003: no seq, no hashes
-            cursor.execute(f"INSERT INTO {TABLE} (at, actor, channel, action, target_type, target_id, params, "
-                           "outcome) VALUES (now(), 'legacy', 'cli', 'legacy.action', 'test', %s, %s, 'applied')",
-                           [f"legacy-{n}", json.dumps({"n": n, "f": 1.5})])
-    walk = selectors.chain_walk_step(selectors.chain_walk_begin(since=None))  # a walk that records nothing
-    assert walk["broken"]["code"] == "unchained_row"
-    migration = importlib.import_module("likes_project.audit.migrations.0003_chain")
-    with connection.schema_editor() as editor:
-        migration.chain_existing_rows(django_apps, editor)
-    assert not AuditRecord.objects.filter(seq__isnull=True).exists()
-    rows = list(AuditRecord.objects.order_by("seq"))
-    assert [r.seq for r in rows] == list(range(1, len(rows) + 1)) and rows[0].prev_hash == chain.GENESIS
-    assert [r.pk for r in rows] == sorted(r.pk for r in rows)  # in the order they were written
-    code, payload, _ = verify()
-    assert (code, payload["status"]) == (0, "intact")
-    # and the trigger is on again
-    with pytest.raises(Exception, match="Cannot update or delete rows"), transaction.atomic(using="default"):
-        AuditRecord.objects.filter(pk=rows[0].pk).update(actor="x")
 
 
 # --- the console page (permissions; the flow itself is in tests/opsconsole/test_audit_browser.py) ----------

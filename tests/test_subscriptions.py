@@ -18,7 +18,7 @@ from likes_project.eventlog import streams
 from likes_project.eventlog.services import streams_trim
 from likes_project.subscriptions import selectors, services
 from likes_project.subscriptions.models import Subscription, SubscriptionNotice
-from tests.counting.helpers import consume_everything, publish_all
+from tests.counting.helpers import consume_everything, like_storm, publish_all
 from tests.relations.helpers import assert_error, body_of, cmd
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
@@ -57,16 +57,12 @@ def read_all(name: str, token: str, *, limit: int = 7) -> tuple[list[dict], str]
 def storm(make_user, make_video):
     """Likes and unlikes of 4 users on 3 videos (some flipped twice), published to the log: the facts."""
     author, users = make_user(), [make_user() for _ in range(4)]
-    for v in range(3):
-        make_video(f"sub-v{v}", author)
+    videos = [f"sub-v{v}" for v in range(3)]
+    for video_id in videos:
+        make_video(video_id, author)
 
     def run():
-        for i, user in enumerate(users):
-            for v in range(3):
-                cmd(user, f"sub-v{v}", "LIKED")
-                if (i + v) % 2:
-                    cmd(user, f"sub-v{v}", "UNLIKED")
-        publish_all()
+        like_storm(users, videos)
         return users
 
     return run

@@ -1,10 +1,10 @@
-"""Databases created by the landed (pre-layers) migrations migrate forward in place, to exactly the
-schema a fresh database gets, keeping their data and their permission grants.
+"""Databases created by the landed migrations (before the squash of D133) migrate forward in place, to exactly
+the schema a fresh database gets (tables, indexes, constraints, triggers, functions, sequences), keeping their
+data and their permission grants, and running nothing: the squashed migrations are recorded as applied.
 
-Two scratch database sets are built by the real `manage.py migrate_all` in a subprocess: one from
-nothing, one from the legacy dumps (tests/legacy) with rows a running deployment would hold, among them
-rebuilds that were in flight at the upgrade. (The whole suite also runs on upgraded databases:
-`LIKES_TEST_DATABASES=upgraded`, which `scripts/test.sh` runs as its second pass.)
+Two scratch database sets are built by the real `manage.py migrate_all` in a subprocess: one from nothing,
+one from the legacy dumps (tests/legacy) with rows a running deployment would hold. (The whole suite also
+runs on upgraded databases: `LIKES_TEST_DATABASES=upgraded`, which `scripts/test.sh` runs as its second pass.)
 """
 
 from __future__ import annotations
@@ -61,36 +61,25 @@ def _migrate_all(names: dict[str, str]) -> str:
 LEGACY_ROWS = """
 INSERT INTO auth_user (id, password, is_superuser, username, first_name, last_name, email, is_staff, is_active,
                        date_joined) VALUES (900, '!', false, 'legacy-op', '', '', '', true, true, now());
+INSERT INTO auth_user_groups (user_id, group_id) SELECT 900, id FROM auth_group WHERE name = 'likes-operator';
 INSERT INTO auth_user_user_permissions (user_id, permission_id)
 SELECT 900, p.id FROM auth_permission p JOIN django_content_type c ON c.id = p.content_type_id
- WHERE (c.app_label, c.model, p.codename) IN (('relations', 'cachegeneration', 'change_cachegeneration'),
-       ('relations', 'cachegeneration', 'view_cachegeneration'),
-       ('opsconsole', 'auditrecord', 'view_relation_lookup'), ('opsconsole', 'auditrecord', 'view_auditrecord'),
-       ('relations', 'reverseindexgeneration', 'change_reverseindexgeneration'));
-INSERT INTO relations_cachegeneration (generation, status, baseline_watermark, created_at, failure_reason)
-VALUES (2, 'REBUILDING', '{}', now(), '');
-INSERT INTO counting_countcachegeneration (generation, status, projection_generation, route_manifest_id,
-       build_from, start_checkpoints, rows_written, started_by, failure_reason, started_at)
-VALUES (2, 'REBUILDING', 1, 1, now(), '{}', 0, 'legacy', '', now());
-INSERT INTO relations_reverseindexgeneration (generation, status, hash_algorithm, hash_seed, user_id_encoding,
-       shards, placement, created_at, failure_reason)
-VALUES (2, 'SHADOW', 'sha256-be64', 'likes-reverse-v1', 'decimal-ascii-v1', 4, '["cnt_00","cnt_01","cnt_00","cnt_01"]',
-        now(), '');
+ WHERE (c.app_label, p.codename) IN (('relations', 'export_video_likers'), ('counting', 'approve_bucketmigration'));
 INSERT INTO opsconsole_auditrecord (at, actor, channel, action, target_type, target_id, params, outcome)
 VALUES (now(), 'legacy-op', 'cli', 'relcache.rebuild', 'cache_generation', '2', '{}', 'active');
-INSERT INTO django_celery_beat_intervalschedule (id, every, period) VALUES (900, 1, 'seconds');
-INSERT INTO django_celery_beat_periodictask (name, task, args, kwargs, queue, exchange, routing_key, expires,
-       enabled, last_run_at, total_run_count, date_changed, description, interval_id, one_off, start_time,
-       priority, headers, expire_seconds)
-VALUES ('project-reverse-index', 'relations.project_reverse_all', '[]', '{}', NULL, NULL, NULL, NULL, true, NULL, 0,
-        now(), '', 900, false, NULL, NULL, '{}', NULL);
 """
-LEGACY_REVERSE_ROWS = """
-INSERT INTO relations_likereverseprojection (generation, video_id, user_id, relation_version, state, liked_at,
-       reverse_shard, updated_at) VALUES (1, 'legacy-v', 7, 3, 'LIKED', now(), 0, now());
-INSERT INTO relations_likereversesort (generation, video_id, reverse_shard, liked_at, user_id)
-SELECT generation, video_id, reverse_shard, liked_at, user_id FROM relations_likereverseprojection;
+LEGACY_SHARD_ROWS = """
+INSERT INTO relations_likerelation (user_id, video_id, state, relation_version, last_operation_id, state_changed_at,
+       created_at, updated_at) VALUES (7, 'legacy-v', 'LIKED', 3, 'op-3', now(), now(), now());
 """
+LEGACY_PARTITION_ROWS = """
+INSERT INTO counting_videolikecountvbucket (generation, video_id, virtual_bucket, bucket_space_version, active_count,
+       bucket_version, frozen, updated_at) VALUES (1, 'legacy-v', 5, 1, 1, 1, false, now());
+"""
+# The squashed migrations (one an app): the upgrade records them, a fresh database runs them.
+SQUASHED = {"relations.0001_squashed_0019", "counting.0001_squashed_0008", "notifications.0001_squashed_0003",
+            "risk.0001_squashed_0004", "audit.0001_squashed_0005", "eventlog.0001_squashed_0006",
+            "subscriptions.0001_squashed_0004", "opsconsole.0001_squashed_0005", "reconciliation.0001_squashed_0006"}
 
 CATALOG = """
 SELECT 'column', table_name || '.' || column_name,
@@ -102,8 +91,14 @@ UNION ALL
 SELECT 'constraint', conrelid::regclass::text || '.' || conname, contype::text || ' ' || pg_get_constraintdef(oid)
   FROM pg_constraint WHERE connamespace = 'public'::regnamespace
 UNION ALL
-SELECT 'trigger', tgrelid::regclass::text || '.' || tgname, pg_get_triggerdef(oid)
+SELECT 'trigger', tgrelid::regclass::text || '.' || tgname,
+       pg_get_triggerdef(oid) || ' ' || coalesce(obj_description(oid, 'pg_trigger'), '')
   FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL
+SELECT 'function', oid::regprocedure::text, pg_get_functiondef(oid) FROM pg_proc
+ WHERE pronamespace = 'public'::regnamespace
+UNION ALL
+SELECT 'sequence', sequencename, concat_ws(' ', data_type, increment_by) FROM pg_sequences WHERE schemaname = 'public'
 """
 
 
@@ -127,15 +122,15 @@ def database_sets(django_db_blocker):
         fresh, upgraded = _names("fresh"), _names("upgraded")
         _recreate(fresh, create=False)  # migrate_all creates them, as on a new machine
         _recreate(upgraded, create=True)
+        rows = {"default": LEGACY_ROWS, settings.RELATION_SHARD_ALIASES[0]: LEGACY_SHARD_ROWS,
+                settings.COUNT_PARTITION_ALIASES[0]: LEGACY_PARTITION_ROWS}
         for alias, name in upgraded.items():
             with psycopg.connect(**_conninfo(name), autocommit=True) as conn:
                 legacy.database_load(alias, conn)
-                if alias == "default":
-                    conn.execute(LEGACY_ROWS)
-                elif alias == settings.COUNT_PARTITION_ALIASES[0]:
-                    conn.execute(LEGACY_REVERSE_ROWS)
+                if alias in rows:
+                    conn.execute(rows[alias])
         _migrate_all(fresh)
-        _migrate_all(upgraded)
+        _migrate_all(upgraded)  # had it run a squashed migration, its first CreateModel would have failed
         yield fresh, upgraded
         _recreate(fresh, create=False)
         _recreate(upgraded, create=False)
@@ -147,41 +142,35 @@ def test_an_upgraded_database_has_exactly_the_schema_of_a_fresh_one(database_set
     assert _catalog(upgraded[alias]) == _catalog(fresh[alias])
 
 
-def test_the_upgrade_keeps_the_data_and_fails_the_rebuilds_it_interrupted(database_sets):
+def test_the_upgrade_keeps_the_data_and_runs_none_of_the_squashed_migrations(database_sets):
     _fresh, upgraded = database_sets
-    default = upgraded["default"]
-    assert _query(default, "SELECT status, left(failure_reason, 9) FROM relations_cachegeneration "
-                           "WHERE generation = 2") == [("FAILED", "abandoned")]
-    assert _query(default, "SELECT status FROM counting_countcachegeneration WHERE generation = 2") == [("FAILED",)]
-    # a SHADOW reverse generation is a building state of the lifecycle: the next start reclaims it
-    assert _query(default, "SELECT status, job_id FROM relations_reverseindexgeneration WHERE generation = 2") == [
-        ("SHADOW", None)]
-    assert _query(default, "SELECT actor, action, job_id FROM opsconsole_auditrecord") == [
-        ("legacy-op", "relcache.rebuild", None)]
-    assert _query(default, "SELECT count(*) FROM django_celery_beat_periodictask "
-                           "WHERE task = 'relations.project_reverse_all'") == [(0,)]
-    partition = upgraded[settings.COUNT_PARTITION_ALIASES[0]]
-    assert _query(partition, "SELECT video_id, user_id, state FROM relations_likereverseprojection") == [
-        ("legacy-v", 7, "LIKED")]
-    applied = {r[0] for r in _query(default, "SELECT app || '.' || name FROM django_migrations")}
-    assert {"relations.0001_initial", "relations.0001_history", "relations.0007_layers_and_lifecycle",
-            "counting.0001_history", "counting.0003_reverse_index_and_lifecycle", "audit.0001_initial",
-            "audit.0002_append_only"} <= applied
-    # ... and the legacy audit row is now behind the append-only trigger (D49)
-    assert _query(default, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'opsconsole_auditrecord'::regclass "
-                           "AND tgname LIKE 'pgtrigger_audit_append_only%'") == [(1,)]
+    assert _query(upgraded["default"], "SELECT actor, action FROM opsconsole_auditrecord") == [
+        ("legacy-op", "relcache.rebuild")]
+    assert _query(upgraded[settings.RELATION_SHARD_ALIASES[0]],
+                  "SELECT video_id, user_id, state, relation_version FROM relations_likerelation") == [
+        ("legacy-v", 7, "LIKED", 3)]
+    assert _query(upgraded[settings.COUNT_PARTITION_ALIASES[0]],
+                  "SELECT video_id, virtual_bucket, active_count FROM counting_videolikecountvbucket") == [
+        ("legacy-v", 5, 1)]
+    for alias, name in upgraded.items():
+        applied = {r[0] for r in _query(name, "SELECT app || '.' || name FROM django_migrations")}
+        assert applied >= SQUASHED, alias  # recorded, as Django does once every replaced migration is applied
+        assert "relations.0019_video_published_at" in applied  # the landed history stays on record
 
 
-def test_the_upgrade_keeps_every_permission_grant(database_sets):
-    _fresh, upgraded = database_sets
+def test_the_upgrade_keeps_every_permission_grant_and_the_roles_are_those_of_a_fresh_database(database_sets):
+    fresh, upgraded = database_sets
     granted = {r[0] for r in _query(upgraded["default"], """
         SELECT c.app_label || '.' || p.codename FROM auth_user_user_permissions up
           JOIN auth_permission p ON p.id = up.permission_id JOIN django_content_type c ON c.id = p.content_type_id
          WHERE up.user_id = 900""")}
-    assert granted == {
-        "relations.change_relationcachegeneration", "relations.view_relationcachegeneration",
-        "relations.rebuild_relation_cache",  # given to whoever could change the generations
-        "opsconsole.view_relation_lookup",  # the console's permission keeps its name
-        "audit.view_auditrecord",  # the audit log's grants follow the model
-        "counting.change_reverseindexgeneration", "counting.rebuild_reverse_index",
-    }
+    assert granted == {"relations.export_video_likers", "counting.approve_bucketmigration"}
+    assert _query(upgraded["default"], "SELECT g.name FROM auth_user_groups ug JOIN auth_group g ON g.id = "
+                                       "ug.group_id WHERE ug.user_id = 900") == [("likes-operator",)]
+    roles = """SELECT g.name, c.app_label, c.model, p.codename, p.name FROM auth_group g
+                 JOIN auth_group_permissions gp ON gp.group_id = g.id JOIN auth_permission p ON p.id = gp.permission_id
+                 JOIN django_content_type c ON c.id = p.content_type_id ORDER BY 1, 2, 3, 4"""
+    permissions = """SELECT c.app_label, c.model, p.codename, p.name FROM auth_permission p
+                       JOIN django_content_type c ON c.id = p.content_type_id ORDER BY 1, 2, 3"""
+    for sql in (roles, permissions):
+        assert _query(upgraded["default"], sql) == _query(fresh["default"], sql)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from likes_project.model_kit import ApprovalRequest, approval_checks
+from likes_project.model_kit import ApprovalRequest, approval_checks, approval_permissions
 
 
 class RiskKind(models.TextChoices):
@@ -64,8 +64,7 @@ class RiskDecision(ApprovalRequest):
                                    name="risk_account_names_no_video"),
         ]
         indexes = [models.Index(fields=["video_id", "kind", "status"], name="risk_video_idx")]
-        permissions = [("request_riskdecision", "Can request a risk hide or restore"),
-                       ("approve_riskdecision", "Can approve another operator's risk hide or restore")]
+        permissions = approval_permissions("riskdecision", "risk hide or restore")
 
     def __str__(self) -> str:
         return f"risk {self.pk}: {self.kind} {len(self.user_ids)} users on {self.video_id} ({self.status})"

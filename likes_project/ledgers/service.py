@@ -1,6 +1,7 @@
 """`ApprovedLedger`: the lifecycle every approved, job-run ledger goes through (a virtual-bucket migration, a
-relation slot move). A subclass names its model, its refusal codes and job, and says what it moves (`units`),
-what else an approval or an abort must check, and how an abort is undone; the rest is here, once:
+relation slot move). A subclass names its model, its refusal codes and job, and says what it moves (the field
+`units_name`) from where to where (`ends`), what else an approval or an abort must check, and how an abort is
+undone; the rest is here, once:
 
 - `transition`: the one audited compare-and-set through the table of allowed transitions;
 - `approve`: PREPARE by a second person (the two-person approval kit, `likes_project.approvals`: the service and
@@ -90,7 +91,7 @@ class ApprovedLedger(ABC):
     plan_permission: str
     approve_permission: str
     plan_lock: int  # the advisory lock that serialises plans and approvals
-    units_name: str  # "buckets", "slots"
+    units_name: str  # the model's field of what it moves, and their name in messages: "buckets", "slots"
     # The refusals, one class each, made for every subclass from its `code` (`ledger_errors`): SlotMoveNotFound
     # (`slot_move_not_found`), SlotMoveOverlap, SlotMoveStateConflict (`slot_move_state`, or a finer code given
     # where it is raised), SlotMoveWaiting (a step cannot go on now: the job ends, the ledger waits to be resumed)
@@ -111,12 +112,18 @@ class ApprovedLedger(ABC):
     # --- hooks --------------------------------------------------------------------------------------------
 
     @abstractmethod
+    def ends(self, m: ApprovedLedgerModel) -> tuple[str, str]:
+        """Where `m` moves its units from and to, as its summary names them: ("rel_01", "rel_02")."""
+
     def units(self, m: ApprovedLedgerModel) -> list[int]:
         """What `m` moves (sorted); two unfinished ledgers never share one."""
+        return getattr(m, self.units_name)
 
-    @abstractmethod
     def summary(self, m: ApprovedLedgerModel) -> str:
         """What `m` moves where, in a line ("slots 1,3 (2) rel_01 -> rel_02")."""
+        units = self.units(m)
+        source, target = self.ends(m)
+        return f"{self.units_name} {ranges_label(units)} ({len(units)}) {source} -> {target}"
 
     def approval_checks(self, m: ApprovedLedgerModel) -> None:
         """Refusals of an approval besides the state, the second person and overlap."""
@@ -179,6 +186,16 @@ class ApprovedLedger(ABC):
             with connections["default"].cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [self.plan_lock])
             yield
+
+    def plan_reason(self, reason: str | None, actor: Actor) -> str:
+        """A plan's first refusals, before anything is read: no reason, or an operator the CLI did not name (an
+        `os:` user); the reason, stripped."""
+        reason = (reason or "").strip()
+        if not reason:
+            raise InvalidInput(f"A {self.noun} needs a reason.", code="reason_required")
+        if actor.channel == "cli" and actor.name.startswith("os:"):
+            raise InvalidInput(f"A {self.noun} plan names its operator: --actor USER.", code="actor_required")
+        return reason
 
     def units_in_flight(self) -> set[int]:
         """Every unit an unfinished ledger of this kind moves."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 
-from likes_project.admin_kit import ReadOnlyAdmin, admin_url, reason_action
+from likes_project.admin_kit import ReadOnlyAdmin, admin_url, preset_action, reason_action
 from likes_project.audit.services import admin_actor
 from likes_project.ledgers.console import json_field
 from reconciliation.admin.common import StatusAdmin, audit_field, link, link_field, table
@@ -51,23 +51,18 @@ class CheckDiffAdmin(StatusAdmin):
 
         return reason_action(self, request, queryset, title=title, submit=submit, intro=intro, apply=apply)
 
-    @admin.action(description="Take the selected diffs (FIXING)", permissions=["triage"])
-    def take(self, request, queryset):
-        return self._set_status(request, queryset, to=DiffStatus.FIXING, title="Take diffs", submit="Take",
-                                intro="You become the owner of these diffs while you fix them (NEW -> FIXING). "
-                                      "The change is recorded on each diff and audited, with your reason.")
-
-    @admin.action(description="Ignore the selected diffs", permissions=["triage"])
-    def ignore(self, request, queryset):
-        return self._set_status(request, queryset, to=DiffStatus.IGNORED, title="Ignore diffs", submit="Ignore",
-                                intro="These diffs will not be fixed (a known, accepted disagreement). They can be "
-                                      "reopened later; the change is recorded and audited, with your reason.")
-
-    @admin.action(description="Reopen the selected diffs (NEW)", permissions=["triage"])
-    def reopen(self, request, queryset):
-        return self._set_status(request, queryset, to=DiffStatus.NEW, title="Reopen diffs", submit="Reopen",
-                                intro="FIXING or IGNORED diffs become NEW again, without an owner's fix. The change is "
-                                      "recorded and audited, with your reason.")
+    take = preset_action(_set_status, "Take the selected diffs (FIXING)", permissions=["triage"], to=DiffStatus.FIXING,
+                         title="Take diffs", submit="Take",
+                         intro="You become the owner of these diffs while you fix them (NEW -> FIXING). The change is "
+                               "recorded on each diff and audited, with your reason.")
+    ignore = preset_action(_set_status, "Ignore the selected diffs", permissions=["triage"], to=DiffStatus.IGNORED,
+                           title="Ignore diffs", submit="Ignore",
+                           intro="These diffs will not be fixed (a known, accepted disagreement). They can be reopened "
+                                 "later; the change is recorded and audited, with your reason.")
+    reopen = preset_action(_set_status, "Reopen the selected diffs (NEW)", permissions=["triage"], to=DiffStatus.NEW,
+                           title="Reopen diffs", submit="Reopen",
+                           intro="FIXING or IGNORED diffs become NEW again, without an owner's fix. The change is "
+                                 "recorded and audited, with your reason.")
 
     @admin.action(description="Request a repair from the facts for the selected diffs", permissions=["request"])
     def request_repair(self, request, queryset):

@@ -17,7 +17,14 @@ from django.http import HttpResponseRedirect
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from likes_project.admin_kit import AdminPage, admin_url, millis_field, require_permission, start_job_or_message
+from likes_project.admin_kit import (
+    AdminPage,
+    admin_url,
+    millis_field,
+    preset_action,
+    require_permission,
+    start_job_or_message,
+)
 from likes_project.errors import DomainError
 from likes_project.ledgers.console import json_field
 from likes_project.opsjobs.models import OpsJob
@@ -97,14 +104,10 @@ class RecoverySnapshotAdmin(StatusAdmin):
             return None
         return _snapshot_job(request, self.admin_site, queryset.get().pk, kind=kind)
 
-    @admin.action(description="Verify the selected snapshot (a job)", permissions=["snapshot"])
-    def verify(self, request, queryset):
-        return self._one_job(request, queryset, kind=SNAPSHOT_VERIFY_JOB)
-
-    @admin.action(description="Test-restore the selected snapshot into a scratch generation (a job)",
-                  permissions=["snapshot"])
-    def test_restore(self, request, queryset):
-        return self._one_job(request, queryset, kind=SNAPSHOT_TEST_JOB)
+    verify = preset_action(_one_job, "Verify the selected snapshot (a job)", permissions=["snapshot"],
+                           kind=SNAPSHOT_VERIFY_JOB)
+    test_restore = preset_action(_one_job, "Test-restore the selected snapshot into a scratch generation (a job)",
+                                 permissions=["snapshot"], kind=SNAPSHOT_TEST_JOB)
 
     dispatch_pause = millis_field("dispatch_paused_ms", "dispatch paused")
 

@@ -3,10 +3,10 @@
 -- (never acted on, or its UNLIKED tombstone deleted by the retention sweep, relations.services.tombstones) is UNLIKED
 -- at a version between 0 and its slot's floor (relations_relationversionfloor, no row: 0): its next version is
 -- floor + 1, never 1 again, and a base version in [0, floor] is not stale (the client may hold the deleted
--- tombstone's version or the v0 a read of the missing row shows). Supersedes v2, whose header still says CURRENT
--- because a loaded file never changes.
--- Loaded by relations/migrations/0015_version_floor.py; a migration's file never changes: a new version is a new file
--- and a new migration (docs/decisions.md D101).
+-- tombstone's version or the v0 a read of the missing row shows). Supersedes v1 and v2 (in git history; no
+-- migration loads them since the squash of D133).
+-- Loaded by relations/migrations/0001_squashed_0019.py; a loaded function never changes: a new version is a new
+-- file and a new migration (docs/decisions.md D101).
 CREATE OR REPLACE FUNCTION likes_relation_apply(
     p_user_id bigint, p_video_id text, p_desired text, p_operation_id text, p_base_version bigint,
     p_device_id text, p_client_sequence bigint, p_now timestamptz, p_alias text, p_event_id uuid,

@@ -1,5 +1,5 @@
 -- likes_slot_capture, version 1 (issue 16), CURRENT: the capture trigger function and its two triggers.
--- Loaded by relations/migrations/0014_slot_moves.py; a migration's file never changes: a new version is a new file
+-- Loaded by relations/migrations/0001_squashed_0019.py; a loaded function never changes: a new version is a new file
 -- and a new migration (docs/decisions.md D101).
 CREATE OR REPLACE FUNCTION likes_slot_capture() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE

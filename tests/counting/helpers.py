@@ -28,6 +28,7 @@ from likes_project.redis_client import stream_redis
 from relations.models import LikeRelation, OutboxEvent
 from relations.services import outbox
 from relations.services.outbox import ClaimedRow, event_envelope
+from tests.relations.helpers import cmd
 
 SHARDS = ("rel_00", "rel_01")  # the relation shards of the test settings
 
@@ -46,6 +47,17 @@ def publish_all(holder: str = "test-publisher") -> int:
             if report.claimed == 0:
                 break
     return sent
+
+
+def like_storm(users, video_ids) -> None:
+    """Every user likes every video, and the i-th user unlikes the j-th video again where i + j is odd (some
+    relations end LIKED, some UNLIKED at a second version); the events published to the log."""
+    for i, user in enumerate(users):
+        for j, video_id in enumerate(video_ids):
+            cmd(user, video_id, "LIKED")
+            if (i + j) % 2:
+                cmd(user, video_id, "UNLIKED")
+    publish_all()
 
 
 def publish(alias: str) -> int:

@@ -28,8 +28,7 @@ from likes_project.redis_client import stream_redis
 from likes_project.retention import retention_rule_get
 from likes_project.subscriptions.models import SubscriptionNotice
 from likes_project.subscriptions.services import pseudonym
-from tests.counting.helpers import consume_everything, publish_all
-from tests.relations.helpers import cmd
+from tests.counting.helpers import consume_everything, like_storm, publish_all
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
@@ -51,17 +50,13 @@ def exports(settings):
 def storm(make_user, make_video):
     """Likes and unlikes of `n` users on 3 videos (some flipped), published to the log."""
     author = make_user()
-    for v in range(3):
-        make_video(f"fx-v{v}", author)
+    videos = [f"fx-v{v}" for v in range(3)]
+    for video_id in videos:
+        make_video(video_id, author)
 
     def run(n: int = 3):
         users = [make_user() for _ in range(n)]
-        for i, user in enumerate(users):
-            for v in range(3):
-                cmd(user, f"fx-v{v}", "LIKED")
-                if (i + v) % 2:
-                    cmd(user, f"fx-v{v}", "UNLIKED")
-        publish_all()
+        like_storm(users, videos)
         return users
 
     return run

@@ -15,7 +15,7 @@ from counting.models import BucketMigration
 from counting.services.migration import ledger
 from likes_project.audit.models import AuditRecord
 from likes_project.opsjobs.models import OpsJob
-from tests.browser import console_user, field, page_as, path_is, submit
+from tests.browser import approve_here, console_user, field, page_as, path_is, submit_for_new_row
 from tests.reconciliation.helpers import LIVE_STORES
 
 pytestmark = [pytest.mark.topology_independent, *LIVE_STORES]
@@ -38,10 +38,7 @@ def test_an_operator_plans_a_migration_and_another_operator_approves_it(open_pag
     page_a.locator("#id_target").select_option(TARGET)
     page_a.locator("#id_buckets").fill("0-3")
     page_a.locator("#id_reason").fill("scale out onto cnt_02")
-    submit(page_a, "Plan the migration")
-    m = BucketMigration.objects.get()
-    row_path = f"{LEDGER_URL}{m.pk}/change/"
-    page_a.wait_for_url(path_is(row_path))
+    m, row_path = submit_for_new_row(page_a, "Plan the migration", BucketMigration)
     expect(page_a.locator(".messagelist .success")).to_contain_text(f"Planned migration {m.pk}: buckets 0-3 (4)")
     expect(field(page_a, "state_code")).to_have_text("AWAITING_APPROVAL")
     expect(field(page_a, "bucket_range")).to_have_text("0-3")
@@ -53,8 +50,7 @@ def test_an_operator_plans_a_migration_and_another_operator_approves_it(open_pag
     # --- B approves it: PREPARE, and the system's job is started (not run here) ------------------------
     page_b = page_as(open_page, b.username, next_path=row_path)
     expect(field(page_b, "state_code")).to_have_text("AWAITING_APPROVAL")
-    page_b.locator("#migration-approve-form input[type=submit]").click()
-    page_b.wait_for_url(path_is(row_path))
+    approve_here(page_b, "migration-approve-form")
     expect(page_b.locator(".messagelist .success")).to_contain_text(f"Approved migration {m.pk}: it is PREPARE")
     expect(field(page_b, "state_code")).to_have_text("PREPARE")
     expect(field(page_b, "approved_by")).to_have_text(b.username)

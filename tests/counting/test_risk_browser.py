@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from counting.risk.models import RiskDecision
 from likes_project.opsjobs.services import job_run_inline
-from tests.browser import console_user, field, page_as, path_is, submit
+from tests.browser import approve_here, console_user, field, page_as, path_is, submit_for_new_row
 from tests.counting.test_risk import ring_video
 from tests.reconciliation.helpers import LIVE_STORES, displayed
 
@@ -40,10 +40,7 @@ def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_co
     page_a.locator("#id_users").fill("\n".join(u.username for u in ring))
     page_a.locator("#id_reason").fill("a ring of fake accounts")
     page_a.locator("#id_evidence").fill("one device fingerprint, accounts created within a minute")
-    submit(page_a, "Request the hide")
-    hide = RiskDecision.objects.get()
-    hide_path = f"{LEDGER_URL}{hide.pk}/change/"
-    page_a.wait_for_url(path_is(hide_path))
+    hide, hide_path = submit_for_new_row(page_a, "Request the hide", RiskDecision)
     expect(page_a.locator(".messagelist .success")).to_contain_text(f"Requested risk decision {hide.pk}: hide 3 users")
     expect(field(page_a, "status_code")).to_have_text("AWAITING_APPROVAL")
     expect(page_a.locator("#risk-approve-form")).to_have_count(0)  # an operator does not approve
@@ -51,8 +48,7 @@ def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_co
 
     # --- B approves it; the system's job applies it; the count drops by the ring ------------------------
     page_b = page_as(open_page, b.username, next_path=hide_path)
-    page_b.locator("#risk-approve-form input[type=submit]").click()
-    page_b.wait_for_url(path_is(hide_path))
+    approve_here(page_b, "risk-approve-form")
     expect(page_b.locator(".messagelist .success")).to_contain_text(f"Approved risk decision {hide.pk}")
     hide.refresh_from_db()
     assert (hide.status, hide.approved_by) == ("APPROVED", b.username)
@@ -69,13 +65,9 @@ def test_an_operator_hides_a_ring_another_approves_and_the_restore_brings_the_co
     page_a.goto(page_a.url)
     page_a.locator(".object-tools a.risk-restore").click()
     page_a.locator("#id_reason").fill("appeal accepted")
-    submit(page_a, "Request the restore")
-    restore = RiskDecision.objects.get(kind="RESTORE")
-    restore_path = f"{LEDGER_URL}{restore.pk}/change/"
-    page_a.wait_for_url(path_is(restore_path))
+    restore, restore_path = submit_for_new_row(page_a, "Request the restore", RiskDecision, kind="RESTORE")
     page_b.goto(f"{page_b.url.split('/admin/')[0]}{restore_path}")
-    page_b.locator("#risk-approve-form input[type=submit]").click()
-    page_b.wait_for_url(path_is(restore_path))
+    approve_here(page_b, "risk-approve-form")
     restore.refresh_from_db()
     job_run_inline(restore.job_id)
     assert displayed("rkb-ring") == 7

@@ -8,11 +8,9 @@ committed transactions: tests/reconciliation/test_repair_browser.py does that en
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import pytest
-from django.apps import apps as django_apps
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -26,6 +24,7 @@ from reconciliation.admin import CheckDiffAdmin, CheckRunAdmin, DiffTransitionAd
 from reconciliation.models import CheckDiff, CheckRun, DiffTransition, RepairRequest
 from reconciliation.services import checks, diffs, repair
 from tests.factories import TEST_ACTOR, make_user
+from tests.reconciliation.helpers import roles_ensure
 
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__")]
 
@@ -40,9 +39,9 @@ REQUEST_URL = "/admin/reconciliation/repairrequest/request/"
 
 
 def role(user, *groups: str) -> None:
-    """Put `user` in the console's role groups. The groups are those of reconciliation 0002, made again
-    where a transactional test's flush removed them (idempotent)."""
-    importlib.import_module("reconciliation.migrations.0002_roles").roles(django_apps, None)
+    """Put `user` in the console's role groups, made again where a transactional test's flush removed them
+    (idempotent)."""
+    roles_ensure()
     user.groups.add(*Group.objects.filter(name__in=groups))
     assert user.groups.count() == len(groups)
 

@@ -1,7 +1,7 @@
 """The reconciliation commands' contracts (issue 11 §5): the JSON last line of each, the exit statuses
 (reconcile: 0 PASSED, 1 FAILED, 2 REFUSED; repair_approve non-zero when refused or FAILED), `--video`
 repeatable and `--all`, bad input as a clean CommandError with a stable code that writes nothing, and
-`--actor` holding the permission its role (a group of reconciliation/migrations/0002_roles.py) gives."""
+`--actor` holding the permission its role (a console role group) gives."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from likes_project.eventlog import streams
 from likes_project.opsjobs.models import OpsJob
 from likes_project.opsjobs.services import job_run_inline
 from reconciliation.models import CheckRun, RecoverySnapshot, RepairRequest
-from tests.browser import console_user, field, page_as, path_is, submit
+from tests.browser import approve_here, console_user, field, page_as, path_is, submit, submit_for_new_row
 from tests.factories import make_user, make_video
 from tests.reconciliation.helpers import LIVE_STORES, liked_video, projection_delete, projection_rows
 
@@ -74,10 +74,7 @@ def test_an_operator_takes_a_snapshot_and_restores_from_it_with_a_second_operato
     page_a.wait_for_url(path_is(f"{REPAIRS_URL}request/"))
     expect(page_a.locator(f"input[name=source][value='snapshot:{snap.pk}']")).to_be_checked()
     page_a.locator("#id_reason").fill("a LIKED relation lost from the projection")
-    submit(page_a, "Request the repair")
-    req = RepairRequest.objects.get()
-    repair_path = f"{REPAIRS_URL}{req.pk}/change/"
-    page_a.wait_for_url(path_is(repair_path))
+    req, repair_path = submit_for_new_row(page_a, "Request the repair", RepairRequest)
     expect(page_a.locator(".messagelist")).to_contain_text(f"of the whole projection from snapshot:{snap.pk}")
     expect(field(page_a, "status_code")).to_have_text("AWAITING_APPROVAL")
     expect(field(page_a, "source")).to_have_text(f"snapshot:{snap.pk}")
@@ -85,8 +82,7 @@ def test_an_operator_takes_a_snapshot_and_restores_from_it_with_a_second_operato
 
     # --- B approves it; the system runs it; B's page follows it to SUCCEEDED --------------------------------
     page_b = page_as(open_page, b.username, next_path=repair_path)
-    page_b.locator("#repair-approve-form input[type=submit]").click()
-    page_b.wait_for_url(path_is(repair_path))
+    approve_here(page_b, "repair-approve-form")
     expect(page_b.locator(".messagelist .success")).to_contain_text(f"Approved repair {req.pk}")
     req.refresh_from_db()
     assert (req.status, req.approved_by) == ("APPROVED", b.username)

@@ -40,12 +40,8 @@ class BucketMigrations(ApprovedLedger):
     plan_lock = 0x4C4B4D47  # "LKMG"
     units_name = "buckets"
 
-    def units(self, m: BucketMigration) -> list[int]:
-        return m.buckets
-
-    def summary(self, m: BucketMigration) -> str:
-        sources = ", ".join(sorted(set(m.source_partitions.values())))
-        return f"buckets {buckets_label(m.buckets)} ({len(m.buckets)}) {sources} -> {m.target_partition}"
+    def ends(self, m: BucketMigration) -> tuple[str, str]:
+        return ", ".join(sorted(set(m.source_partitions.values()))), m.target_partition
 
     def approval_checks(self, m: BucketMigration) -> None:
         _refuse_generation_change(routing.active())
@@ -107,11 +103,7 @@ def migration_plan(*, target: str, buckets: str | list[int], reason: str, actor:
     """AWAITING_APPROVAL: move `buckets` of the active generation's bucket space onto `target`.
     Refused: an unknown target, buckets already there, a bucket another unfinished migration moves, a
     generation being replaced. Transaction: the ledger row and its audit record on `default`."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput("A migration needs a reason.", code="reason_required")
-    if actor.channel == "cli" and actor.name.startswith("os:"):
-        raise InvalidInput("A migration plan names its operator: --actor USER.", code="actor_required")
+    reason = LEDGER.plan_reason(reason, actor)
     if target not in settings.COUNT_PARTITION_ALIASES:
         raise InvalidInput(f"The target {target!r} is not a configured count partition "
                            f"({', '.join(settings.COUNT_PARTITION_ALIASES)}).", code="unknown_partition")

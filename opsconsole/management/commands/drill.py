@@ -1,19 +1,18 @@
 """`manage.py drill <name>`: run one fault drill against this deployment and print its verdict."""
 
-from django.core.management.base import CommandError
-
-from likes_project.cli import DomainCommand
 from opsconsole.drills import DRILLS, DrillRefused, drill_run
 from opsconsole.drills.faults import databases_restore
 from opsconsole.drills.registry import SPEC_DRILLS
+from opsconsole.management.commands._verdict import VerdictCommand
 
 
-class Command(DomainCommand):
+class Command(VerdictCommand):
     help = ("Run a fault drill (" + ", ".join(DRILLS) + ") with the drill's own synthetic users and videos, and "
             "print what was injected, what was seen during the fault, how long healing took and the exact "
             "comparison of projections with facts. Exits non-zero on FAIL. Refused unless "
             "LIKES_DRILLS_ENABLED=true. Assumes the worker and beat are running; worker-kill SIGKILLs the "
             "local Celery workers and expects their process supervisor to restart them.")
+    what = "drill"
 
     def add_arguments(self, parser):
         parser.add_argument("name", nargs="?", help="The drill: " + ", ".join(DRILLS) + ".")
@@ -37,7 +36,7 @@ class Command(DomainCommand):
         if options["list"]:
             self.stdout.write(drills_listed())
             return
-        try:
+        with self.refusals():
             drills_enabled_check()
             if options["restore_databases"]:
                 self.stdout.write("ALLOW_CONNECTIONS true on " + ", ".join(databases_restore()))
@@ -46,11 +45,10 @@ class Command(DomainCommand):
                 raise DrillRefused("name a drill: " + ", ".join(DRILLS))
             verdict = drill_run(options["name"], alias=options["alias"], fault_s=options["fault_seconds"],
                                 heal_timeout_s=options["heal_timeout"], say=self.stderr.write)
-        except DrillRefused as exc:
-            raise CommandError(f"drill refused: {exc}") from exc
-        self.stdout.write(verdict.as_json() if options["json"] else verdict.as_text())
-        if not verdict.passed:
-            raise CommandError(f"drill {verdict.drill} FAILED: {'; '.join(verdict.failures)}")
+        self.verdict_print(verdict, options)
+
+    def failure(self, verdict):
+        return f"drill {verdict.drill} FAILED: {'; '.join(verdict.failures)}"
 
 
 def drills_listed() -> str:

@@ -5,18 +5,18 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from likes_project.cli import DomainCommand
-from opsconsole.drills import DrillRefused
+from opsconsole.management.commands._verdict import VerdictCommand
 from opsconsole.soak.schedule import FAULTS, TRAFFIC
 
 
-class Command(DomainCommand):
+class Command(VerdictCommand):
     help = ("Soak the service at --base-url with spec TEST-2's four traffic groups over HTTP (the soak's own "
             "drill-<run>-… users and videos) while faults drawn from --seed start, hold and overlap; then heal and "
             "check the history: no acknowledged command lost, no version backwards, one version per "
             "Idempotency-Key, no batch below its minRelationVersions, no 500 and no 5xx without a code, and every "
             "projection exact with a PASSED exact reconciliation. The same seed replays the same schedule and "
             "decisions. Exits non-zero on FAIL. Refused unless LIKES_DRILLS_ENABLED=true; only 127.0.0.1.")
+    what = "soak"
 
     def add_arguments(self, parser):
         parser.add_argument("--seed", type=int, required=True, help="The seed of the schedule and the decisions.")
@@ -36,13 +36,12 @@ class Command(DomainCommand):
         if not 10 <= options["duration"] <= 7200:
             raise CommandError("invalid_duration: --duration must be between 10 and 7200 seconds")
         base_url = options["base_url"] or f"http://127.0.0.1:{os.environ.get('PORT', '8000')}"
-        try:
+        with self.refusals():
             verdict = soak_run(seed=options["seed"], duration_s=options["duration"], base_url=base_url,
                                faults=options["faults"], traffic=options["traffic"],
                                history_path=Path(options["history"]) if options["history"] else None,
                                heal_timeout_s=options["heal_timeout"], say=self.stderr.write)
-        except DrillRefused as exc:
-            raise CommandError(f"soak refused: {exc}") from exc
-        self.stdout.write(verdict.as_json() if options["json"] else verdict.as_text())
-        if not verdict.passed:
-            raise CommandError(f"soak seed {verdict.seed} FAILED: {len(verdict.violations)} violations")
+        self.verdict_print(verdict, options)
+
+    def failure(self, verdict):
+        return f"soak seed {verdict.seed} FAILED: {len(verdict.violations)} violations"

@@ -38,11 +38,8 @@ class SlotMoves(ApprovedLedger):
     plan_lock = 0x4C4B534D  # "LKSM"
     units_name = "slots"
 
-    def units(self, m: RelationSlotMove) -> list[int]:
-        return m.slots
-
-    def summary(self, m: RelationSlotMove) -> str:
-        return f"slots {ranges_label(m.slots)} ({len(m.slots)}) {m.source_alias} -> {m.target_alias}"
+    def ends(self, m: RelationSlotMove) -> tuple[str, str]:
+        return m.source_alias, m.target_alias
 
     def abort_refusal(self, m: RelationSlotMove):
         if m.state in BEFORE_SWITCH and not m.new_contract_version:
@@ -77,11 +74,7 @@ move_report = LEDGER.report
 def move_plan(*, slots: str | list[int], target: str, reason: str, actor: Actor) -> RelationSlotMove:
     """AWAITING_APPROVAL: move `slots` (all on one source shard under the active contract) onto `target`.
     Transaction: the ledger row and its audit record on `default`."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput("A slot move needs a reason.", code="reason_required")
-    if actor.channel == "cli" and actor.name.startswith("os:"):
-        raise InvalidInput("A slot move plan names its operator: --actor USER.", code="actor_required")
+    reason = LEDGER.plan_reason(reason, actor)
     if target not in settings.RELATION_SHARD_ALIASES:
         raise InvalidInput(f"The target {target!r} is not a configured relation shard "
                            f"({', '.join(settings.RELATION_SHARD_ALIASES)}).", code="unknown_shard")

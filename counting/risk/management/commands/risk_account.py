@@ -6,29 +6,24 @@ commands are refused), or clear. AWAITING_APPROVAL until another operator approv
 
 from __future__ import annotations
 
-from counting.risk import accounts, services
-from likes_project.cli import OperatorCommand, add_json_argument
+from counting.risk import accounts
+from counting.risk.management.commands._request import RiskRequestCommand
 
 
-class Command(OperatorCommand):
+class Command(RiskRequestCommand):
     help = ("Request an account's risk level: downweight (its likes leave public counts), freeze (its commands are "
             "refused too) or clear (back to none); another operator approves it with risk_approve.")
-    noun, permission = "risk", services.REQUEST_PERMISSION
 
-    def add_arguments(self, parser):
+    def add_request_arguments(self, parser):
         parser.add_argument("username", help="The account.")
         parser.add_argument("--level", required=True, choices=sorted(accounts.LEVELS), help="The level to set.")
-        parser.add_argument("--reason", default="", help="Why (required).")
-        parser.add_argument("--evidence", default="", help="Free-text evidence kept with the decision.")
-        parser.add_argument("--actor", required=True, help="The requesting operator's username.")
-        add_json_argument(parser)
 
     def act(self, options, actor):
         return accounts.risk_account_request(actor=actor, username=options["username"], level=options["level"],
                                              reason=options["reason"], evidence=options["evidence"])
 
     def result(self, decision):
-        return {"riskId": decision.pk, "status": decision.status}
+        return {"riskId": decision.pk, "status": decision.status}  # not the report: no "level" here
 
     def line(self, decision):
         return f"{self.name(decision)}: account level {decision.params['level']}, {decision.status}"

@@ -7,22 +7,17 @@ never changed."""
 from __future__ import annotations
 
 from counting.risk import services
-from likes_project.cli import OperatorCommand, add_json_argument
+from counting.risk.management.commands._request import RiskRequestCommand
 
 
-class Command(OperatorCommand):
+class Command(RiskRequestCommand):
     help = ("Request a risk hide of some users' relations with one video (reason and evidence kept; another "
             "operator approves it with risk_approve).")
-    noun, permission = "risk", services.REQUEST_PERMISSION
 
-    def add_arguments(self, parser):
+    def add_request_arguments(self, parser):
         parser.add_argument("--video", required=True, help="The video id.")
         parser.add_argument("--user", action="append", default=[], help="A username (repeatable).")
         parser.add_argument("--users-file", help="A file of usernames, one a line (# comments allowed).")
-        parser.add_argument("--reason", default="", help="Why (required).")
-        parser.add_argument("--evidence", default="", help="Free-text evidence kept with the decision.")
-        parser.add_argument("--actor", required=True, help="The requesting operator's username.")
-        add_json_argument(parser)
 
     def act(self, options, actor):
         users = list(options["user"])
@@ -30,9 +25,6 @@ class Command(OperatorCommand):
             users += services.usernames_read(options["users_file"])
         return services.risk_hide_request(actor=actor, video_id=options["video"], usernames=users,
                                           reason=options["reason"], evidence=options["evidence"])
-
-    def result(self, decision):
-        return services.risk_report(decision)
 
     def line(self, decision):
         return f"{self.name(decision)}: hide {len(decision.user_ids)} users on {decision.video_id}, {decision.status}"
