@@ -102,11 +102,19 @@ class Pipeline:
                              "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
                              "-n", f"drill-{os.getpid()}-{time.monotonic_ns()}@%h"], log=self._log, **self.env)
 
-    def start(self) -> Pipeline:
-        self.start_worker()
+    def start_beat(self) -> None:
         self.beat = start(["-m", "celery", "-A", "likes_project", "beat", "--loglevel", "WARNING",
                            "--pidfile", "", "-s", os.path.join(self._dir, "schedule")], log=self._log, **self.env)
+
+    def start(self) -> Pipeline:
+        self.start_worker()
+        self.start_beat()
         return self
+
+    def kill_beat(self) -> None:
+        if self.beat is not None:
+            kill(self.beat)
+            self.beat = None
 
     def kill_worker(self) -> None:
         if self.worker is not None:
@@ -117,9 +125,7 @@ class Pipeline:
         """Kill worker and beat, empty the queues of the broker (the test Redis is shared by every test)
         and return what they printed."""
         self.kill_worker()
-        if self.beat is not None:
-            kill(self.beat)
-            self.beat = None
+        self.kill_beat()
         if purge:
             broker_purge()
         self._log.close()
@@ -205,6 +211,15 @@ class SuiteStage:
     def workers_restart(self, *, timeout_s: float) -> str:
         self.pipeline.start_worker()
         return f"the harness started a new worker (pid {self.pipeline.worker.pid})"
+
+    def beat_stop(self) -> str:
+        pid = self.pipeline.beat.pid
+        self.pipeline.kill_beat()
+        return f"SIGKILL to the suite's Celery beat (pid {pid}): no sweeper, lost-tail check or schedule runs"
+
+    def beat_start(self) -> str:
+        self.pipeline.start_beat()
+        return f"the harness started a new beat (pid {self.pipeline.beat.pid})"
 
     def cache_outage(self, *, seconds: float) -> SuiteCacheOutage:
         assert self.cache is not None, "the cache drill needs the private cache redis-server"

@@ -23,6 +23,8 @@ class Stage(Protocol):
     def workers_check(self) -> None: ...
     def workers_kill(self) -> str: ...
     def workers_restart(self, *, timeout_s: float) -> str | None: ...
+    def beat_stop(self) -> str: ...
+    def beat_start(self) -> str: ...
     def cache_outage(self, *, seconds: float) -> CacheOutage: ...
 
 
@@ -55,6 +57,13 @@ class DeploymentStage:
                 return f"the supervisor started {len(fresh)} new worker processes (pids {', '.join(map(str, fresh))})"
             time.sleep(0.5)  # waiting for another program (the supervisor) to act: nothing to subscribe to
         return None
+
+    def beat_stop(self) -> str:
+        raise DrillRefused("beat is the deployment's one scheduler, started by its supervisor: stop it there (the "
+                           "soak signals only processes it or the test topology started)")
+
+    def beat_start(self) -> str:
+        raise DrillRefused("beat is started by the deployment's supervisor")
 
     def cache_outage(self, *, seconds: float) -> CacheOutage:
         return CachePause(seconds)

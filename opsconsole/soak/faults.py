@@ -68,6 +68,8 @@ def begin(name: str, *, target: str, seconds: float, stage: Stage, videos: list[
         said = stage.workers_kill()
         return (said, lambda: stage.workers_restart(timeout_s=60) or "the workers were not restarted within 60 s",
                 None)
+    if name == "beat-stopped":
+        return stage.beat_stop(), stage.beat_start, None
     if name == "bucket-move":
         what, op = _bucket_move(target)
         return what, op.end, op

@@ -16,12 +16,13 @@ FAULTS: dict[str, tuple[float, float]] = {
     "eventlog-flush": (0.0, 0.0),  # FLUSHDB of the event log: an instant, then the lost tail is republished
     "cache-hang": (2.0, 6.0),  # the cache Redis hangs (CLIENT PAUSE ALL): every call waits out its timeout
     "worker-kill": (0.0, 0.0),  # SIGKILL to the Celery workers mid-batch; their supervisor restarts them
+    "beat-stopped": (5.0, 15.0),  # beat killed: no sweeper, lost-tail check or scheduled job until it is back
     # Operations started mid-soak (held: the soak waits for their end when the window closes).
     "bucket-move": (5.0, 15.0),  # a bucket migration planned, approved and run by the workers
     "snapshot": (5.0, 15.0),  # a recovery snapshot job
     "reconcile": (3.0, 10.0),  # an exact reconciliation job of the soak's videos
 }
-SIGNALLED = ("worker-kill",)  # faults that signal processes: only those the soak's stage started
+SIGNALLED = ("worker-kill", "beat-stopped")  # faults that signal processes: only those the stage started
 TRAFFIC = ("uniform", "hot", "toggler", "flipper")  # spec TEST-2's four groups
 
 
