@@ -1,12 +1,8 @@
-"""What other teams read (issue 31): `bench/run.sh downstream`. A backlog of `--events` crafted relation events on the
-log; then, in this one process:
-1. the pull of a subscription, page after page to the end, through its selector (`subscription_read`, what the
-   endpoint runs) and over HTTP (a real gunicorn, one worker), against the raw ceiling: XRANGE of every partition,
-   `--limit` entries a round trip, decoded, nothing else;
-2. the `notify` consumer draining the same backlog, against the `count` consumer on it (the baseline), in
-   microseconds per event;
-3. the offline feature export (`feature_export_run`, a fresh subscription, files in a directory of its own under the
-   temporary directory) writing the backlog, against the raw ceiling: XRANGE, JSON encode and gzip into memory.
+"""What other teams read (issue 31): `bench/run.sh downstream`. A backlog of `--events` crafted events on the log, then
+in this one process: 1. a subscription pulled to its end through `subscription_read` (the endpoint's selector) and
+over HTTP (gunicorn, one worker), against the raw ceiling (XRANGE of every partition, `--limit` a round trip,
+decoded); 2. the `notify` consumer draining it, against the `count` consumer (µs per event); 3. the feature export
+(`feature_export_run` into a temporary directory), against the raw ceiling (XRANGE, JSON encode, gzip in memory).
 Every pull reads, and every export writes, each event exactly once (checked)."""
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from statistics import median
 
 from bench.harness import driver
 from bench.harness.phases import backlog_events, publish
@@ -42,25 +39,27 @@ def _subscription_drop(name: str) -> None:
     ConsumerCheckpoint.objects.filter(consumer=f"sub:{name}").delete()
 
 
-def _subscription():
-    from likes_project.audit.services import Actor
-    from likes_project.subscriptions import services
-
-    _subscription_drop(SUB)
-    return services.subscription_create(name=SUB, owner="bench", purpose="bench", start_from="earliest",
-                                        fields=["userPseudonym", "videoId", "state", "relationVersion",
-                                                "stateChangedAt"], actor=Actor("bench", "cli"))
+def rate(t0: float, events: int, **extra) -> dict:
+    """`events` since monotonic `t0`: how many, the seconds, events/s."""
+    seconds = time.monotonic() - t0
+    return {"events": events, "seconds": round(seconds, 3), "events_per_s": events / seconds, **extra}
 
 
-def ceiling(limit: int) -> dict:
-    """XRANGE every partition to its end, `limit` a round trip, each entry's JSON decoded."""
+def ceiling(limit: int, *, encode: bool = False) -> dict:
+    """XRANGE every partition to its end, `limit` a round trip, decoded (`encode`: and gzipped JSON in memory)."""
+    import gzip
+    import io
+
     from likes_project.eventlog import streams
     t0, n = time.monotonic(), 0
-    for p in streams.all_partitions():
-        last = "0-0"
-        while batch := streams.read_after(p, last, limit):
-            n, last = n + len(batch), batch[-1].entry_id
-    return {"events": n, "seconds": round(time.monotonic() - t0, 3), "events_per_s": n / (time.monotonic() - t0)}
+    with gzip.GzipFile(fileobj=io.BytesIO(), mode="wb", compresslevel=6, mtime=0) as gz:
+        for p in streams.all_partitions():
+            last = "0-0"
+            while batch := streams.read_after(p, last, limit):
+                if encode:
+                    gz.writelines(json.dumps(e.event, separators=(",", ":")).encode() + b"\n" for e in batch)
+                n, last = n + len(batch), batch[-1].entry_id
+    return rate(t0, n)
 
 
 def selector_pull(sub, limit: int) -> dict:
@@ -69,8 +68,7 @@ def selector_pull(sub, limit: int) -> dict:
     while (page := subscription_read(sub, cursor=cursor, limit=limit)).events:
         ids.update(e["eventId"] for e in page.events)
         cursor = page.next_cursor
-    seconds = time.monotonic() - t0
-    return {"events": len(ids), "seconds": round(seconds, 3), "events_per_s": len(ids) / seconds}
+    return rate(t0, len(ids))
 
 
 def http_pull(port: int, token: str, limit: int) -> dict:
@@ -84,18 +82,20 @@ def http_pull(port: int, token: str, limit: int) -> dict:
             break
         ids.update(e["eventId"] for e in page["events"])
         after = "&after=" + urllib.request.quote(page["nextCursor"])
-    seconds = time.monotonic() - t0
-    return {"events": len(ids), "seconds": round(seconds, 3), "events_per_s": len(ids) / seconds}
+    return rate(t0, len(ids))
 
 
 def consumer_drain(name: str) -> dict:
-    """One consumer over every partition until nothing is left; microseconds per event."""
+    """One consumer over every partition from the start (notify: its state emptied); µs per event."""
+    from counting.notifications.models import NotifyRelation, NotifyWindow, NotifyWindowLiker
     from counting.notifications.projector import NotifyProjector
     from counting.services.projection import CountProjector
     from likes_project.eventlog import streams
     from likes_project.eventlog.consumer import consume_partition
     projector = {"notify": NotifyProjector, "count": CountProjector}[name]
     consumer_reset(name)
+    for model in (NotifyWindowLiker, NotifyWindow, NotifyRelation) if name == "notify" else ():
+        model.objects.all().delete()
     t0, applied = time.monotonic(), 0
     for p in streams.all_partitions():
         while (r := consume_partition(projector(), partition=p, ignore_backoff=True)).dispatched:
@@ -104,27 +104,8 @@ def consumer_drain(name: str) -> dict:
     return {"events": applied, "seconds": round(seconds, 3), "us_per_event": 1e6 * seconds / max(applied, 1)}
 
 
-def export_ceiling() -> dict:
-    """XRANGE every partition, 1,000 a round trip, each event JSON-encoded into one gzip stream in memory."""
-    import gzip
-    import io
-
-    from likes_project.eventlog import streams
-    t0, n = time.monotonic(), 0
-    with gzip.GzipFile(fileobj=io.BytesIO(), mode="wb", compresslevel=6, mtime=0) as gz:
-        for p in streams.all_partitions():
-            last = "0-0"
-            while batch := streams.read_after(p, last, 1000):
-                for entry in batch:
-                    gz.write(json.dumps(entry.event, separators=(",", ":")).encode() + b"\n")
-                n, last = n + len(batch), batch[-1].entry_id
-    seconds = time.monotonic() - t0
-    return {"events": n, "seconds": round(seconds, 3), "events_per_s": n / seconds}
-
-
 def export_run() -> dict:
-    """`feature_export_run` over the whole backlog: a fresh built-in subscription, an empty export directory, every
-    period closed (`now` past the last one's end and grace)."""
+    """`feature_export_run` over the whole backlog from a fresh subscription, `now` past its last period's grace."""
     from django.conf import settings
 
     from counting.features import policy, services
@@ -133,14 +114,7 @@ def export_run() -> dict:
     t0 = time.monotonic()
     report = services.feature_export_run(now=time.time() + settings.FEATURE_EXPORT_FILE_S
                                          + settings.FEATURE_EXPORT_GRACE_S + 1)
-    seconds, rows = time.monotonic() - t0, sum(f["rows"] for f in report.files)
-    return {"events": rows, "files": len(report.files), "seconds": round(seconds, 3), "events_per_s": rows / seconds}
-
-
-def _reset_notify() -> None:
-    from counting.notifications.models import NotifyRelation, NotifyWindow, NotifyWindowLiker
-    for model in (NotifyWindowLiker, NotifyWindow, NotifyRelation):
-        model.objects.all().delete()
+    return rate(t0, sum(f["rows"] for f in report.files), files=len(report.files))
 
 
 def report(result: dict) -> list[str]:
@@ -173,10 +147,6 @@ def headline(result: dict) -> dict:
                      f"{ratio(export['export'], export['ceiling'], 2)}"}
 
 
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def main(argv=None) -> int:
     run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261206, env=lambda args: {
         "FEATURE_EXPORT_STORAGE_BACKEND": "filesystem", "FEATURE_EXPORT_DIR": EXPORT_DIR})
@@ -186,7 +156,12 @@ def main(argv=None) -> int:
                             rnd=0, video_prefix=VIDEO_PREFIX, user_base=USER_BASE)
     snapshots_insert("SELECT unnest(%s::text[])", [sorted({e["videoId"] for e in events})], author_id=author_id())
     publish(events)
-    created = _subscription()
+    from likes_project.audit.services import Actor
+    from likes_project.subscriptions.services import subscription_create
+    _subscription_drop(SUB)
+    created = subscription_create(name=SUB, owner="bench", purpose="bench", start_from="earliest",
+                                  fields=["userPseudonym", "videoId", "state", "relationVersion", "stateChangedAt"],
+                                  actor=Actor("bench", "cli"))
     rounds = []
     with Gunicorn("likes_project.wsgi:application", 1, driver.RESULTS_DIR, label="pull") as server:
         for rnd in range(args.rounds):
@@ -197,22 +172,21 @@ def main(argv=None) -> int:
             run.log(f"pull round {rnd + 1}: " + ", ".join(f"{k} {v['events_per_s']:.0f}/s" for k, v in one.items()))
     consumers: dict[str, list[float]] = {"notify": [], "count": []}
     for rnd in range(args.rounds):
-        _reset_notify()
         for name in consumers:
             run.interference.note(f"{name} consumer round {rnd + 1}")
             consumers[name].append(consumer_drain(name)["us_per_event"])
     exports = []
     for rnd in range(args.rounds):
         run.interference.note(f"export round {rnd + 1}")
-        exports.append({"ceiling": export_ceiling(), "export": export_run()})
+        exports.append({"ceiling": ceiling(1000, encode=True), "export": export_run()})
         run.log(f"export round {rnd + 1}: " + ", ".join(f"{k} {v['events_per_s']:.0f}/s"
                                                          for k, v in exports[-1].items()))
     shutil.rmtree(EXPORT_DIR, ignore_errors=True)
     result = {"events": len(events),
               "pull": {"limit": args.limit, "rounds": rounds,
-                       **{k: _median([r[k]["events_per_s"] for r in rounds]) for k in ("ceiling", "selector", "http")}},
-              "consumers": {k: _median(v) for k, v in consumers.items()},
-              "export": {"rounds": exports, **{k: _median([r[k]["events_per_s"] for r in exports])
+                       **{k: median([r[k]["events_per_s"] for r in rounds]) for k in ("ceiling", "selector", "http")}},
+              "consumers": {k: median(v) for k, v in consumers.items()},
+              "export": {"rounds": exports, **{k: median([r[k]["events_per_s"] for r in exports])
                                                for k in ("ceiling", "export")}}}
     wrong = [r for r in rounds for k in ("ceiling", "selector", "http") if r[k]["events"] != len(events)]
     wrong += [r for r in exports for k in ("ceiling", "export") if r[k]["events"] != len(events)]

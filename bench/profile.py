@@ -1,11 +1,9 @@
 """Where the time of a hot path goes (issue 15 §6): `bench/run.sh profile SCENARIO [--seconds 20] [--flame]`.
 
-One process runs the scenario's unit of work in a loop for --seconds, first unprofiled (the mean wall and CPU time
-of one unit), then under cProfile: the top 40 by cumulative and by own time go to bench/results/profiles/SCENARIO.txt;
-with --flame, py-spy samples a third run into SCENARIO.svg. Scenarios: command (relation_set_state, uniform
-like/unlike over 5,000 users x 2,000 videos), http (PUT .../like-relation through Django's full handler), batch
-(feed_page_read of 20 ids, warm caches), projector (consume_partition(count) draining a 20,000-event backlog, per
-event), snapshot (display_snapshot_refresh after 50 videos were made dirty)."""
+The scenario's unit in a loop for --seconds, unprofiled (wall and CPU a unit), then under cProfile (the top 40 into
+bench/results/profiles/SCENARIO.txt); --flame: py-spy samples a third run into SCENARIO.svg. Scenarios: command, http
+(PUT .../like-relation through Django's handler), batch (feed_page_read of 20 ids, warm), projector (per event of a
+20,000-event backlog), snapshot (display_snapshot_refresh after 50 videos were made dirty)."""
 
 from __future__ import annotations
 
@@ -124,14 +122,9 @@ def loop(unit, seconds: float) -> tuple[int, float, float]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="bench/run.sh profile", description=__doc__.split("\n\n")[0])
-    p.add_argument("scenario", choices=SCENARIOS)
-    p.add_argument("--seconds", type=float, default=20.0, help="length of each loop (default 20)")
-    p.add_argument("--flame", action="store_true", help="also a py-spy flame graph (SVG)")
-    p.add_argument("--no-docs", action="store_true", help="no line in bench/results/history.jsonl")
-    args = p.parse_args(argv)
-    if not 1 <= args.seconds <= 300:
-        p.error("--seconds must be 1..300")
+    args = driver.parse(argv, "profile", __doc__, {"seconds": (20.0, "length of each loop", 1, 300),
+                                                   "flame": (False, "also a py-spy flame graph (SVG)")},
+                        seed=20261203, choice=("scenario", SCENARIOS))
     import django
     django.setup()
     driver.check_environment()
@@ -139,7 +132,7 @@ def main(argv=None) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     clean()
     try:
-        unit, per = SCENARIOS[args.scenario](random.Random(20261203))
+        unit, per = SCENARIOS[args.scenario](random.Random(args.seed))
         loop(unit, min(5.0, args.seconds / 4))  # warm-up: connections, caches, prepared statements
         n, wall, cpu = loop(unit, args.seconds)
         head = (f"scenario {args.scenario}: {n} units of {per} in {wall:.1f} s unprofiled: {wall / n / per * 1000:.3f} "

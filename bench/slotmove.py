@@ -87,9 +87,7 @@ def run_move(slots: list[int], target: str, *, series: bool = False) -> dict:
 
 
 def baselines(slots: list[int], home: str, other: str) -> dict:
-    """The slots' rows copied home -> other into the real tables (indexes, constraints, triggers, WAL), rolled back:
-    naive (one SELECT, executemany INSERT: a stop-the-world move pauses the slots' writes this long) and the COPY
-    ceiling (binary COPY TO STDOUT streamed into COPY FROM STDIN)."""
+    """The slots' rows copied home -> other, rolled back: naive (SELECT, executemany) and ceiling (binary COPY)."""
     from django.db import connections
 
     from relations import routing
@@ -129,8 +127,7 @@ def stats(latencies: list[float], seconds: float | None = None) -> dict:
 
 
 def client_view(samples, moving: set[int], windows: dict, moves: list[dict]) -> dict:
-    """The commands of the moving users and of the others: in each window of load alone, during each move, and in
-    flight during each move's write pause."""
+    """The commands of the moving users and the others: alone, during each move, in flight in its write pause."""
     def pick(lo, hi, who, in_flight=False):
         return [ms for t0, ms, user, _v, _s, outcome, _w in samples if outcome == "ok"
                 and (user in moving) == (who == "moving")
@@ -231,13 +228,9 @@ def headline(result: dict) -> dict:
 def main(argv=None) -> int:
     run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261204)
     args = run.args
-    from django.conf import settings
-
     from relations import routing
-    driver.check_environment(DB_NAME)
-    if list(settings.RELATION_SHARD_ALIASES) != [*CONTRACT, TARGET] or \
-            list(settings.RELATION_CONTRACT_SHARDS) != list(CONTRACT):
-        raise SystemExit("[slotmove] refusing: needs RELATION_SHARDS=3, RELATION_CONTRACT_SHARDS=rel_00,rel_01")
+    driver.check_environment(DB_NAME, RELATION_SHARD_ALIASES=[*CONTRACT, TARGET],
+                             RELATION_CONTRACT_SHARDS=list(CONTRACT))
     routing.reset_cache()
     contract = routing.active_contract()
     slots = [s for s in range(contract.logical_slots) if contract.slot_aliases[s] == SOURCE][:args.slots]

@@ -1,7 +1,6 @@
-"""Command throughput and commit -> displayCount on the `single` and `scaled` topologies, side by side (issue 16):
-`bench/run.sh topology` runs `command` (service layer, naive baseline, pgbench ceiling) and `convergence` (the
-Celery path) on each topology, then `python -m bench.topology DIR [--no-docs]` reads their results from DIR and
-prints the table; without --no-docs it also writes the run's section of docs/benchmarks.md and its history line."""
+"""Command throughput and commit -> displayCount on the `single` and `scaled` topologies (issue 16): `bench/run.sh
+topology` runs `command` and `convergence` (the Celery path) on each, then `python -m bench.topology DIR [--no-docs]`
+prints the table of their results in DIR (without --no-docs, also the docs section and the history line)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""The four traffic groups of TEST-2 in one run (issue 32, "Done means"): `bench/run.sh traffic`, over HTTP against a
-real gunicorn with the gateway limits on, and the Procfile's Celery worker and beat running the pipeline and the risk
-scorer (docs/benchmarks.md, "Traffic groups").
+"""The four traffic groups of TEST-2 in one run (issue 32): `bench/run.sh traffic`, over HTTP against gunicorn with the
+gateway limits on, the Procfile's Celery worker and beat running the pipeline and the risk scorer (docs/benchmarks.md,
+"Traffic groups").
 
-Honest users (old accounts, a device and a client address each) run three groups as open loops for the whole run:
-uniform (many users, many videos), hot (many users, one video) and flip (a few relations liked and unliked over and
-over). Phase A: those alone, the baseline. Phase B: the same load plus abusive togglers: young accounts in rings, each
-ring sharing one device and one address, liking and unliking a set of boosted videos fast. After the drain: the
-abusers' answers and the scorer's verdicts, every count against the facts (displayCount = raw - risk_hidden -
-policy_hidden, the hidden accounts' likes out), and the hot-spot figures with the suggested move, if any."""
+Honest users run uniform, hot and flip open loops; phase A: those alone (the baseline); phase B: plus rings of young
+abusers toggling boosted videos. After the drain: the abusers' answers, the scorer's verdicts, every count against
+the facts, and the hot-spot figures with the suggested move."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import checks, driver, roles, seed
-from bench.harness.phases import command_figures
+from bench.harness.phases import command_figures, drain_wait
 from bench.harness.pool import Gunicorn, Pool
 from bench.harness.report import fmt, md_table, pair, pct, ratio, resources_table
 from bench.harness.sampler import ResourceSampler
@@ -58,10 +55,8 @@ _CODE = re.compile(r'"(code|scope|signal)":"(\w+)"')
 
 
 def client(job: dict, ctl) -> dict:
-    """One group's commands over HTTP over [t_start, t_end]: `connections` threads, each an open loop at its share of
-    `rate_per_s` on its own keep-alive connection for its own slice of the users ([id, token, device, address]), so
-    a slow answer does not hold the rate back. Every answer as [completed at, ms, user id, "ok" or "STATUS
-    code[/scope or signal]"]."""
+    """One group's commands over HTTP: `connections` threads, each an open loop on its own connection and users (a
+    slow answer holds no rate back); every answer as [completed at, ms, user id, "ok" or "STATUS code[/detail]"]."""
     answers: list = []
     n = min(job["connections"], len(job["users"]))
     threads = [threading.Thread(target=_loop, args=(job, job["users"][k::n], job["rate_per_s"] / n, k, ctl, answers))
@@ -108,9 +103,7 @@ def _loop(job: dict, users: list, rate: float, k: int, ctl, answers: list) -> No
 
 
 def prepare(args) -> tuple[list, list, list[str], list[str]]:
-    """The bench Redis namespace flushed; honest users a year old, each with a device and an address of its own;
-    young abusers, a ring of --ring-size sharing one device and one address; the videos. (honest, abusers, the
-    uniform group's videos, the flip group's.)"""
+    """Honest users a year old, a device and an address each; young abusers, a device and address a ring; videos."""
     from rest_framework.authtoken.models import Token
     seed.flush_redis()
     users, videos = seed.prepare(users=args.users, videos=args.videos)
@@ -144,46 +137,13 @@ def jobs_for(args, honest, abusers, videos, flip_videos, port: int, times: dict)
     return out
 
 
-def drained(timeout: float) -> tuple[dict, float]:
-    """Poll until the risk consumer has every stream partition's last entry, and then nothing else is pending
-    (outbox, count consumer, dirty videos: a verdict marks its account's videos dirty before its checkpoint)."""
-    from counting.risk.scorer import RISK_CONSUMER
-    from likes_project.eventlog import streams
-    from likes_project.eventlog.models import ConsumerCheckpoint
-    from likes_project.waiting import wait_until
-
-    t0, pending = time.time(), {}
-
-    def settled() -> bool | None:
-        nonlocal pending
-        done = dict(ConsumerCheckpoint.objects.filter(consumer=RISK_CONSUMER).values_list("partition", "last_done_id"))
-        behind = [p for p in streams.all_partitions() if (last := streams.last_generated_id(p)) != "0-0"
-                  and done.get(p) != last]
-        pending = {"risk_partitions_behind": behind} if behind else checks.pipeline_pending(active_only=True)
-        return (not pending) or None
-
-    wait_until(settled, timeout_s=timeout, poll_s=0.5)
-    return pending, round(time.time() - t0, 1)
-
-
-def liked_by(users: list[int]) -> Counter:
-    """video -> LIKED relations of `users`, over every relation shard."""
-    from relations.models import LikeRelation
-    out: Counter = Counter()
-    for alias in seed.shards():
-        out.update(dict(seed.rows(alias, f"SELECT video_id, count(*) FROM {seed.table(LikeRelation)} WHERE "
-                                         "state = 'LIKED' AND user_id = ANY(%s) GROUP BY 1", [users])))
-    return out
-
-
 def counts(abuser_ids: list[int]) -> dict:
-    """Every bench video's snapshot (raw, risk_hidden, policy_hidden, display) and served count against the facts:
-    raw = its LIKED relations, policy_hidden = those of the accounts out of public counts, display = the difference."""
+    """Every bench video's snapshot and served count against the facts and the hidden accounts' likes."""
     from counting.models import VideoDisplayCount
     from counting.selectors import display_counts_get, display_l1
     from relations.selectors.privacy import policy_hidden_user_ids
     hidden_ids = policy_hidden_user_ids()
-    facts, hidden, abused = checks.facts("bench-"), liked_by(hidden_ids), liked_by(abuser_ids)
+    facts, hidden, abused = checks.facts("bench-"), checks.facts(users=hidden_ids), checks.facts(users=abuser_ids)
     snap = {v: tuple(r) for v, *r in VideoDisplayCount.objects.filter(video_id__startswith="bench-").values_list(
         "video_id", "raw_active_count", "risk_hidden_count", "policy_hidden_count", "display_count")}
     videos = sorted(set(facts) | set(snap))
@@ -192,7 +152,7 @@ def counts(abuser_ids: list[int]) -> dict:
     wrong = [(v, facts[v], hidden[v], snap.get(v), served[v].display_count) for v in videos  # None: no snapshot
              if snap.get(v, (0, 0, 0, 0)) != (facts[v], 0, hidden[v], facts[v] - hidden[v])
              or (served[v].display_count or 0) != facts[v] - hidden[v]]
-    public = liked_by([u for u in abuser_ids if u not in set(hidden_ids)])
+    public = checks.facts(users=[u for u in abuser_ids if u not in set(hidden_ids)])
     return {"videos": len(videos), "liked": sum(facts.values()), "mismatches": len(wrong), "examples": wrong[:10],
             "abuser_likes": sum(abused.values()), "abuser_likes_public": sum(public.values()),
             "policy_hidden": sum(hidden.values()), "abused_videos": len(abused),
@@ -247,6 +207,8 @@ def main(argv=None) -> int:
                        check=lambda a: "--boosted exceeds --videos" if a.boosted > a.videos else None)
     args = run.args
     from django.conf import settings
+
+    from counting.risk.scorer import RISK_CONSUMER
     honest, abusers, videos, flip_videos = prepare(args)
     workdir = Path(tempfile.mkdtemp(prefix="likes-traffic-"))
     try:
@@ -266,7 +228,8 @@ def main(argv=None) -> int:
             got = pool.collect(list(range(len(jobs))), timeout=times["b1"] - time.time() + 120)
             resources = {ph: s.stop() for ph, s in samplers.items()}
             run.interference.note("the load")
-            pending, drain_s = drained(args.drain_timeout)
+            # a verdict marks its account's videos dirty before the risk consumer's checkpoint
+            pending, drain_s = drain_wait(args.drain_timeout, active_only=True, consumers=(RISK_CONSUMER,))
             hot = hotspot_figures()  # after the drain: every write of the run applied, all within its window
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

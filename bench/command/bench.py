@@ -19,7 +19,7 @@ from bench.harness.driver import BENCH_DIR
 from bench.harness.phases import clients_run, pgbench, pgbench_found, window_times
 from bench.harness.pool import Gunicorn, Pool
 from bench.harness.report import clients_pooled, fmt, md_table, pct, ratio, resources_table
-from bench.harness.roles import CommandMix
+from bench.harness.roles import CommandMix, reset_connections
 from bench.harness.sampler import ResourceSampler, count_io, merge
 from bench.harness.seed import HOT_VIDEO, NAIVE_VIDEO_TABLE, flush_redis, prepare, reset_state
 
@@ -51,16 +51,14 @@ def start(argv, name: str = NAME, options=OPTIONS, doc: str = __doc__, seed: int
     args.pgbench_clients_list = driver.int_list(args.pgbench_clients)
     flush_redis()
     users, videos = prepare(users=args.users, videos=args.videos)
-    from django.db import connections
-    connections.close_all()
+    reset_connections()
     return run, Path(tempfile.mkdtemp(prefix=f"likes-{name}-")), users, videos
 
 
 def measure_once(pool: Pool, sampler: ResourceSampler, args, *, layer: str, naive: bool, workload: str, users: list,
                  videos: list[str], server: Gunicorn | None = None, settings: dict | None = None,
                  tag: str | None = None) -> dict:
-    """One measured window of one workload at one layer, from an empty relation state (`settings`: overrides in the
-    client processes for the window, a lever)."""
+    """One window of one workload at one layer from empty relations (`settings`: a lever's, in the clients)."""
     reset_state()
     n, run_id = args.procs if layer == "service" else args.http_clients, secrets.token_hex(3)
     tag = tag or f"{layer}-{'naive' if naive else 'ours'}-{workload}"
@@ -103,8 +101,7 @@ def aggregate(parts: list[dict], args, *, layer: str, variant: str, workload: st
 
 
 def run_layer(pool, sampler, args, *, layer: str, variants: list[bool], users, videos, servers=None) -> list[dict]:
-    """Every (variant, workload) of one layer, `--rounds` times, in ABBA order: a slow drift of the machine's
-    background load hits every row alike."""
+    """Every (variant, workload) of one layer, `--rounds` times in ABBA order (a drift of the machine hits all)."""
     cells = [(naive, workload) for naive in variants for workload in ("uniform", "hot")]
     parts: dict = {c: [] for c in cells}
     for rnd in range(args.rounds):
@@ -117,8 +114,7 @@ def run_layer(pool, sampler, args, *, layer: str, variants: list[bool], users, v
 
 def _shard_sum(sql: str) -> tuple[int, ...]:
     """The column sums of one aggregate row of `sql` over every relation shard."""
-    from relations import routing
-    return tuple(sum(int(x or 0) for x in col) for col in zip(*(seed.rows(a, sql)[0] for a in routing.all_aliases()),
+    return tuple(sum(int(x or 0) for x in col) for col in zip(*(seed.rows(a, sql)[0] for a in seed.shards()),
                                                                  strict=True))
 
 
@@ -144,8 +140,7 @@ def pgbench_row(args, sampler, *, naive_hot: bool, clients: int) -> dict:
 
 
 def cost_probe(job: dict, ctl) -> dict:
-    """One client, no concurrency: SQL statements (Django's execute_wrapper, so a transaction's implicit BEGIN and
-    COMMIT come on top; every statement psycopg sent besides), Redis calls and app CPU per command."""
+    """One client alone: statements (Django's cursor; all psycopg sent), Redis calls and app CPU per command."""
     from bench.command import naive
     from relations.services import commands
     naive.install(enabled=False)
@@ -191,7 +186,7 @@ def find(rows, layer, variant, workload):
 
 
 def cpu_ms_per_command(row: dict | None) -> float | None:
-    """App + bench-backend CPU per command: far less sensitive to other load on a shared machine than throughput."""
+    """App + bench-backend CPU per command: less sensitive to other load on the machine than throughput."""
     if not row or not row.get("resources") or not row["commands_per_s"]:
         return None
     by = row["resources"].get("cores_by_process", {})
@@ -229,14 +224,6 @@ def compute_ratios(rows: list[dict]) -> dict:
     return out
 
 
-def rows_table(rows: list[dict]) -> str:
-    return md_table(["layer", "variant", "workload", "clients:", "commands/s:", "p50 ms:", "p99 ms:", "errors:",
-                     "changed:", "replayed:", "app + PG CPU ms/cmd:"],
-                    ([r["layer"], r["variant"], r["workload"], r["clients"], fmt(r["commands_per_s"]),
-                      fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2), r["errors"], f"{(r.get('changed_share') or 0):.0%}",
-                      f"{(r.get('replayed_share') or 0):.0%}", fmt(cpu_ms_per_command(r), 2)] for r in rows))
-
-
 def ratios_text(x: dict) -> str:
     def f(key):
         return fmt(x.get(key), 2)
@@ -272,7 +259,13 @@ def probe_text(p: dict | None, rows: list[dict]) -> str:
 
 def report(result: dict) -> list[str]:
     rows = result["rows"]
-    return [rows_table(rows), "**Ratios**\n\n" + ratios_text(result["ratios"]),
+    return [md_table(["layer", "variant", "workload", "clients:", "commands/s:", "p50 ms:", "p99 ms:", "errors:",
+                          "changed:", "replayed:", "app + PG CPU ms/cmd:"],
+                         ([r["layer"], r["variant"], r["workload"], r["clients"], fmt(r["commands_per_s"]),
+                           fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2), r["errors"],
+                           f"{(r.get('changed_share') or 0):.0%}", f"{(r.get('replayed_share') or 0):.0%}",
+                           fmt(cpu_ms_per_command(r), 2)] for r in rows)),
+            "**Ratios**\n\n" + ratios_text(result["ratios"]),
             resources_table((f"{r['layer']} {r['variant']} {r['workload']} c={r['clients']}", r.get("resources"))
                             for r in rows), probe_text(result.get("single_client_probe"), rows)]
 

@@ -1,7 +1,6 @@
-"""The command path's levers one at a time, each before and after in the same run (issue 15 §1):
-`bench/run.sh levers`. Each lever's "before" (LEVERS) and "after" (the current code) alternate over --rounds windows
-of the uniform workload (ABAB, so a drift of the machine hits both alike); the raw SQL ceiling
-(bench/pgbench/like_tx.sql on one shard) runs at the start and at the end, the highest is the ceiling."""
+"""The command path's levers (issue 15 §1): `bench/run.sh levers`. Each lever's "before" (LEVERS) and "after" (the
+current code) alternate over --rounds uniform windows; the raw SQL ceiling (bench/pgbench/like_tx.sql on one shard)
+runs at the start and at the end, the highest is the ceiling."""
 
 from __future__ import annotations
 

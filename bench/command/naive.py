@@ -1,5 +1,5 @@
-"""The command path's naive baseline (the counter-row UPDATE inside the command's transaction, as
-docs/benchmarks.md describes it) and the gunicorn apps of the command benchmarks (bench only, never deployed)."""
+"""The command path's naive baseline (a counter-row UPDATE inside the command's transaction, docs/benchmarks.md) and
+the gunicorn apps of the command benchmarks (bench only, never deployed)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ _state = {"enabled": False, "installed": False}
 
 
 def set_enabled(enabled: bool) -> None:
-    """Toggle the extra UPDATE. While it is on the command takes the statement-by-statement write path
-    (LIKE_COMMAND_WRITE_PATH=python, D84): the one-statement function has no place for one more statement."""
+    """Toggle the extra UPDATE; while on, the command takes the statement-by-statement write path (D84)."""
     from django.conf import settings
     if enabled and not _state["enabled"]:
         _state["path"], settings.LIKE_COMMAND_WRITE_PATH = settings.LIKE_COMMAND_WRITE_PATH, "python"
@@ -61,8 +60,7 @@ def naive_app():
 
 
 def drf_token_app():
-    """gunicorn `bench.command.naive:drf_token_app()`: the token-authentication lever's "before" (D85), DRF's stock
-    ORM TokenAuthentication in place of relations.api.auth.UserTokenAuthentication."""
+    """gunicorn `bench.command.naive:drf_token_app()`: the token lever's "before" (D85), DRF's TokenAuthentication."""
     from django.core.wsgi import get_wsgi_application
     app = get_wsgi_application()
     from rest_framework.authentication import SessionAuthentication, TokenAuthentication

@@ -1,1 +1,1 @@
-"""Costs that do not grow with history: `bench/run.sh growth` (bench.py; plan.py, load.py, measure.py)."""
+"""Costs that do not grow with history: `bench/run.sh growth` (bench.py; plan.py, measure.py)."""

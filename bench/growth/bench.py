@@ -1,5 +1,5 @@
-"""Costs that do not grow with history (issue 15 §5): `bench/run.sh growth`. The same operations measured at each size
-of one growing history; the ratio last ÷ first, goal at most 1.2x (docs/benchmarks.md, "Growth")."""
+"""Costs that do not grow with history (issue 15 §5): `bench/run.sh growth`. The same operations at each size of one
+growing history; last ÷ first at most 1.2x (docs/benchmarks.md, "Growth")."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import shutil
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 
 from bench.growth import measure
 from bench.growth import plan as shape
-from bench.growth.load import Users, disk_used, grow
-from bench.harness import checks, driver, seed
+from bench.harness import checks, driver, load, seed
+from bench.harness.load import disk_used, unload
 from bench.harness.report import fmt, md_table
-from bench.harness.seed import consumer_reset, named_users, reset_all, table, truncate
+from bench.harness.seed import named_users
 
 NAME = "growth"
 OPTIONS = {
@@ -32,32 +33,34 @@ OPTIONS = {
 GOAL = 1.2
 
 
-def reset() -> None:
-    """Everything this run writes: the seeded benchmarks' tables, the reverse index and recent likers, the floors,
-    every consumer's checkpoints, this run's videos, snapshots and users."""
-    from django.conf import settings
-    from django.db import connections
+@dataclass
+class Users:
+    heavy: int = 0
+    light: list[int] = field(default_factory=list)
+    core: list[int] = field(default_factory=list)
 
-    from bench.reverse import reverse_reset
-    from counting.models import LikeReverseRecent, VideoDisplayCount
-    from likes_project.eventlog.registry import CONSUMERS
-    from relations import routing
-    from relations.models import LikeRelationCacheProjection, VideoSnapshot
-    from relations.services.relation_cache import cache_generations_mirror
-    reset_all()
-    reverse_reset()
-    truncate(settings.COUNT_PARTITION_ALIASES, LikeReverseRecent)
-    truncate(routing.all_aliases(), LikeRelationCacheProjection)
-    for consumer in CONSUMERS:
-        consumer_reset(consumer)
-    with connections["default"].cursor() as cur:
-        cur.execute("SET statement_timeout = 0")
-        for model in (VideoDisplayCount, VideoSnapshot):
-            cur.execute(f"DELETE FROM {table(model)} WHERE video_id LIKE %s", [shape.PREFIX + "%"])
-        cur.execute("DELETE FROM auth_user WHERE username LIKE %s AND NOT EXISTS (SELECT 1 FROM authtoken_token t "
-                    "WHERE t.user_id = auth_user.id)", [shape.PREFIX + "%"])
-    cache_generations_mirror()  # the flush dropped the relation cache's registry: writes need it back
-    connections.close_all()
+    def uid(self, kind: str, n: int) -> int:
+        return self.heavy if kind == shape.HEAVY else self.core[n] if kind == shape.CORE else self.light[n]
+
+    def ensure(self, plan: shape.Plan, n: int) -> None:
+        """auth_user rows of the heavy, light and core users the first `n` relations name (idempotent)."""
+        from django.contrib.auth import get_user_model
+        self.heavy = get_user_model().objects.get_or_create(username=shape.HEAVY_USER,
+                                                            defaults={"password": "!bench"})[0].pk
+        self.light = self.light or seed.users_sql(shape.LIGHT_PREFIX, plan.hot_rel)
+        self.core += seed.users_sql(shape.CORE_PREFIX, plan.core_users_started(n), start=len(self.core))
+
+
+def grow(plan: shape.Plan, users: Users, a: int, b: int) -> dict:
+    """The history grown from `a` to `b` relations by the harness loader (docs/benchmarks.md, "The load")."""
+    t0 = time.monotonic()
+    users.ensure(plan, b)
+    seed.snapshots_insert("SELECT %s || lpad(i::text, 7, '0') FROM generate_series(0, %s - 1) AS i "
+                          "UNION ALL SELECT %s", [shape.VIDEO_PREFIX, plan.catalog(b), shape.HOT_VIDEO],
+                          author_id=seed.author_id())
+    rows = ((idx, users.uid(kind, n), vid, *shape.state_of(idx)) for idx, kind, n, vid in plan.relations(a, b))
+    out = load.load(rows, prefix=shape.PREFIX, base_ms=shape.BASE_MS, step_ms=shape.STEP_MS)
+    return {"from": a, "to": b, **out, "seconds": round(time.monotonic() - t0, 1)}
 
 
 def free_bytes() -> int:
@@ -176,7 +179,7 @@ def main(argv=None) -> int:
     args.list_page = max(2, min(args.list_page, s["heavy_liked"] // args.list_limit - 1))
     args.likers_page = max(2, min(args.likers_page, s["hot_liked"] // args.likers_limit - 1))
     from django.db import connections
-    reset()
+    unload(shape.PREFIX)  # everything this run writes
     named_users(shape.OPERATOR)
     users, result, failure, prev, per_relation = Users(), {"sizes": []}, None, 0, float(args.bytes_per_relation)
     try:
@@ -211,7 +214,7 @@ def main(argv=None) -> int:
     finally:
         if not args.keep:
             t0 = time.monotonic()
-            reset()
+            unload(shape.PREFIX)
             run.log(f"cleanup: the loaded data dropped in {time.monotonic() - t0:.0f}s")
     if [s["relations"] for s in result["sizes"]] != sizes:
         warnings.append(f"measured sizes {[s['relations'] for s in result['sizes']]} of the {sizes} asked")

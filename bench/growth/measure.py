@@ -1,18 +1,19 @@
-"""The timed operations of the growth benchmark, in-process, one client, sequential, with their statements' plans;
-and the drain of the pipeline after the commands."""
+"""The growth benchmark's timed operations (in-process, one client, with their statements' plans) and the drain of
+the pipeline after the commands."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
 from bench.growth import plan as shape
 from bench.harness.phases import check_inline
 from bench.harness.report import pct
+from bench.harness.sampler import count_io, proc_stat
 from bench.harness.seed import author_id, make_log
 
 log = make_log("growth")
@@ -21,23 +22,20 @@ ITEM_BOUND_S = 600.0  # no timed loop runs longer than this
 
 def stats(times_ms: list[float]) -> dict:
     return {"p50_ms": pct(times_ms, 0.5, 3), "p99_ms": pct(times_ms, 0.99, 3), "n": len(times_ms),
-            "mean_ms": round(sum(times_ms) / len(times_ms), 3) if times_ms else None}
+            "mean_ms": round(sum(times_ms) / len(times_ms), 3) if times_ms else None,
+            "max_ms": round(max(times_ms), 3) if times_ms else None}
 
 
 def busy_cores(seconds: float) -> float:
-    """Cores the whole machine kept busy over `seconds` (/proc/stat, in hundredths of a second)."""
-    def read():
-        vals = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        return sum(vals) - vals[3] - vals[4]
-
-    b0 = read()
+    """Cores the whole machine kept busy over `seconds` (/proc/stat)."""
+    t0, idle0, io0 = proc_stat()
     time.sleep(seconds)  # sampling the machine's idle time
-    return round((read() - b0) / 100.0 / seconds, 2)
+    t1, idle1, io1 = proc_stat()
+    return round((t1 - t0 - (idle1 - idle0) - (io1 - io0)) / os.sysconf("SC_CLK_TCK") / seconds, 2)
 
 
 def wait_machine_quiet(max_wait_s: float, busy_below: float = 0.6) -> dict:
-    """Before the timed items, wait (up to `max_wait_s`) until fewer than `busy_below` cores are busy while this run
-    does nothing, so another load (a test suite, the checkpointer after a load) does not land in one size only."""
+    """Wait (up to `max_wait_s`) for fewer than `busy_below` busy cores: no other load lands in one size only."""
     t0, seen = time.monotonic(), busy_cores(5.0)
     if seen >= busy_below:
         log(f"{seen} cores busy: waiting up to {max_wait_s:.0f}s (--quiet-wait) for the machine to go idle")
@@ -46,42 +44,29 @@ def wait_machine_quiet(max_wait_s: float, busy_below: float = 0.6) -> dict:
     return {"waited_s": round(time.monotonic() - t0, 1), "busy_cores_last": seen, "quiet": seen < busy_below}
 
 
-@contextlib.contextmanager
-def sql_counted():
-    """The SQL statements sent through Django's connections while the block runs: {"n": ...}."""
-    from django.db import connections
-    count = {"n": 0}
-
-    def wrap(execute, sql, params, many, context):
-        count["n"] += 1
-        return execute(sql, params, many, context)
-
-    with contextlib.ExitStack() as stack:
-        for alias in connections:
-            stack.enter_context(connections[alias].execute_wrapper(wrap))
-        yield count
-
-
 def run_timed(fn, *, warmup: int, reps: int, label: str) -> tuple[dict, list]:
     """fn() `warmup` times untimed, then up to `reps` times timed; the stats and the timed calls' results."""
     for _ in range(warmup):
         fn()
-    times, results, deadline = [], [], time.monotonic() + ITEM_BOUND_S
-    with sql_counted() as sql:
+    times, results, deadline, io = [], [], time.monotonic() + ITEM_BOUND_S, Counter()
+    stop_counting = count_io(io)
+    try:
         for _ in range(reps):
             if time.monotonic() > deadline:
                 break
             t0 = time.perf_counter()
             results.append(fn())
             times.append((time.perf_counter() - t0) * 1000.0)
-    out = {**stats(times), "sql_per_call": round(sql["n"] / max(len(times), 1), 2)}
+    finally:
+        stop_counting()
+    sql = sum(n for k, n in io.items() if k.startswith("sql:"))
+    out = {**stats(times), "sql_per_call": round(sql / max(len(times), 1), 2)}
     log(f"  {label}: p50 {out['p50_ms']} ms, p99 {out['p99_ms']} ms ({out['n']} calls, {out['sql_per_call']} SQL)")
     return out, results
 
 
 def captured_plans(fn, n: int = 4) -> list[dict]:
-    """fn() once with every connection's statements captured, then EXPLAIN (ANALYZE, BUFFERS) of each SELECT of this
-    service's tables (in a transaction), slowest first."""
+    """EXPLAIN (ANALYZE, BUFFERS) of each SELECT of the service's tables fn() sends, slowest first."""
     from django.db import connections, transaction
     from django.test.utils import CaptureQueriesContext
     with contextlib.ExitStack() as stack:
@@ -108,8 +93,7 @@ def captured_plans(fn, n: int = 4) -> list[dict]:
 
 
 def run_commands(plan, users, n: int, *, reps: int, warmup: int, seed: int) -> dict:
-    """Pairs (a core user whose whole history is loaded, a random catalog video): LIKED, then UNLIKED, fresh
-    operation ids, through relation_set_state as the service clients send them."""
+    """relation_set_state on pairs (a core user whose history is loaded, a catalog video): LIKED, then UNLIKED."""
     from relations.services import commands
     rng, complete, catalog = random.Random(seed * 7 + n), plan.core_users_complete(n), plan.catalog(n)
     times, changed, errors, seq = {"like": [], "unlike": []}, Counter(), Counter(), 0
@@ -138,8 +122,7 @@ def run_commands(plan, users, n: int, *, reps: int, warmup: int, seed: int) -> d
 
 
 def run_batch(plan, users, n: int, *, reps: int, warmup: int, seed: int, batch: int = 20) -> dict:
-    """The batch query of `batch` ids (what counting.api.batch_views does) for 20 core users, each feed a third of
-    liked videos and random catalog videos, relation cache and count views warm; every answer checked."""
+    """The batch query of `batch` ids for 20 core users (a third of each feed liked), caches warm, answers checked."""
     from django.db import connections
 
     from counting import selectors as count_selectors
@@ -181,20 +164,20 @@ def run_batch(plan, users, n: int, *, reps: int, warmup: int, seed: int, batch: 
             "count_sources": dict(Counter(c.source for r in results for c in r.values()))}
 
 
-def pages(page, *, name: str, key, reps: int, warmup: int, limit: int, deep: int) -> dict:
-    """page(cursor) -> (page, next cursor) walked once to page `deep`, then page 1 and page `deep` timed; each repeat
-    must return the same full page; the plans of each page's statements kept."""
-    cursor = None
+def pages(page, *, name: str, key, reps: int, warmup: int, limit: int, deep: int, plans: bool = True) -> dict:
+    """page(cursor) -> (page, next) walked to page `deep`, then page 1 and it timed (same full page) with `plans`."""
+    t0, cursor = time.monotonic(), None
     for page_no in range(1, deep):
         _p, cursor = page(cursor)
         if cursor is None:
             raise RuntimeError(f"{name}: the list ended at page {page_no}")
-    out = {"limit": limit, "deep_page": deep}
+    out = {"limit": limit, "deep_page": deep, "walk_seconds": round(time.monotonic() - t0, 1),
+           "cursor_chars": len(cursor)}
     for label, cur in (("page1", None), ("deep", cursor)):
         s, results = run_timed(lambda c=cur: page(c), warmup=warmup, reps=reps, label=f"{name} {label}")
         if len({tuple(key(i) for i in p.items) for p, _ in results}) != 1 or len(results[0][0].items) != limit:
             raise RuntimeError(f"{name} {label}: different pages, or a short page")
-        out[label] = {**s, "plans": captured_plans(lambda c=cur: page(c))}
+        out[label] = {**s, "plans": captured_plans(lambda c=cur: page(c)) if plans else []}
     return out
 
 
@@ -208,20 +191,22 @@ def run_my_likes(users, *, reps: int, warmup: int, limit: int, deep: int) -> dic
     return pages(page, name="my-likes", key=lambda i: i.video_id, reps=reps, warmup=warmup, limit=limit, deep=deep)
 
 
-def run_likers(*, reps: int, warmup: int, limit: int, deep: int) -> dict:
+def run_likers(*, reps: int, warmup: int, limit: int, deep: int, video: str = shape.HOT_VIDEO,
+               plans: bool = True) -> dict:
+    """The likers page of `video` as its author reads it (bench/reverse.py's latency part too)."""
     from counting.selectors.likers import likers_cursor_encode, likers_page_list
     author = author_id()
 
     def page(cursor):
-        p = likers_page_list(caller_id=author, video_id=shape.HOT_VIDEO, limit=limit, cursor=cursor)
-        return p, None if p.exhausted else likers_cursor_encode(caller_id=author, video_id=shape.HOT_VIDEO, page=p)
+        p = likers_page_list(caller_id=author, video_id=video, limit=limit, cursor=cursor)
+        return p, None if p.exhausted else likers_cursor_encode(caller_id=author, video_id=video, page=p)
 
-    return pages(page, name="likers", key=lambda i: i.user_id, reps=reps, warmup=warmup, limit=limit, deep=deep)
+    return pages(page, name="likers", key=lambda i: i.user_id, reps=reps, warmup=warmup, limit=limit, deep=deep,
+                 plans=plans)
 
 
 def run_exact(*, reps: int) -> dict:
-    """Exact runs over the hot video, as `manage.py reconcile --mode exact --video bgr-hot` runs them (the ops job,
-    inline): one untimed, then `reps` timed; every verdict must be PASSED with no diff."""
+    """Exact runs over the hot video through the ops job, inline: one untimed, then `reps` timed (PASSED, no diff)."""
     from counting import routing
     from reconciliation.services import evidence
     def check() -> dict:
@@ -243,8 +228,7 @@ def run_exact(*, reps: int) -> dict:
 
 
 def pipeline_drain(bound_s: float = 600.0) -> dict:
-    """Every outbox row published, every consumer of the event log run over every partition and the display
-    snapshots refreshed until nothing is left (bounded): the commands' history fully projected."""
+    """Publish, run every consumer over every partition and refresh the displays until nothing is left (bounded)."""
     from django.conf import settings
 
     from counting.services.snapshots import display_snapshot_refresh

@@ -1,6 +1,5 @@
 """The shape of the growth benchmark's history (docs/benchmarks.md, "The history"), a pure function of the relation
-index, so a larger size is the smaller one grown: the heavy user, the hot video's light users, then the core users
-on a catalog that grows with the history; the state by 37 idx mod 100."""
+index (a larger size is the smaller one grown): the heavy user, the hot video's light users, the core users."""
 
 from __future__ import annotations
 

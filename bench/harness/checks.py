@@ -1,5 +1,5 @@
-"""The result checks against the relation facts: Σ vbuckets, display snapshots, served counts, acknowledged
-commands; what the pipeline still has to do."""
+"""The checks against the relation facts (Σ vbuckets, snapshots, served counts, acknowledged commands); what the
+pipeline still has to do."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ def _by_video(aliases, sql: str, params: list) -> Counter:
     return out
 
 
-def facts(prefix: str = "") -> Counter:
-    """video -> its LIKED relations over every relation shard (the videos whose id starts with `prefix`)."""
+def facts(prefix: str = "", *, users: list[int] | None = None) -> Counter:
+    """video -> its LIKED relations over every relation shard (the videos of `prefix`; `users`: theirs only)."""
     from relations.models import LikeRelation
-    return _by_video(shards(), f"SELECT video_id, count(*) FROM {table(LikeRelation)} "
-                     "WHERE state = 'LIKED' AND video_id LIKE %s GROUP BY 1", [prefix + "%"])
+    mine = (" AND user_id = ANY(%s)", [users]) if users is not None else ("", [])
+    return _by_video(shards(), f"SELECT video_id, count(*) FROM {table(LikeRelation)} WHERE state = 'LIKED' AND "
+                     f"video_id LIKE %s{mine[0]} GROUP BY 1", [prefix + "%", *mine[1]])
 
 
 def bucket_sums(prefix: str = "", *, routed: bool = True, videos: list[str] | None = None) -> Counter:
-    """video -> Σ active_count of its vbuckets in the live generation; `routed`: only the buckets each partition is
-    routed (what a display snapshot sums), else every row there."""
+    """video -> Σ active_count of its vbuckets (`routed`: only those routed to their partition, as a display)."""
     from counting import routing
     from counting.models import VideoLikeCountVbucket
     gen = routing.load_generation()
@@ -49,8 +49,7 @@ def mismatches(expected: Counter, got, videos) -> list[tuple]:
 
 
 def counts(prefix: str = "", *, served: bool = False, exclude: str | None = None) -> dict:
-    """Every video's facts = Σ routed vbuckets = display snapshot (and, with `served`, = what display_counts_get
-    answers with a cold L1)."""
+    """Every video's facts = Σ routed vbuckets = display snapshot (`served`: = display_counts_get, L1 cold)."""
     from django.db import connections
     f, b, d = facts(prefix), bucket_sums(prefix), displays(prefix)
     videos = {v for v in set(f) | set(b) | {v for v, n in d.items() if n} if not (exclude and v.startswith(exclude))}
@@ -87,9 +86,8 @@ def acknowledged(last: dict[tuple[int, str], str]) -> dict:
     return {"acknowledged": len(last), "acknowledged_lost": len(lost), "lost_examples": lost[:10]}
 
 
-def pipeline_pending(*, active_only: bool = False) -> dict:
-    """What the pipeline still has to do: outbox rows not SENT, partitions whose `count` checkpoint is behind the
-    stream's last id, dirty videos (`active_only`: of the active generation; a retired one's are nobody's work)."""
+def pipeline_pending(*, active_only: bool = False, consumers: tuple[str, ...] = ()) -> dict:
+    """What the pipeline has left: unsent outbox rows, partitions `count` (or `consumers`) lag on, dirty videos."""
     from counting import routing
     from counting.models import DirtyVideo
     from counting.services.projection import COUNT_CONSUMER
@@ -100,11 +98,12 @@ def pipeline_pending(*, active_only: bool = False) -> dict:
                  for a in shards())
     if outbox:
         return {"outbox": outbox}
-    cps = dict(ConsumerCheckpoint.objects.filter(consumer=COUNT_CONSUMER).values_list("partition", "last_done_id"))
-    behind = [p for p in streams.all_partitions()
-              if (last := streams.last_generated_id(p)) != "0-0" and cps.get(p) != last]
-    if behind:
-        return {"partitions_behind": behind}
+    for consumer in (*consumers, COUNT_CONSUMER):
+        cps = dict(ConsumerCheckpoint.objects.filter(consumer=consumer).values_list("partition", "last_done_id"))
+        behind = [p for p in streams.all_partitions()
+                  if (last := streams.last_generated_id(p)) != "0-0" and cps.get(p) != last]
+        if behind:
+            return {f"{consumer}_partitions_behind": behind}
     dirty = DirtyVideo.objects.filter(generation=routing.load_generation().generation) if active_only else \
         DirtyVideo.objects.all()
     n = sum(dirty.using(a).count() for a in partitions())

@@ -22,8 +22,7 @@ BENCH_DIR = ROOT / "bench"
 RESULTS_DIR = BENCH_DIR / "results"
 DB_PREFIX = "likes_bench"
 REDIS_PREFIX = "likes-bench"
-# bench/run.sh tags every connection of a run (driver, clients, gunicorn, Celery) with this name, so the run
-# can tell another benchmark on the same databases from its own connections.
+# bench/run.sh tags every connection of a run with this name: another benchmark's connections are told apart.
 APP_NAME = os.environ.get("PGAPPNAME", "likes-bench")
 # The options of a command load with the pipeline's loops running (harness/phases.py: Layout and Session read them).
 LOAD_OPTIONS = {
@@ -35,6 +34,9 @@ LOAD_OPTIONS = {
     "publish_idle": (0.01, "publisher sleep after an empty claim, s", 0.001, 5),
     "project_idle": (0.01, "projector sleep when nothing is new, s", 0.001, 5),
 }
+# Options that set a product setting for the run (its environment variable), unless negative (-1: the product's).
+SETTING_OPTIONS = {"statement_timeout_ms": "DB_STATEMENT_TIMEOUT_MS", "idle_tx_timeout_ms": "DB_IDLE_IN_TX_TIMEOUT_MS",
+                   "job_lease_s": "OPS_JOB_LEASE_S", "retention_s": "BUCKET_MIGRATION_RETENTION_S"}
 
 
 def make_log(tag: str):
@@ -44,12 +46,13 @@ def make_log(tag: str):
     return log
 
 
-def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wait_quiet: float = 120.0, check=None):
-    """`options`: {name: (default, help)} or (default, help, lo, hi): `--name-with-dashes`, typed by the default
-    (False: a flag), checked against [lo, hi]. Every benchmark also takes --wait-quiet, --seed, --no-docs (a trial
-    run: docs/benchmarks.md and the history stay as they are) and --out (the result file). `check(args)`: what is
-    wrong with the options together, or None."""
+def parse(argv, name: str, doc: str, options: dict[str, tuple], *, seed: int, wait_quiet: float = 120.0, check=None,
+          choice: tuple[str, dict] | None = None):
+    """`options`: {name: (default, help[, lo, hi])} as `--name-with-dashes` typed by the default (False: a flag), and
+    --wait-quiet, --seed, --no-docs, --out; `choice`: (name, choices) of a positional; `check(args)`: what is wrong."""
     p = argparse.ArgumentParser(prog=f"bench/run.sh {name}", description=doc.split("\n\n")[0])
+    if choice:
+        p.add_argument(choice[0], choices=choice[1])
     options = {**options, "wait_quiet": (wait_quiet, "seconds to wait for other clients of the bench databases"),
                "seed": (seed, ""), "no_docs": (False, "a trial: leave docs/benchmarks.md and the history alone"),
                "out": ("", f"the result file (default bench/results/{name}_latest.json)")}
@@ -87,9 +90,12 @@ def parse_mix(args) -> dict[str, float]:
     return mix
 
 
-def check_environment(db_name: str = DB_PREFIX) -> None:
-    """Refuse to run anywhere but databases named `db_name`* on 127.0.0.1 and the bench Redis namespace."""
+def check_environment(db_name: str = DB_PREFIX, **layout: list[str]) -> None:
+    """Refuse to run anywhere but databases named `db_name`* on 127.0.0.1 and the bench Redis namespace, or without
+    the aliases `layout` names (setting -> aliases: a benchmark's own shard or partition layout, bench/run.sh's)."""
     from django.conf import settings
+    if wrong := [f"{k}={','.join(v)}" for k, v in layout.items() if list(getattr(settings, k)) != v]:
+        raise SystemExit(f"[bench] refusing: needs {' and '.join(wrong)} (use bench/run.sh)")
     for alias, cfg in settings.DATABASES.items():
         if not str(cfg["NAME"]).startswith(db_name):
             raise SystemExit(f"[bench] refusing: alias {alias} uses database {cfg['NAME']!r}, not {db_name}*")
@@ -104,9 +110,8 @@ def check_environment(db_name: str = DB_PREFIX) -> None:
 def settings_overridden(overrides: dict | None):
     """Django settings overridden for one job of a spawned process (a lever, the nudges of a Celery phase)."""
     from django.conf import settings
-    overrides = overrides or {}
-    saved = {name: getattr(settings, name) for name in overrides}
-    for name, value in overrides.items():
+    saved = {name: getattr(settings, name) for name in overrides or {}}
+    for name, value in (overrides or {}).items():
         setattr(settings, name, value)
     try:
         yield
@@ -121,6 +126,14 @@ def pg_conninfo(alias: str) -> dict:
     info = {"dbname": cfg["NAME"], "host": cfg.get("HOST") or "127.0.0.1", "port": cfg.get("PORT") or 5432,
             "user": cfg.get("USER") or None, "password": cfg.get("PASSWORD") or None}
     return {k: v for k, v in info.items() if v is not None}
+
+
+def pg_env(alias: str) -> dict:
+    """The environment of a libpq tool (psql, pgbench) on `alias`."""
+    info = pg_conninfo(alias)
+    return {**os.environ, "PGHOST": str(info["host"]), "PGPORT": str(info["port"]), "PGDATABASE": info["dbname"],
+            "PGCONNECT_TIMEOUT": "5", **({"PGUSER": info["user"]} if info.get("user") else {}),
+            **({"PGPASSWORD": info["password"]} if info.get("password") else {})}
 
 
 def loadavg() -> list[float]:
@@ -155,8 +168,7 @@ def machine_spec() -> dict:
 
 
 def code_version(paths: tuple[str, ...]) -> dict:
-    """The commit measured and which of `paths` differ from it (another engineer may be editing them; the spawned
-    processes import them once, at their start), with a digest of their text."""
+    """The commit measured, which of `paths` differ from it (another engineer may be editing them) and a digest."""
     import hashlib
     def git(*cmd: str) -> str:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -181,17 +193,17 @@ def foreign_connections() -> int:
 
 
 def wait_for_quiet(max_wait: float, log) -> float:
-    """Every benchmark empties the same bench tables: bench/run.sh runs one at a time (a lock); as a second guard,
-    wait until no other client is on a likes_bench* database, or refuse. Returns the seconds waited."""
+    """Behind bench/run.sh's lock, wait for no other client on a likes_bench* database, or refuse; seconds waited."""
+    from likes_project.waiting import wait_until
     t0 = time.time()
-    for _ in range(100_000):  # bounded; the deadline ends it first
-        n = foreign_connections()
-        if n == 0:
-            break
-        if time.time() - t0 >= max_wait:
-            raise SystemExit(f"[bench] refusing: {n} other connections to the bench databases after {max_wait:.0f}s")
-        log(f"{n} other connections to the bench databases; waiting (up to {max_wait:.0f}s)")
-        time.sleep(5)  # poll for the other benchmark to leave (bounded by max_wait)
+
+    def quiet() -> bool:
+        if n := foreign_connections():
+            log(f"{n} other connections to the bench databases; waiting (up to {max_wait:.0f}s)")
+        return not n
+
+    if not wait_until(quiet, timeout_s=max_wait, poll_s=5.0):
+        raise SystemExit(f"[bench] refusing: other connections to the bench databases after {max_wait:.0f}s")
     return round(time.time() - t0, 1)
 
 
@@ -226,12 +238,14 @@ def _on_sigterm(signum, frame):
 
 def start(name: str, argv, doc: str, options: dict, *, seed: int, wait_quiet: float = 120.0, env=None,
           nudges: bool = False, check=None) -> Run:
-    """Parse the options (checked by `check`; --mix also as args.mix_shares), set `env(args)` in the environment
-    (before the settings are read; the spawned processes inherit it), django.setup(), the safety checks (the nudges
-    must be off unless `nudges`), the wait for a quiet machine, the machine spec."""
+    """Parse the options (--mix also as args.mix_shares), `env(args)` and SETTING_OPTIONS into the environment (the
+    spawned processes inherit it), django.setup(), the safety checks, the wait for quiet, the machine spec."""
     args = parse(argv, name, doc, options, seed=seed, wait_quiet=wait_quiet, check=check)
     if "mix" in options:
         args.mix_shares = parse_mix(args)
+    for opt, var in SETTING_OPTIONS.items():
+        if opt in options and (value := getattr(args, opt)) >= 0:
+            os.environ[var] = str(value) if isinstance(value, int) else f"{value:g}"
     for key, value in (env(args) if env else {}).items():
         os.environ[key] = str(value)
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -253,10 +267,8 @@ def start(name: str, argv, doc: str, options: dict, *, seed: int, wait_quiet: fl
 
 
 def finish(run: Run, result: dict, *, report, headline=None, failure: str | None = None) -> int:
-    """The end of every run: the meta (times, options, interference), the result file, `report(result)` (a list of
-    Markdown blocks) on stdout; unless --no-docs, the run's section of docs/benchmarks.md, its line in
-    bench/results/history.jsonl (`headline(result)`: goal, figure, ceiling, ratio) and the summary table. Returns
-    the exit code: 1 with a `failure` (said last)."""
+    """The result file, `report(result)` (Markdown blocks) on stdout; unless --no-docs, the docs section, the history
+    line (`headline(result)`) and the summary table. The exit code: 1 with a `failure` (said last)."""
     from bench.harness import report as rep
     args = run.args
     command = "bench/run.sh " + shlex.join([run.name, *sys.argv[1:]])

@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.harness import checks, roles
-from bench.harness.driver import make_log, pg_conninfo
+from bench.harness.driver import make_log, pg_conninfo, pg_env
 from bench.harness.pool import Pool, role
-from bench.harness.report import pct
+from bench.harness.report import pct, pooled
 from bench.harness.sampler import ResourceSampler, sampled
 
 log = make_log("bench")
@@ -36,9 +36,7 @@ def partition_shares(n: int) -> list[list[int]]:
 
 
 class Layout:
-    """Which pool process plays which role: --procs command clients, a publisher per relation shard, --projectors
-    projectors, the display snapshot loop, and a probe and a checker when asked; `extra` processes for replays wider
-    than that."""
+    """Which pool process plays which role (commands, publishers, projectors, snapshot loop, probe, checker)."""
 
     def __init__(self, args, *, probe: bool = False, checker: bool = False, extra: int = 0):
         from relations import routing
@@ -66,12 +64,10 @@ class Layout:
         return [*self.publishers.values(), *self.projectors[:len(self.shares)], self.snapshot]
 
     def labels(self, pool) -> dict[int, str]:
-        out = {pool.pid(i): "command clients" for i in self.commands}
-        out |= {pool.pid(i): "publishers" for i in self.publishers.values()}
-        out |= {pool.pid(i): "projectors" for i in self.projectors}
-        out |= {pool.pid(i): name for i, name in ((self.snapshot, "snapshot loop"), (self.probe, "probe"),
-                                                  (self.checker, "checker")) if i is not None}
-        return out
+        names = {"command clients": self.commands, "publishers": self.publishers.values(),
+                 "projectors": self.projectors, "snapshot loop": [self.snapshot], "probe": [self.probe],
+                 "checker": [self.checker]}
+        return {pool.pid(i): name for name, ids in names.items() for i in ids if i is not None}
 
 
 def window_times(args, lead: float = 0.5) -> dict:
@@ -81,30 +77,30 @@ def window_times(args, lead: float = 0.5) -> dict:
 
 
 def clients_run(pool, sampler, jobs: list[dict], times: dict, server=None) -> tuple[list[dict], dict]:
-    """A job each to the first len(jobs) client processes over a window (`times`), the sampler over its measured
-    part: (their answers, where the time went)."""
+    """A job each to the first len(jobs) client processes over a window (`times`), sampled: (answers, resources)."""
     jobs = [{**times, **job} for job in jobs]
     return sampled(sampler, lambda: pool.run(jobs, timeout=times["t_end"] - time.time() + 90),
                    pool.labels("bench clients"), window=(times["t_measure"], times["t_end"]), server=server)
 
 
-def drain_wait(timeout: float, *, active_only: bool = False, outbox_only: bool = False) -> tuple[dict, float]:
-    """Poll what the pipeline still has to do (`outbox_only`: its outbox rows not sent) until nothing (or
-    `timeout`); (what was left, seconds)."""
-    t0 = time.time()
-    pending: dict = {"not checked": True}
-    for _ in range(100_000):
-        pending = checks.pipeline_pending(active_only=active_only)
+def drain_wait(timeout: float, *, active_only: bool = False, outbox_only: bool = False,
+               consumers: tuple[str, ...] = ()) -> tuple[dict, float]:
+    """Poll checks.pipeline_pending (`outbox_only`: the outbox) until nothing or `timeout`; (what was left, s)."""
+    from likes_project.waiting import wait_until
+    t0, pending = time.time(), {}
+
+    def done() -> bool:
+        nonlocal pending
+        pending = checks.pipeline_pending(active_only=active_only, consumers=consumers)
         pending = {k: v for k, v in pending.items() if k == "outbox" or not outbox_only}
-        if not pending or time.time() - t0 > timeout:
-            break
-        time.sleep(0.25)  # poll the drain (bounded by the timeout)
+        return not pending
+
+    wait_until(done, timeout_s=timeout, poll_s=0.25)
     return pending, round(time.time() - t0, 1)
 
 
 class Session:
-    """A pool and its layout in a session of load: the pipeline's loops, the tracked command load, one check at a
-    time on the checker process. `acks`: every command phase's last acknowledged states, in phase order."""
+    """A pool in a session of load: the pipeline's loops, the tracked commands (their last states in `acks`), checks."""
 
     def __init__(self, pool, layout: Layout, args, users: list, *, actor: str = "bench-operator"):
         self.pool, self.layout, self.args, self.users, self.actor = pool, layout, args, users, actor
@@ -130,29 +126,27 @@ class Session:
         self.pool.submit(self.layout.snapshot, {**times, "role": ROLE + "snapshot",
                                                 "interval_s": self.args.snapshot_interval})
 
-    def pipeline_stop(self, *, timeout: float | None = None, active_only: bool = False) -> dict:
+    def pipeline_stop(self, *, active_only: bool = False) -> dict:
         """Keep the loops running until nothing is pending (bounded by --drain-timeout), then stop them."""
-        pending, drain_s = drain_wait(self.args.drain_timeout if timeout is None else timeout, active_only=active_only)
+        pending, drain_s = drain_wait(self.args.drain_timeout, active_only=active_only)
         loops = self.pool.stopped(self.layout.loops)
         if pending:
             log(f"  the pipeline did NOT drain within {drain_s:.0f}s: {pending}")
         pubs = [loops[i] for i in self.layout.publishers.values()]
         projs = [loops[i] for i in self.layout.projectors[:len(self.layout.shares)]]
         snap = loops[self.layout.snapshot]
-        errors = sum((Counter(r.get("errors")) for r in [*pubs, *projs, snap]), Counter())
+        (errors,), (statuses, logged) = pooled([*pubs, *projs, snap], "errors"), pooled(projs, "statuses", "logged")
         return {"drained": not pending, "pending": pending, "drain_s": drain_s,
+                **{k: sum(p.get(k, 0) for p in pubs) for k in ("sent_window", "batches")},
                 "published": sum(p.get("sent", 0) for p in pubs), "applied": sum(p.get("applied", 0) for p in projs),
-                "sent_window": sum(p.get("sent_window", 0) for p in pubs), "batches": sum(p.get("batches", 0)
-                                                                                       for p in pubs),
-                "projector_statuses": dict(sum((Counter(p.get("statuses")) for p in projs), Counter())),
-                "projector_logged": dict(sum((Counter(p.get("logged")) for p in projs), Counter())),
+                "projector_statuses": dict(statuses), "projector_logged": dict(logged),
                 "snapshot_runs": snap.get("runs", 0), "snapshot_p50_ms": snap.get("p50_ms"),
                 "snapshot_p99_ms": snap.get("p99_ms"), "loop_errors": dict(errors)}
 
     def commands_start(self, videos: list[str], phase: str, t_start: float, hard: float, *,
                        probe: list[str] | None = None) -> None:
-        """The tracked load on `videos`; with `probe`, the first client sends only no-change commands (UNLIKED on
-        relations that do not exist) on the `probe` videos: they meet the write barrier, the facts stay."""
+        """The tracked load on `videos`; `probe`: the first client sends only no-change commands on those videos (they
+        meet the write barrier, the facts stay)."""
         n = len(self.layout.commands)
         for k, i in enumerate(self.layout.commands):
             probing = probe is not None and k == 0
@@ -164,8 +158,7 @@ class Session:
         self._probing = probe is not None
 
     def commands_stop(self) -> dict:
-        """Stop the load: its commands as rows (completed at, latency ms, outcome, waited), in completion order,
-        the probe's apart; their last acknowledged states go to `acks`."""
+        """Stop the load: its commands as rows (completed at, ms, outcome, waited), the probe's apart; `acks` too."""
         res = self.pool.stopped(self.layout.commands, 120, commands=True)
         probe_index = self.layout.commands[0] if self._probing else None
 
@@ -178,8 +171,7 @@ class Session:
                 if out == "ok":
                     self.acks[(u, v)] = s
         return {"rows": rows(r for i, r in res.items() if i != probe_index),
-                "probe_rows": rows([res[probe_index]]) if probe_index is not None else [],
-                "samples": [s for r in res.values() for s in r["samples"]]}
+                "probe_rows": rows([res[probe_index]]) if probe_index is not None else []}
 
     def start_load(self, videos: list[str], phase: str, budget_s: float, *, probe: list[str] | None = None) -> dict:
         """The pipeline and the tracked load, then --warmup and a --window of load alone; the times."""
@@ -193,8 +185,7 @@ class Session:
         return {"t_start": t_start, "pre": [t_pre0, time.time()], "hard": hard}
 
     def stop_load(self, cmds: dict | None = None, *, active_only: bool = True) -> tuple[dict, dict]:
-        """Stop the command load (unless `cmds` says it was), drain the pipeline (the active generation's dirty
-        marks: a retired one's are nobody's work), stop the loops."""
+        """Stop the command load (unless `cmds` says it was), drain the pipeline and stop the loops."""
         cmds = cmds or self.commands_stop()
         return cmds, self.pipeline_stop(active_only=active_only)
 
@@ -202,8 +193,8 @@ class Session:
         job = {"role": "bench.harness.phases:check", "what": what, "actor": self.actor, **params}
         self.pool.submit(self.layout.checker, job)
 
-    def check_collect(self, timeout: float | None = None) -> dict:
-        return self.pool.collect([self.layout.checker], timeout or self.args.check_timeout)[self.layout.checker]
+    def check_collect(self) -> dict:
+        return self.pool.collect([self.layout.checker], self.args.check_timeout)[self.layout.checker]
 
     def check(self, what: str, **params) -> dict:
         self.check_submit(what, **params)
@@ -216,9 +207,7 @@ class Session:
 
 @contextlib.contextmanager
 def dispatch_stopped(holder: str):
-    """The count consumer's lease on every stream partition, what the product's cut takes: no pass dispatches
-    while the block runs. Renewed from a thread (one ORM query can outlast the TTL); yields a dict whose "lost"
-    names a lease that moved anyway."""
+    """No count dispatch while the block runs (the cut's leases, renewed from a thread); yields {"lost": ...}."""
     from django.conf import settings
     from django.db import connections
 
@@ -252,10 +241,8 @@ def dispatch_stopped(holder: str):
 
 
 class AutoVacuum(threading.Thread):
-    """A stand-in for autovacuum on a server where it is off (the bench's is): every `naptime` s, on `aliases`,
-    what autovacuum would do with the server's own thresholds (`tables`: only those, ANALYZE only): VACUUM
-    (ANALYZE) past autovacuum_vacuum_threshold + _scale_factor x reltuples dead tuples, else ANALYZE past the
-    analyze ones. A bulk load left unanalyzed makes the planner scan a whole generation per key."""
+    """Autovacuum where it is off: every `naptime` s on `aliases`, what it would do by the server's thresholds
+    (`tables`: those, ANALYZE only); a bulk load left unanalyzed makes the planner scan a generation per key."""
 
     def __init__(self, naptime: float, aliases, tables: tuple[str, ...] = ()):
         super().__init__(daemon=True, name="bench-autovacuum")
@@ -306,8 +293,7 @@ class AutoVacuum(threading.Thread):
 
 
 def check(job: dict, ctl) -> dict:
-    """One check, timed here (`what`: "check" a reconciliation run through the ops job as `manage.py reconcile`
-    starts it; "opsjob" an approved job run as a worker runs it; else a baseline function "module:function")."""
+    """One check, timed: `what` "check" (a reconciliation run), "opsjob" (an approved job) or "module:function"."""
     ctl.sleep_until(job.get("t_start", 0.0))
     # Fresh connections for every check; the previous check's stayed open so that the sampler could still read
     # their backends' CPU after it.
@@ -375,14 +361,11 @@ def pooled_windows(rows, windows: list[tuple[float, float]]) -> dict:
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
 _FAILED = re.compile(r"^number of failed transactions: (\d+)", re.M)
 _PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.M)
-
-
 STEPS = ("prepare", "copy", "catch-up", "cutover", "verify", "cleanup")  # of a bucket migration and a slot move
 
 
 def step_times(said: list[tuple[float, str]], t0: float, nd: int = 3) -> tuple[dict, dict]:
-    """A move's steps from what its job said at each step's end ("... STATE: <step>: ..."; copy: once a table):
-    ({step: seconds since the previous end, from t0}, {step: when it last ended})."""
+    """A move's steps from what its job said at their ends: ({step: seconds, from t0}, {step: when it ended})."""
     steps, ends, last = {}, {}, t0
     for t, msg in said:
         name = next((st for st in STEPS if msg.split(": ", 1)[-1].startswith(st)), None)
@@ -401,19 +384,15 @@ def pgbench_found(run) -> bool:
 
 def pgbench(alias: str, options: list[str], *, clients: int, seconds: int, sampler: ResourceSampler,
             latencies: bool = False) -> dict:
-    """pgbench with `options` (script, -D variables) and `clients` clients for `seconds` on `alias`: tps, failed
-    transactions, (with `latencies`) the sorted latencies in ms from its log, and where the time went."""
-    info = pg_conninfo(alias)
+    """pgbench on `alias`: tps, failed, (`latencies`) the sorted latencies in ms, resources."""
     logdir = Path(tempfile.mkdtemp(prefix="likes-pgbench-"))
-    cmd = [shutil.which("pgbench") or "/usr/bin/pgbench", "-h", str(info["host"]), "-p", str(info["port"]), "-n",
-           *options, "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 2)), "-T", str(seconds),
-           *(["-l", "--log-prefix", str(logdir / "pgb")] if latencies else []),
-           *(["-U", info["user"]] if info.get("user") else []), info["dbname"]]
-    env = {**os.environ, **({"PGPASSWORD": info["password"]} if info.get("password") else {})}
+    cmd = [shutil.which("pgbench") or "/usr/bin/pgbench", "-n", *options, "-c", str(clients), "-j",
+           str(min(clients, os.cpu_count() or 2)), "-T", str(seconds),
+           *(["-l", "--log-prefix", str(logdir / "pgb")] if latencies else [])]
     t0 = time.time()
     sampler.start(t0 + min(1.0, seconds / 4), t0 + seconds, labels={})  # skip the connection set-up
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 120, cwd=logdir)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=pg_env(alias), timeout=seconds + 120, cwd=logdir)
     finally:
         resources = sampler.stop()
     out = proc.stdout + proc.stderr
@@ -431,8 +410,7 @@ def pgbench(alias: str, options: list[str], *, clients: int, seconds: int, sampl
 
 def backlog_events(*, seed: int, events: int, users: int, videos: int, kind: str, rnd: int, video_prefix: str,
                    user_base: int) -> list[dict]:
-    """`events` LikeRelationChanged envelopes: pairs drawn from events/2 (user, video) pairs (one video when `kind`
-    is hot), versions 1, 2, ... per pair, odd LIKED and even UNLIKED, stateChangedAt 1 ms apart."""
+    """`events` envelopes over events/2 (user, video) pairs (one video when hot), versions 1, 2, ... (odd LIKED)."""
     rng = random.Random(seed * 31 + rnd * 7 + (kind == "hot"))
     n_pairs = max(1, events // 2)
     pairs = [(user_base + rng.randrange(users),
@@ -473,9 +451,7 @@ def publish(events: list[dict]) -> float:
 def drained(pool, variant: str, procs: int, *, max_s: float, on: list[int] | None = None, lead: float = 0.5,
             batch_size: int | None = None, sampler: ResourceSampler | None = None,
             label: str = "projectors") -> tuple[list[dict], float | None, dict]:
-    """`procs` of the pool's processes (`on`: which, else the first) draining every stream partition with `variant`
-    (each owns every n-th) from `lead` s on, `sampler` over it: (their answers, seconds from the common start to the
-    last progress (None: none), where the time went)."""
+    """`procs` pool processes (`on`) draining every partition with `variant`: (answers, s to the last progress, res)."""
     t0 = time.time() + lead
     jobs = [{"role": ROLE + "projector", "mode": "drain", "variant": variant, "partitions": share, "idle_s": 0.01,
              "t_start": t0, "hard_deadline": t0 + max_s, "batch_size": batch_size} for share in partition_shares(procs)]

@@ -1,6 +1,5 @@
-"""The one process pool of the benchmarks (spawned processes, one django.setup() each, one job at a time: its role
-"module:function", its settings overrides, its stop event), and gunicorn. Importing this module does not import
-Django."""
+"""The one process pool of the benchmarks (spawned processes, one django.setup() each, one job at a time: a role
+"module:function", settings overrides, a stop event), and gunicorn. Importing it does not import Django."""
 
 from __future__ import annotations
 
@@ -168,8 +167,7 @@ class Pool:
 
 
 class Gunicorn:
-    """gunicorn on a free 127.0.0.1 port, started as the Procfile starts the web tier (its config module), in a
-    session of its own; its pid recorded in $BENCH_PIDDIR for bench/run.sh's cleanup."""
+    """gunicorn (the Procfile's config) on a free port, in a session of its own, its pid in $BENCH_PIDDIR."""
 
     def __init__(self, app: str, workers: int, logdir: Path, *, env: dict | None = None, label: str = ""):
         self.app, self.workers, self.env = app, workers, env or {}

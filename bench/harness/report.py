@@ -54,8 +54,7 @@ def pooled(items, *keys: str) -> list[Counter]:
 
 
 def clients_pooled(results, sums: tuple[str, ...], counters: tuple[str, ...], **extra) -> dict:
-    """The answers of a window's clients (or the windows of one row) pooled: the sums of `sums`, the counters under
-    `counters` added up, every latency."""
+    """A window's clients (or a row's windows) pooled: `sums` summed, `counters` added up, every latency."""
     out = {k: sum(r[k] for r in results) for k in sums}
     out.update(zip(counters, pooled(results, *counters), strict=True))
     return {**out, "latencies_ms": [x for r in results for x in r["latencies_ms"]], **extra}
@@ -81,18 +80,13 @@ def print_blocks(*blocks: str) -> None:
         print(block, end="\n\n")
 
 
-def cpu_text(res: dict, min_cores: float = 0.05) -> str:
-    """"process group cores, ..." of the groups that used at least `min_cores`."""
-    return ", ".join(f"{k} {v:.2f}" for k, v in (res.get("cores_by_process") or {}).items() if v >= min_cores)
-
-
-def waits_text(res: dict, n: int = 3) -> str:
-    return ", ".join(f"{w['wait']} {w['share'] * 100:.0f}%" for w in res.get("top_waits", [])[:n])
-
-
 def resources_table(items) -> str:
-    """Where the time went: (label, resources of ResourceSampler) pairs, the empty ones left out."""
-    rows = [[label, f"{res['cores_busy']:.2f}", cpu_text(res), waits_text(res)] for label, res in items if res]
+    """Where the time went: (label, resources of ResourceSampler) pairs, the empty ones left out; the process groups
+    that used at least 0.05 cores, the top 3 backend states."""
+    rows = [[label, f"{res['cores_busy']:.2f}",
+             ", ".join(f"{k} {v:.2f}" for k, v in (res.get("cores_by_process") or {}).items() if v >= 0.05),
+             ", ".join(f"{w['wait']} {w['share'] * 100:.0f}%" for w in res.get("top_waits", [])[:3])]
+            for label, res in items if res]
     return ("**Where the time went** (CPU from /proc, the bench databases' backends from pg_stat_activity every "
             "0.25 s):\n\n" + md_table(["window", "machine busy (cores):", "CPU by process (cores)",
                                        "top bench-DB backend states"], rows)) if rows else ""
@@ -105,21 +99,19 @@ def _replace(text: str, begin: str, end: str, body: str, heading: str) -> str:
     return text.rstrip() + f"\n\n{heading}\n\n{begin}\n{body}\n{end}\n"
 
 
-def machine_text(spec: dict, meta: dict) -> str:
-    return (f"**Machine:** {spec.get('nproc')} CPUs ({spec.get('cpu_model', 'unknown model')}), "
-            f"{spec.get('memory_gib')} GiB RAM, Linux {spec.get('kernel')}; PostgreSQL {spec.get('postgresql')} "
-            f"(shared_buffers {spec.get('pg_shared_buffers')}, synchronous_commit {spec.get('pg_synchronous_commit')}, "
-            f"fsync {spec.get('pg_fsync')}, autovacuum {spec.get('pg_autovacuum')}); Redis {spec.get('redis')}; Python "
-            f"{spec.get('python')}, Django {spec.get('django')}. Load average at the start "
-            f"{spec.get('loadavg_at_start')}, at the end {meta.get('loadavg_at_end')}.")
-
-
 def section_write(name: str, result: dict, blocks: list[str]) -> None:
     """The run's section of docs/benchmarks.md: when, the command, the machine, then the report's blocks."""
-    meta = result["meta"]
+    meta, spec = result["meta"], result["machine"]
+    machine = (f"**Machine:** {spec.get('nproc')} CPUs ({spec.get('cpu_model', 'unknown model')}), "
+               f"{spec.get('memory_gib')} GiB RAM, Linux {spec.get('kernel')}; PostgreSQL {spec.get('postgresql')} "
+               f"(shared_buffers {spec.get('pg_shared_buffers')}, synchronous_commit "
+               f"{spec.get('pg_synchronous_commit')}, fsync {spec.get('pg_fsync')}, autovacuum "
+               f"{spec.get('pg_autovacuum')}); Redis {spec.get('redis')}; Python {spec.get('python')}, Django "
+               f"{spec.get('django')}. Load average at the start {spec.get('loadavg_at_start')}, at the end "
+               f"{meta.get('loadavg_at_end')}.")
     body = "\n\n".join([f"<!-- Written by `bench/run.sh {name}` at the end of every run; edit outside the markers. -->",
                         f"### Last run: {meta['finished_at']} ({meta['wall_seconds']:.0f} s wall clock)",
-                        f"`{meta['command']}`", machine_text(result["machine"], meta), *blocks])
+                        f"`{meta['command']}`", machine, *blocks])
     text = DOCS_PATH.read_text() if DOCS_PATH.exists() else "# Benchmarks\n"
     DOCS_PATH.write_text(_replace(text, f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->", body,
                                   f"## {name}"))
@@ -131,19 +123,9 @@ def history_append(name: str, meta: dict, headline: dict) -> None:
         fh.write(json.dumps(line, default=str) + "\n")
 
 
-def history_latest() -> dict[str, dict]:
-    latest: dict[str, dict] = {}
-    if HISTORY.exists():
-        for raw in HISTORY.read_text().splitlines():
-            if raw.strip():
-                line = json.loads(raw)
-                latest[line["name"]] = line  # later lines win
-    return latest
-
-
 def table() -> str:
-    latest = history_latest()
-    rows = []
+    lines = [json.loads(raw) for raw in (HISTORY.read_text() if HISTORY.exists() else "").splitlines() if raw.strip()]
+    latest, rows = {line["name"]: line for line in lines}, []  # later lines win
     for name in NAMES:
         h = latest.get(name)
         if h is None:

@@ -27,8 +27,7 @@ def reset_connections() -> None:
 
 
 class CommandMix:
-    """The next command of the mix (TEST-4; its kinds: docs/benchmarks.md, "Command mix"). Each client owns a
-    disjoint slice of the users, so what it knows about "its" relations is exact."""
+    """The next command of the mix (TEST-4); a client owns its users, so what it knows of their relations is exact."""
 
     def __init__(self, *, rng: random.Random, users: list, videos: list[str], mix: dict, key_prefix: str):
         self.rng, self.users, self.videos, self.key_prefix = rng, users, videos, key_prefix
@@ -104,12 +103,6 @@ def error_kind(exc: Exception) -> str:
     return exc.__class__.__name__ + (f":{exc.status}" if isinstance(exc, HttpStatusError) else "")
 
 
-def wait_until(t_start: float) -> None:
-    """All clients start at the same instant."""
-    if t_start > time.time():
-        time.sleep(min(t_start - time.time(), 30.0))  # the common start (pacing)
-
-
 def _sender(job: dict, sizes: Counter):
     if job["layer"] == "service":
         from relations.services import commands
@@ -133,14 +126,13 @@ def _sender(job: dict, sizes: Counter):
 
 
 def window(job: dict, ctl) -> dict:
-    """One client's commands over [t_start, t_end], measured from t_measure; `rate_per_s`: an open loop at this
-    rate (None: closed loop, one command in flight)."""
+    """One client's commands over [t_start, t_end], measured from t_measure; `rate_per_s`: open loop (None: closed)."""
     gen = CommandMix(rng=random.Random(job["seed"]), users=job["users"], videos=job["videos"], mix=job["mix"],
                      key_prefix=job["key_prefix"])
     sizes: Counter = Counter()  # HTTP body bytes (message size, TEST-3)
     send, conn = _sender(job, sizes)
     t_measure, t_end, rate = job["t_measure"], min(job["t_end"], time.time() + 300), job.get("rate_per_s")
-    wait_until(job["t_start"])
+    ctl.sleep_until(job["t_start"])
     latencies, errors, kinds, c = [], Counter(), Counter(), Counter(sent=0, ok=0, changed=0, replayed=0)
     t_first = time.time()
     try:
@@ -190,9 +182,8 @@ class BarrierMetrics:
 
 
 def tracked(job: dict, ctl) -> dict:
-    """relation_set_state in a loop until the command stop event or the hard deadline, every command recorded:
-    [start (epoch s), latency ms, user id, video, desired, outcome ("ok", "503 write_barrier", an error's kind),
-    waited at a write barrier]. mix "flip": a random pair of the client's, to the other state each time."""
+    """relation_set_state until stopped, each command as [start, ms, user id, video, state, outcome ("ok", "503
+    write_barrier", an error), waited at a barrier]; mix "flip": a random pair of the client's flipped each time."""
     from relations.services import commands, write_barrier
     from relations.services.write_barrier import WriteBarrierHeld
     if not isinstance(write_barrier.metrics, BarrierMetrics):
@@ -259,8 +250,7 @@ def publisher(job: dict, ctl) -> dict:
 
 
 class LogTally(logging.Handler):
-    """Counts the WARNING+ records of the projector and the consumer framework (group failures, lag over the
-    target, dead letters) instead of printing them: replayed events are old by construction."""
+    """Counts the projector's and consumers' WARNING+ records instead of printing them (replayed events are old)."""
 
     LOGGERS = ("counting.services.projection", "likes_project.eventlog.consumer")
 
@@ -305,10 +295,8 @@ def _heads(partitions: list[int]) -> dict[int, str | None]:
 
 
 def projector(job: dict, ctl) -> dict:
-    """consume_partition(projector, partition=p) over the partitions this process owns. mode `sustained`: until
-    stopped, a partition consumed when its stream's head is past what this process last saw (one XREVRANGE a
-    pass stands in for the nudge); mode `drain`: until a whole pass dispatches nothing (reports when the last
-    progress happened)."""
+    """consume_partition over the partitions this process owns. mode `sustained`: until stopped, a partition whose
+    stream head moved (one XREVRANGE a pass stands in for the nudge); `drain`: until a pass dispatches nothing."""
     from django.conf import settings
 
     from likes_project.eventlog.consumer import consume_partition
@@ -386,10 +374,8 @@ def snapshot(job: dict, ctl) -> dict:
 
 
 def probe(job: dict, ctl) -> dict:
-    """Commit -> displayCount. Every `interval_s` the probe user likes or unlikes one probe video (round robin, a
-    video only once its previous probe is resolved; one user per video, so its count must become 1 or 0), then
-    polls every `poll_s`: display = display_counts_get (GET .../like-count's read path, with its L1), view = the
-    same without the L1 (selectors._load). A probe not seen after `timeout_s` is a timeout; its video retired."""
+    """Commit -> displayCount: every `interval_s` the probe user flips a probe video (its count must become 1 or 0),
+    polled every `poll_s` with the GET's read path (display) and without its L1 (view); `timeout_s`: retired."""
     from counting import selectors
     from relations.services import commands
     load_uncached = getattr(selectors, "_load", None)

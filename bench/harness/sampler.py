@@ -1,6 +1,5 @@
-"""Where the time of a window went (TEST-3 "resource bottleneck"): the CPU of every process (/proc), summed by
-role, and the states of the bench databases' backends (pg_stat_activity), sampled from a thread of the driver.
-Importing this module does not import Django; `count_io` counts what a process sends."""
+"""Where the time of a window went (TEST-3): CPU by role (/proc) and the bench backends' states (pg_stat_activity),
+sampled from a thread of the driver; `count_io` counts what a process sends. Importing it does not import Django."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ def read_cpu_by_pid() -> dict[int, tuple[str, int, float, int]]:
     return out
 
 
-def _proc_stat() -> tuple[float, float, float]:
+def proc_stat() -> tuple[float, float, float]:
     vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     return float(sum(vals[:8])), float(vals[3]), float(vals[4])
 
@@ -55,8 +54,7 @@ class ResourceSampler:
 
     def start(self, t0: float, t1: float, *, labels: dict[int, str] | None = None,
               parents: dict[int, str] | None = None) -> None:
-        """Sample over [t0, t1] (or until stop()). `labels` names processes by pid; `parents` names the children
-        of a pid (a gunicorn master's workers)."""
+        """Sample over [t0, t1] (or until stop()); `labels`: names by pid; `parents`: names of a pid's children."""
         self.labels, self.parents = dict(labels or {}), dict(parents or {})
         self.window, self.waits, self.samples, self.backends = (t0, t1), Counter(), 0, set()
         self.cpu0 = self.cpu1 = None
@@ -75,7 +73,7 @@ class ResourceSampler:
         try:
             while not self._stop.is_set() and time.time() < t0:
                 time.sleep(0.02)  # the sampler's tick until the window opens (a measurement pacer)
-            self.cpu0 = (time.time(), _proc_stat(), read_cpu_by_pid())
+            self.cpu0 = (time.time(), proc_stat(), read_cpu_by_pid())
             # The CPU ends just before t1: clients close their connections right after the window, and an exited
             # backend's CPU can no longer be read.
             t_cpu_end = t1 - 0.15
@@ -94,7 +92,7 @@ class ResourceSampler:
                         elif state and state.startswith("idle in transaction"):
                             self.waits["idle in transaction (waiting for the client)"] += 1
                 time.sleep(max(0.0, min(self.interval, t_cpu_end - time.time())))  # the sampling interval
-            self.cpu1 = (time.time(), _proc_stat(), read_cpu_by_pid())
+            self.cpu1 = (time.time(), proc_stat(), read_cpu_by_pid())
         finally:
             if conn is not None:
                 conn.close()
@@ -153,9 +151,7 @@ def merge(items: list[dict]) -> dict:
 
 def sampled(sampler: ResourceSampler, fn, labels: dict[int, str] | None = None, *,
             window: tuple[float, float] | None = None, server=None):
-    """fn() with the sampler over it: over `window` (t0, t1; a measured window that starts after the warm-up),
-    else from now until fn returns; with `server` (a harness Gunicorn), its workers are named as such.
-    (fn's result, the resources)."""
+    """fn() sampled over `window` (else until it returns), `server`'s workers named: (fn's result, resources)."""
     t0, t1 = window or (time.time(), time.time() + 24 * 3600)
     sampler.start(t0, t1, labels=labels, parents={server.proc.pid: "gunicorn workers"} if server else None)
     try:
@@ -166,9 +162,8 @@ def sampled(sampler: ResourceSampler, fn, labels: dict[int, str] | None = None, 
 
 
 def count_io(counts: Counter, *, pipelines: bool = False, statements: bool = False):
-    """Count what this process sends into `counts`: "sql:ALIAS" a statement through Django's cursor (its execute
-    wrappers), "redis" a Redis command (and with `pipelines`, a pipeline's execution), with `statements` "pg" every
-    statement psycopg sent. Returns the function that stops counting."""
+    """Count into `counts` "sql:ALIAS" (Django's cursor), "redis" (commands; `pipelines`: and pipelines) and, with
+    `statements`, "pg" (all psycopg sent). Returns the function that stops counting."""
     import psycopg
     import redis
     import redis.client

@@ -45,15 +45,13 @@ def rows(alias: str, sql: str, params=None, *, slow: bool = False) -> list[tuple
 
 
 def vacuum(alias: str, *models, analyze_only: bool = False) -> None:
-    """VACUUM (ANALYZE), or ANALYZE alone, of the tables of `models` on `alias`: what autovacuum does after bulk work
-    (on the bench's server it is off)."""
+    """VACUUM (ANALYZE), or ANALYZE alone, of `models` on `alias` (the bench server's autovacuum is off)."""
     for model in models:
         rows(alias, f"{'ANALYZE' if analyze_only else 'VACUUM (ANALYZE)'} {table(model)}", slow=True)
 
 
 def relations_insert(cursor, rows_sql: str, params: list) -> None:
-    """LikeRelation rows on the cursor's shard; `rows_sql` selects (user_id, video_id, state, relation_version,
-    last_operation_id, at): the relation changed, was created and updated at `at`."""
+    """LikeRelation rows; `rows_sql` selects (user_id, video_id, state, relation_version, last_operation_id, at)."""
     from relations.models import LikeRelation
     cursor.execute(f"INSERT INTO {table(LikeRelation)} (user_id, video_id, state, relation_version, last_operation_id,"
                    " state_changed_at, created_at, updated_at) SELECT u, v, s, ver, op, at, at, at "
@@ -131,8 +129,7 @@ def author_id() -> int:
 
 
 def videos_ensure(video_ids: list[str]) -> int:
-    """Public active videos, through video_snapshot_upsert as the video service pushes them, for the ids without a
-    snapshot. Returns how many were created."""
+    """Public videos through video_snapshot_upsert, for the ids without a snapshot; how many were created."""
     from likes_project.audit.services import Actor
     from relations.models import VideoSnapshot
     from relations.services.videos import video_snapshot_upsert
@@ -146,8 +143,7 @@ def videos_ensure(video_ids: list[str]) -> int:
 
 
 def prepare(*, users: int, videos: int) -> tuple[list[tuple[int, str]], list[str]]:
-    """`users` users with DRF tokens, the author, `videos` public videos plus the hot one, and the naive counter
-    table in every relation shard (idempotent). Returns [(user id, token)] and the video ids."""
+    """Users with tokens, `videos` videos and the hot one, the naive counter tables: ([(user id, token)], videos)."""
     from django.db import connections
     from rest_framework.authtoken.models import Token
 
@@ -199,8 +195,7 @@ def consumer_reset(consumer: str) -> None:
 
 
 def reset_count() -> None:
-    """Empty the count projection's partition state (rows, vbuckets, receipts, dirty marks) and the `count`
-    consumer's checkpoints and dead letters."""
+    """Empty the count projection's partition state and the `count` consumer's checkpoints and dead letters."""
     from django.conf import settings
 
     from counting.models import CountEventReceipt, DirtyVideo, LikeCountProjection, VideoLikeCountVbucket
@@ -238,8 +233,7 @@ def streams_reset() -> int:
 
 
 def reset_all() -> None:
-    """Empty everything the seeded benchmarks write: relations, commands, the outbox and its archive, the count
-    projection's state, the display snapshots, the bench Redis namespace."""
+    """Empty relations, commands, the outbox and its archive, the count projection, displays, bench Redis keys."""
     from django.conf import settings
     from django.db import connections
 

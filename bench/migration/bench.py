@@ -7,6 +7,7 @@ import sys
 import time
 
 from bench.harness import checks, driver
+from bench.harness.load import unload
 from bench.harness.phases import STEPS, AutoVacuum, Session, command_figures, drain_wait, drained
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
 from bench.harness.seed import author_id, flush_redis, named_users, prepare, reset_all, rows, snapshots_insert
@@ -39,24 +40,6 @@ OPTIONS = {
     "autovacuum_naptime": (60.0, "the server's autovacuum off: stand in for it every this many s; 0: never", 0, 3600),
     "skip": ("", "comma list of parts to skip: throughput, series, naive, ceiling, reverse"),
 }
-
-
-def env(args) -> dict:
-    out = {"BUCKET_MIGRATION_RETENTION_S": f"{args.retention_s:g}"}
-    if args.job_lease_s >= 0:
-        out["OPS_JOB_LEASE_S"] = f"{args.job_lease_s:g}"
-    if args.statement_timeout_ms >= 0:
-        out["DB_STATEMENT_TIMEOUT_MS"] = args.statement_timeout_ms
-    return out
-
-
-def check_own_databases() -> None:
-    from django.conf import settings
-    driver.check_environment(DB_NAME)
-    if list(settings.COUNT_PARTITION_ALIASES) != [*BOOTSTRAP, TARGET] or \
-            list(settings.COUNT_BOOTSTRAP_PARTITIONS) != list(BOOTSTRAP):
-        raise SystemExit("[migration] refusing: needs COUNT_PARTITIONS=3 and COUNT_BOOTSTRAP_PARTITIONS=cnt_00,cnt_01 "
-                         "(use bench/run.sh migration)")
 
 
 def home(buckets: list[int]) -> dict[str, list[int]]:
@@ -119,15 +102,12 @@ def phase_series(s: Session, videos: list[str], series: list[int], big: list[int
             r["vacuum_s"] = moves.vacuum([here, dest])
         migrations.append(r)
         time.sleep(args.series_gap)  # load alone between two migrations
-    homes = home(big)
-    source = max(homes, key=lambda a: len(homes[a]))
+    source, at_source = max(home(big).items(), key=lambda kv: len(kv[1]))
     dest = "cnt_00" if source == TARGET else TARGET
-    for name in ("naive", "ceiling"):
+    for name, fn, kw in (("naive", moves.naive, {"batch": args.naive_batch}), ("ceiling", moves.ceiling, {})):
         if name not in args.skip:
-            fn = moves.naive if name == "naive" else moves.ceiling
-            kw = {"batch": args.naive_batch} if name == "naive" else {}
             baselines[name], baselines[name]["resources"] = s.sampled(
-                lambda f=fn, kw=kw: f(source, dest, homes[source], **kw), driver="driver")
+                lambda f=fn, kw=kw: f(source, dest, at_source, **kw), driver="driver")
             time.sleep(args.series_gap)  # load alone between two moves
     if baselines and args.vacuum:  # the baselines' rolled-back rows are dead tuples in the target's tables
         moves.vacuum([dest])
@@ -141,13 +121,12 @@ def phase_series(s: Session, videos: list[str], series: list[int], big: list[int
 
 def phase_reverse(s: Session, big: list[int]) -> dict:
     """With nothing else running: the raw COPY of the big set's rows, then the big set moved back to cnt_00."""
-    homes = home(big)
-    source = max(homes, key=lambda a: len(homes[a]))
+    source, at_source = max(home(big).items(), key=lambda kv: len(kv[1]))
     if source == "cnt_00":
         return {}
-    out = {"ceiling_idle": moves.ceiling(source, "cnt_00", homes[source])} if "ceiling" not in s.args.skip else {}
+    out = {"ceiling_idle": moves.ceiling(source, "cnt_00", at_source)} if "ceiling" not in s.args.skip else {}
     out["migration"], out["migration"]["resources"] = s.sampled(
-        lambda: moves.ours(s, homes[source], "cnt_00", "reverse-idle"), driver="driver")
+        lambda: moves.ours(s, at_source, "cnt_00", "reverse-idle"), driver="driver")
     return out
 
 
@@ -244,9 +223,10 @@ def headline(result: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261213, wait_quiet=180.0, env=env)
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261213, wait_quiet=180.0)
     args = run.args
-    check_own_databases()
+    driver.check_environment(DB_NAME, COUNT_PARTITION_ALIASES=[*BOOTSTRAP, TARGET],
+                             COUNT_BOOTSTRAP_PARTITIONS=list(BOOTSTRAP))
     from django.conf import settings
 
     from counting import routing
@@ -293,7 +273,7 @@ def main(argv=None) -> int:
         s.pool.close()
         if vacuumer:
             result["autovacuum"] = vacuumer.stop()
-        reset_all()
+        unload(mseed.SEED_VIDEO_PREFIX)
     failures = [f"migration {r['migration_id']} ({r['tag']}): {r['state']}, verify {r['verify_ok']}, job "
                 f"{r['job_status']} {r['error'] or ''}" for r in migrations(result)
                 if r["state"] != "RETIRED" or not r["verify_ok"] or r["job_status"] != "SUCCEEDED"]

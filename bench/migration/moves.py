@@ -40,8 +40,7 @@ def ours(s, buckets: list[int], target: str, tag: str) -> dict:
 
 
 def vacuum(aliases: list[str]) -> float:
-    """VACUUM (ANALYZE) of the two count tables on `aliases`, what autovacuum does after a bulk copy and a bulk
-    delete, on a server where it is off; the seconds it took."""
+    """VACUUM (ANALYZE) of the count tables on `aliases` (the server's autovacuum is off); the seconds it took."""
     from counting.models import LikeCountProjection, VideoLikeCountVbucket
     t0 = time.monotonic()
     for alias in aliases:

@@ -1,65 +1,45 @@
-"""The migration benchmark's data: `seed` the projection rows and vbuckets by COPY, `burst` one throughput backlog
-(new relations and their NEW outbox rows, as like commands leave them)."""
+"""The migration benchmark's data: `seed` the seeded videos' history, `burst` one throughput backlog (new relations and
+their NEW outbox rows, as like commands leave them)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import random
 import time
 import uuid
 from collections import defaultdict
 
-from bench.harness.seed import make_log, rows, table, vacuum
+from bench.harness import load
+from bench.harness.seed import rows, table
 
-log = make_log("migration")
 SEED_VIDEO_PREFIX, BURST_VIDEO_PREFIX = "bench-mig-v", "bench-mig-burst-"
 SEED_USER_BASE, SEED_USERS = 3_000_000_000, 200_000  # far above any Django user id of the run
 
 
 def seed(*, scale: int, per_video: int, rest_share: float, moved: list[int], seed: int) -> dict:
-    from django.db import connections, transaction
-
+    """Relations of the seeded videos through the harness loader, three days old: `scale` in the `moved` buckets and,
+    in every other bucket, a `rest_share` of the candidates at random."""
     from counting import routing
-    from counting.models import LikeCountProjection, VideoLikeCountVbucket
+    from counting.models import LikeCountProjection
     gen, rng, moved_set, t0 = routing.load_generation(), random.Random(seed), set(moved), time.monotonic()
-    rows: dict[str, list] = defaultdict(list)
-    kept = idx = 0
-    limit = scale * max(1, gen.space.virtual_buckets // max(len(moved), 1)) * 4 + 1_000_000
-    while kept < scale and idx < limit:
-        i, j = divmod(idx, per_video)
-        vid, user = f"{SEED_VIDEO_PREFIX}{i:07d}", SEED_USER_BASE + idx % SEED_USERS
-        idx += 1
-        vb = routing.virtual_bucket(gen.space, vid, user)
-        if vb in moved_set:
-            kept += 1
-        elif rng.random() >= rest_share:
-            continue
-        m = (i * 31 + j * 17) % 20
-        rows[gen.routes[vb].partition].append((user, vid, "UNLIKED" if 17 <= m < 19 else "LIKED",
-                                               1 if m < 17 else 2 if m < 19 else 3, vb))
-    at = dt.datetime.now(tz=dt.UTC) - dt.timedelta(days=3)
-    out = {}
-    for alias, part in sorted(rows.items()):
-        with transaction.atomic(using=alias), connections[alias].cursor() as cur:
-            cur.execute("SET LOCAL statement_timeout = 0")
-            with cur.cursor.copy(f"COPY {table(LikeCountProjection)} (generation, user_id, video_id, "
-                                 "projected_state, projected_version, bucket_space_version, virtual_bucket, "
-                                 "updated_at) FROM STDIN") as cp:
-                for user, vid, state, version, vb in part:
-                    cp.write_row((gen.generation, user, vid, state, version, gen.space.version, vb, at))
-            cur.execute(f"INSERT INTO {table(VideoLikeCountVbucket)} (generation, video_id, virtual_bucket, "
-                        "bucket_space_version, active_count, bucket_version, frozen, updated_at) SELECT generation, "
-                        "video_id, virtual_bucket, bucket_space_version, count(*) FILTER (WHERE projected_state = "
-                        "'LIKED'), sum(projected_version), false, max(updated_at) FROM "
-                        f"{table(LikeCountProjection)} WHERE generation = %s AND video_id LIKE %s GROUP BY 1, 2, 3, 4",
-                        [gen.generation, SEED_VIDEO_PREFIX + "%"])
-            out[alias] = {"projection_rows": len(part), "vbuckets": cur.rowcount}
-        vacuum(alias, LikeCountProjection, VideoLikeCountVbucket)
-        log(f"  seeded {alias}: {out[alias]}")
-    connections.close_all()
-    return {"partitions": out, "projection_rows": sum(p["projection_rows"] for p in out.values()),
-            "vbuckets": sum(p["vbuckets"] for p in out.values()), "seconds": round(time.monotonic() - t0, 1)}
+
+    def relations():
+        kept = 0
+        for idx in range(scale * max(1, gen.space.virtual_buckets // max(len(moved), 1)) * 4 + 1_000_000):
+            if kept >= scale:
+                return
+            i, j = divmod(idx, per_video)
+            vid, user = f"{SEED_VIDEO_PREFIX}{i:07d}", SEED_USER_BASE + idx % SEED_USERS
+            if routing.virtual_bucket(gen.space, vid, user) in moved_set:
+                kept += 1
+            elif rng.random() >= rest_share:
+                continue
+            m = (i * 31 + j * 17) % 20
+            yield idx, user, vid, "UNLIKED" if 17 <= m < 19 else "LIKED", 1 if m < 17 else 2 if m < 19 else 3
+
+    out = load.load(relations(), prefix=SEED_VIDEO_PREFIX, base_ms=int((time.time() - 3 * 86400) * 1000), step_ms=4)
+    return {**out, "projection_rows": out["rows"].get(table(LikeCountProjection), 0),
+            "vbuckets": sum(out["vbuckets_upserted"].values()), "seconds": round(time.monotonic() - t0, 1)}
 
 
 def bucket_rows(buckets: list[int]) -> dict:

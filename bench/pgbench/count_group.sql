@@ -1,22 +1,15 @@
--- Raw SQL ceiling of the count projector (issue 15 §3): ONE group of a batch, as raw SQL on one count
--- partition. bench/projection/projector.py runs it with pgbench; each transaction stands for :batch events.
--- The statements of counting.services.projection._apply_group, in its order and with its texts (the
--- unnest arrays become generate_series over :batch rows, the same rows in every statement):
---   the missing bucket rows first (rows_ensure, its own statement), BEGIN, the consumer fence, the
---   generation fence, the route fence (FOR SHARE), the receipt lookup, the projection and bucket locks
---   (FOR UPDATE, in key order), the projection upsert, the bucket adds, the dirty marks, the receipts,
---   COMMIT.
--- Variables (pgbench -D): batch (events per group), gen and space (the ACTIVE generation and bucket-space
--- version), vbs (the '{...}' array of virtual buckets routed to this partition), nvbs (its length),
--- videos (distinct videos; 1 = the hot video). Each client stands for one stream partition (pgbench's
--- :client_id): its own consumer fence row, dirty marks and receipts, as each projector pass has.
--- Every transaction writes new relations (a fresh :ubase) with version 1 LIKED, so every event is
--- applied and every bucket grows: the projector's most expensive case, no duplicates or stale events.
--- The receipt lookup's offsets are varchar like the column: a text array from a subquery is compared after
--- casting the column and is then a filter over every receipt of the partition, not an index range (the
--- projector binds its offsets as a parameter, which the index takes). The row locks read the keys from
--- unnest(array, array) as the projector's do: an IN over generate_series with the hot video's constant id
--- made the planner walk every projection row of the video instead of probing the unique index per key.
+-- Raw SQL ceiling of the count projector (issue 15 §3): ONE group of a batch on one count partition;
+-- bench/projection/projector.py runs it with pgbench, each transaction standing for :batch events. The statements of
+-- counting.services.projection._apply_group, in its order and with its texts (unnest arrays become generate_series
+-- over :batch rows): the missing bucket rows (rows_ensure), BEGIN, the consumer, generation and route fences, the
+-- receipt lookup, the projection and bucket locks (in key order), the projection upsert, the bucket adds, the dirty
+-- marks, the receipts, COMMIT. pgbench -D: batch, gen and space (the ACTIVE generation and bucket-space version), vbs
+-- (the '{...}' array of buckets routed here), nvbs (its length), videos (1 = the hot video). Each client is one stream
+-- partition (:client_id: its fence row, dirty marks, receipts). Every transaction writes new relations (a fresh
+-- :ubase) LIKED v1: every event applied, every bucket grows, the projector's most expensive case.
+-- The receipt offsets are varchar like the column (a text array from a subquery would make the lookup a filter over
+-- every receipt); the row locks read their keys from unnest(array, array) as the projector's do (an IN over
+-- generate_series with the hot video's constant id made the planner walk every projection row of the video).
 \set ubase random(1, 1000000000000)
 \set vbase random(0, 1000000)
 \set off random(1, 9000000000000000000)

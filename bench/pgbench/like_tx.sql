@@ -1,10 +1,7 @@
--- Raw SQL ceiling of one like command (bench/command_bench.py runs it with pgbench on one relation shard).
--- The statements of relations.services.commands._apply: idempotency lookup, relation row lock,
--- relation insert-or-flip (one upsert keeps it valid for random pairs), outbox row, command row.
--- :users and :videos are passed with pgbench -D, and :naive_hot: 1 runs the naive hot-counter variant
--- (row like_tx_naive_hot), the same transaction plus a synchronous counter UPDATE on one video row
--- (bench_naive_video, created by bench/dataset.py) at the point the naive service wrapper runs it:
--- after the relation write, before the outbox insert.
+-- Raw SQL ceiling of one like command (bench/command/bench.py runs it with pgbench on one relation shard): the
+-- statements of relations.services.commands._apply: idempotency lookup, relation row lock, relation insert-or-flip
+-- (one upsert keeps it valid for random pairs), outbox row, command row. pgbench -D :users, :videos and :naive_hot
+-- (1: the naive variant, plus the counter UPDATE of bench_naive_video where bench/command/naive.py runs it).
 \set uid random(1, :users)
 \set vid random(1, :videos)
 \set op random(1, 9000000000000000000)

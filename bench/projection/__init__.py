@@ -1,2 +1,1 @@
-"""The count pipeline: `bench/run.sh projection` (pipeline.py), `convergence` (convergence.py) and `projector`
-(projector.py); naive.py: the single-row counter baseline."""
+"""The count pipeline: `projection` (pipeline.py), `convergence`, `projector`; naive.py: the single-row baseline."""

@@ -48,8 +48,7 @@ def broker_purge() -> None:
 
 
 def worker_tasks(log_path: Path, seconds: float) -> list[dict]:
-    """What the Celery worker ran, from its "Task NAME[id] succeeded in Ns" lines: per task, runs a second, mean
-    run time, and worker-seconds a second (where its time went)."""
+    """Per task the Celery worker ran ("Task NAME[id] succeeded in Ns"): runs/s, mean ms, worker-seconds a second."""
     runs: dict[str, list[float]] = {}
     if log_path.exists():
         for m in _SUCCEEDED.finditer(log_path.read_text(errors="replace")):
@@ -61,8 +60,7 @@ def worker_tasks(log_path: Path, seconds: float) -> list[dict]:
 
 @contextlib.contextmanager
 def celery_running(workdir: Path):
-    """The Procfile's `worker` and `beat`, as written, through a shell as a Procfile runner starts them, with the
-    nudges on; in the driver's session, so bench/run.sh's cleanup stops them too if the driver dies."""
+    """The Procfile's `worker` and `beat` as a Procfile runner starts them, nudges on, in the driver's session."""
     env = {**os.environ, "LIKES_NUDGE_ENABLED": "true", "PYTHONUNBUFFERED": "1"}
     procs: list[subprocess.Popen] = []
     broker_purge()

@@ -1,5 +1,5 @@
-"""The count pipeline's naive baseline: one counter row per video, fed by the same consumer framework as ours, with
-the same versioned absolute-state rule in a (user_id, video_id) table of its own (docs/benchmarks.md, "projector")."""
+"""The count pipeline's naive baseline: a counter row per video, fed by the same consumer framework and versioned
+absolute-state rule as ours (docs/benchmarks.md, "projector")."""
 
 from __future__ import annotations
 

@@ -10,9 +10,10 @@ import time
 from collections import Counter
 
 from bench.harness import checks, driver, seed
-from bench.harness.phases import ROLE, Layout, Session, drain_wait, drained
+from bench.harness.phases import ROLE, Layout, Session, drain_wait, drained, window_times
 from bench.harness.pool import Pool
-from bench.harness.report import fmt, md_table, pair, pct, pooled, ratio, resources_table
+from bench.harness.report import clients_pooled, fmt, md_table, pair, pct, pooled, ratio, resources_table
+from bench.harness.roles import reset_connections
 from bench.harness.sampler import ResourceSampler, sampled
 from bench.projection import naive
 
@@ -32,9 +33,7 @@ PROBE_VIDEO_PREFIX, PROBE_USER = "bench-probe-", "bench-probe-user"
 
 
 def prepare_pipeline(args) -> tuple[list, list[str], int, dict[str, list[str]]]:
-    """The bench Redis namespace flushed, the users and videos, the probe user and videos (a set per workload, so the
-    workloads' relations stay disjoint) and the naive baseline's tables. Returns the users, the videos, the probe
-    user id and the probe videos by workload."""
+    """Users, videos, the naive tables; the probe user and its videos by workload (their relations stay disjoint)."""
     seed.flush_redis()
     users, videos = seed.prepare(users=args.users, videos=args.videos)
     sets = {w: [f"{PROBE_VIDEO_PREFIX}{w[0]}{i:02d}" for i in range(args.probe_videos)] for w in ("uniform", "hot")}
@@ -46,30 +45,18 @@ def prepare_pipeline(args) -> tuple[list, list[str], int, dict[str, list[str]]]:
 
 def reset_workload() -> None:
     """Relations, the count state of both consumers, the display snapshots, the bench Redis namespace."""
-    from django.db import connections
-
-    from counting.models import VideoDisplayCount
-    seed.reset_state()
-    seed.reset_count()
     naive.reset()
-    seed.truncate(["default"], VideoDisplayCount)
-    seed.flush_redis()
-    connections.close_all()
+    seed.reset_all()
 
 
 def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *, workload: str, users: list,
                   videos: list[str], probe_user: int, probe_videos: list[str], pipeline: str = "loops",
                   rate_per_s: float | None = None, job_settings: dict | None = None) -> dict:
-    """One workload's warm-up and window with every role running, then the drain; its row. `pipeline`: "loops"
-    runs the publishers, projectors and snapshot as this pool's loops, "celery" leaves them to a Celery worker and
-    beat the caller started (the commands and the probe then nudge them: `job_settings`). `rate_per_s`: the command
-    load as an open loop at this total rate (None: closed loop)."""
-    run_id, deadlocks0 = secrets.token_hex(3), checks.pg_deadlocks()
-    t_start = time.time() + 1.0
-    t_measure = t_start + args.warmup
-    t_end = t_measure + args.duration
-    times = {"t_start": t_start, "t_measure": t_measure, "t_end": t_end,
-             "hard_deadline": t_end + args.drain_timeout + args.probe_timeout + 30}
+    """One workload's window with every role running, then the drain: its row. `pipeline`: "loops" or "celery" (the
+    caller's, nudged per `job_settings`); `rate_per_s`: an open loop at this total rate (None: closed)."""
+    run_id, deadlocks0, times = secrets.token_hex(3), checks.pg_deadlocks(), window_times(args, lead=1.0)
+    t_measure, t_end = times["t_measure"], times["t_end"]
+    times["hard_deadline"] = t_end + args.drain_timeout + args.probe_timeout + 30
     n, s = len(layout.commands), Session(pool, layout, args, users)
     for k, i in enumerate(layout.commands):
         pool.submit(i, {**times, "role": ROLE + "window", "layer": "service", "users": users[k::n],
@@ -90,15 +77,14 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
     else:
         pending, drain_s = drain_wait(args.drain_timeout)
         loops = {"drained": not pending, "pending": pending, "drain_s": drain_s}
-    ok = sum(r["ok"] for r in cmd.values())
-    lat = [x for r in cmd.values() for x in r["latencies_ms"]]
-    (cmd_errors,) = pooled(cmd.values(), "errors")
+    tot = clients_pooled(list(cmd.values()), ("ok", "changed"), ("errors",))
+    ok, lat = tot["ok"], tot["latencies_ms"]
     time.sleep(max(0.0, t_end + 1.5 - time.time()))  # let the last window close before reading receipts
     durable = receipts_and_lags(t_measure, t_end)
     row = {"workload": workload, "pipeline": pipeline, "rate_per_s": rate_per_s,
            "commands_per_s": round(ok / args.duration, 1), "command_p50_ms": pct(lat, 0.5),
-           "command_p99_ms": pct(lat, 0.99), "command_errors": sum(cmd_errors.values()),
-           "changed_share": round(sum(r["changed"] for r in cmd.values()) / ok, 3) if ok else None,
+           "command_p99_ms": pct(lat, 0.99), "command_errors": sum(tot["errors"].values()),
+           "changed_share": round(tot["changed"] / ok, 3) if ok else None,
            "events_produced_per_s": round(durable.pop("produced") / args.duration, 1),
            "events_applied_per_s": round(durable.pop("applied") / args.duration, 1), **durable,
            "display_p50_ms": pct(probe["display_ms"], 0.5, 1), "display_p99_ms": pct(probe["display_ms"], 0.99, 1),
@@ -115,11 +101,8 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
 
 
 def receipts_and_lags(t_measure: float, t_end: float) -> dict:
-    """From the durable records after the drain: events produced (outbox rows created in the window) and applied
-    (`applied` receipts created in it), and for every event whose stateChangedAt is in the window the publish lag
-    (published_at - stateChangedAt) and the projection lag (receipt - stateChangedAt), joined by event id."""
+    """From the durable records: events produced and applied in the window, the publish and projection lags."""
     from django.conf import settings
-    from django.db import connections
 
     from counting import routing
     from counting.models import CountEventReceipt
@@ -136,7 +119,7 @@ def receipts_and_lags(t_measure: float, t_end: float) -> dict:
             produced += w0 <= created < w1
             if w0 <= (changed_at := dt.datetime.fromisoformat(changed)) < w1:
                 events.append((event_id, changed_at, published))
-    connections.close_all()
+    reset_connections()
     project = [(applied_at[e] - c).total_seconds() * 1000 for e, c, _ in events if e in applied_at]
     publish = [(p - c).total_seconds() * 1000 for _, c, p in events if p is not None]
     return {"produced": produced, "applied": sum(w0 <= t < w1 for t in applied_at.values()),
@@ -149,7 +132,6 @@ def receipts_and_lags(t_measure: float, t_end: float) -> dict:
 def exactness() -> dict:
     """After a drain: checks.counts (facts = vbuckets = snapshot = served), dead letters and frozen buckets."""
     from django.conf import settings
-    from django.db import connections
 
     from counting.models import VideoLikeCountVbucket
     from counting.services.projection import COUNT_CONSUMER
@@ -158,7 +140,7 @@ def exactness() -> dict:
     out["dead_letters"] = DeadLetter.objects.filter(consumer__in=[COUNT_CONSUMER, naive.CONSUMER]).count()
     out["frozen_buckets"] = sum(VideoLikeCountVbucket.objects.using(a).filter(frozen=True).count()
                                 for a in settings.COUNT_PARTITION_ALIASES)
-    connections.close_all()
+    reset_connections()
     return out
 
 
@@ -193,13 +175,10 @@ def streams_load(saved: dict[int, list]) -> None:
 
 
 def run_replay(pool: Pool, layout: Layout, sampler, *, variant: str, procs: int, own: set[str]) -> dict:
-    """Project the whole stream again from an empty state with `procs` processes each owning every procs-th
-    partition; checked against the workload's LIKED relations (every other video must be 0)."""
-    from django.db import connections
-
+    """The stream projected again from empty by `procs` processes, checked against the workload's LIKED relations."""
     from likes_project.eventlog import streams
     seed.reset_count() if variant == "ours" else naive.reset()
-    connections.close_all()
+    reset_connections()
     backlog = sum(streams.length(p) for p in streams.all_partitions())
     res, elapsed, resources = drained(pool, "count" if variant == "ours" else naive.FACTORY, procs, max_s=120,
                                       on=layout.replay_order, sampler=sampler, label=f"projectors ({variant})")
@@ -217,8 +196,7 @@ def run_replay(pool: Pool, layout: Layout, sampler, *, variant: str, procs: int,
 
 
 def run_capacity(pool, layout, sampler, args, *, rows: list[dict], saved: dict, own_videos: dict) -> None:
-    """The replays after every workload's sustained phase, so a variant's hot and uniform replays run back to back
-    (u-ours h-ours h-naive u-naive, then reversed, ...): background load on a shared machine hits both alike."""
+    """The replays, a variant's hot and uniform back to back (a drift of the machine hits both alike)."""
     log = driver.make_log(NAME)
     by = {r["workload"]: r for r in rows}
     for r in rows:
@@ -249,8 +227,7 @@ def run_capacity(pool, layout, sampler, args, *, rows: list[dict], saved: dict, 
 
 
 def compute_ratios(rows: list[dict], pipeline_procs: int) -> dict:
-    """hot ÷ uniform: commands/s and events applied/s of the sustained window; replay applied/s per variant and
-    process count (pooled over the rounds, and per round)."""
+    """hot ÷ uniform of the sustained window (commands/s, applied/s) and of the replays (per variant and processes)."""
     by = {r["workload"]: r for r in rows}
     out: dict = {"pipeline_procs": pipeline_procs, "capacity": {}}
     if "hot" not in by or "uniform" not in by:

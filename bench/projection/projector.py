@@ -10,6 +10,7 @@ from bench.harness.driver import BENCH_DIR
 from bench.harness.phases import backlog_events, drained, expected_liked, pgbench, pgbench_found, publish
 from bench.harness.pool import Pool
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
+from bench.harness.roles import reset_connections
 from bench.harness.sampler import ResourceSampler
 from bench.harness.seed import reset_count, streams_reset
 from bench.projection import naive
@@ -40,9 +41,8 @@ def reset_all() -> None:
 
 def drain(pool: Pool, sampler, *, variant: str, procs: int, events: int, expected: dict[str, int]) -> dict:
     """One drain of the backlog in the streams by `procs` of the pool's processes, from an empty state."""
-    from django.db import connections
     reset_count() if variant == "ours" else naive.reset()
-    connections.close_all()
+    reset_connections()
     res, seconds, resources = drained(pool, "count" if variant == "ours" else naive.FACTORY, procs, max_s=MAX_DRAIN_S,
                                       sampler=sampler)
     elapsed = max(seconds or 0.0, 1e-3)
@@ -131,9 +131,8 @@ def main(argv=None) -> int:
     args = run.args
     procs_list = driver.int_list(args.procs)
     from django.conf import settings
-    from django.db import connections
     naive.tables([f"{VIDEO_PREFIX}{i:05d}" for i in range(args.uniform_videos)] + [f"{VIDEO_PREFIX}hot"])
-    connections.close_all()
+    reset_connections()
     result: dict = {"drains": [], "pgbench": []}
     variants, sampler = ["ours"] if args.skip_naive else ["ours", "naive"], ResourceSampler()
     try:

@@ -11,12 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import driver, seed
+from bench.harness import driver, load, seed
 from bench.harness.phases import clients_run, window_times
 from bench.harness.pool import Gunicorn, Pool
 from bench.harness.report import clients_pooled, fmt, md_table, pct, resources_table
 from bench.harness.sampler import ResourceSampler, merge
-from bench.read.pages import LIST_PREFIX, run_list, run_rebuild
+from bench.read.pages import LIST_PREFIX, relation_cache_flush, run_list, run_rebuild
 
 NAME = "read"
 OPTIONS = {
@@ -39,26 +39,8 @@ REDIS_DOWN = {"REDIS_URL": DOWN_REDIS_URL, "LOG_LEVEL": "ERROR"}  # the Redis-do
 ROLE = "bench.read.clients:"
 
 
-def relation_cache_flush() -> int:
-    """Drop the relation cache hashes (`likes-bench:rel:g*`, the registry `rel:gens` included), then mirror the
-    registry again so writes stay possible."""
-    from django.conf import settings
-
-    from relations.services.relation_cache import cache_generations_mirror
-    n = seed.scan_delete(f"{settings.LIKES_REDIS_PREFIX}:rel:g*")
-    cache_generations_mirror()
-    return n
-
-
-def truncate_floors() -> None:
-    from relations import routing
-    from relations.models import LikeRelationCacheProjection
-    seed.truncate(routing.all_aliases(), LikeRelationCacheProjection)
-
-
 def prepare_batch(args, bench_users: list[tuple[int, str]]) -> dict:
-    """`--videos` public videos, a feed of `--feed` of them per user, 30% LIKED (v1 or v3) and 10% UNLIKED (v2) as
-    relation facts, and a display snapshot of every video (its LIKED count) with its Redis view."""
+    """`--videos` videos, a feed of `--feed` per user (30% LIKED, 10% UNLIKED), displays and their Redis views."""
     from django.db import connections, transaction
 
     from counting.services.count_cache.layers import count_cache_views_write
@@ -92,24 +74,10 @@ def prepare_batch(args, bench_users: list[tuple[int, str]]) -> dict:
 
 
 def cleanup() -> None:
-    """Leave the bench databases as the other benchmarks expect them: no relations, floors or relation-cache
-    hashes, none of this run's videos, snapshots or views."""
-    from django.conf import settings
-    from django.db import connections
-
-    from counting.models import VideoDisplayCount
+    """Nothing of a run left (harness/load.py's unload of its videos), the my-likes videos' snapshots included."""
     from relations.models import VideoSnapshot
-    connections.close_all()
-    seed.reset_state()
-    truncate_floors()
-    relation_cache_flush()
-    with connections["default"].cursor() as cur:
-        cur.execute(f"DELETE FROM {seed.table(VideoDisplayCount)} WHERE video_id LIKE %s", [BQ_PREFIX + "%"])
-        cur.execute(f"DELETE FROM {seed.table(VideoSnapshot)} WHERE video_id LIKE %s OR video_id LIKE %s",
-                    [BQ_PREFIX + "%", LIST_PREFIX + "%"])
-    p = settings.LIKES_REDIS_PREFIX
-    for pattern in (f"{p}:count:view:*{{{BQ_PREFIX}*", f"{p}:vis:v1:{{{BQ_PREFIX}*", f"{p}:vis:v1:{{{LIST_PREFIX}*"):
-        seed.scan_delete(pattern)
+    load.unload(BQ_PREFIX)
+    seed.rows("default", f"DELETE FROM {seed.table(VideoSnapshot)} WHERE video_id LIKE %s", [LIST_PREFIX + "%"])
 
 
 def measure(ctx: dict, *, layer: str, case: str) -> dict:
@@ -154,8 +122,7 @@ def aggregate(parts: list[dict], args, *, layer: str, case: str) -> dict:
 
 
 def run_layer(ctx: dict, layer: str) -> list[dict]:
-    """`--rounds` windows of each case, the order alternating (warm, down, cold / cold, down, warm) so a drift of
-    the machine hits the cases alike; the cache is refilled before a warm window when a cold one emptied it."""
+    """`--rounds` windows of each case in alternating order; the cache refilled for a warm window after a cold one."""
     args, parts = ctx["args"], {c: [] for c in ("warm", "cold", "down")}
     for rnd in range(args.rounds):
         for case in ["warm", "down", "cold"] if rnd % 2 == 0 else ["cold", "down", "warm"]:
@@ -261,7 +228,7 @@ def main(argv=None) -> int:
             result["list"] = run_list(args, bench_users[-1][0])
         if not args.skip_rebuild:
             run.interference.note("rebuild")
-            result["rebuild"] = run_rebuild(args, relation_cache_flush, truncate_floors)
+            result["rebuild"] = run_rebuild(args)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         cleanup()

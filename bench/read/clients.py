@@ -1,5 +1,5 @@
-"""The client roles of the read-path benchmark: the batch query at the service layer or over HTTP, each answer checked,
-with the SQL statements and Redis round trips it cost; and the relation-cache fill of the warm case."""
+"""The read benchmark's client roles: the batch query (service layer or HTTP), each answer checked, with its SQL
+statements and Redis round trips; the relation-cache fill of the warm case."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import time
 from collections import Counter
 
-from bench.harness.roles import HTTP_TIMEOUT_S, error_kind, http_exchange, wait_until
+from bench.harness.roles import HTTP_TIMEOUT_S, error_kind, http_exchange
 from bench.harness.sampler import count_io
 
 MAX_JOB_SECONDS = 300.0
@@ -39,8 +39,7 @@ def _call(job: dict):
 
 
 def batch(job: dict, ctl) -> dict:
-    """Batch queries of random feed pages over [t_start, t_end], measured from t_measure; every answer checked
-    (order, availability, state/version, count) against the prepared data."""
+    """Batch queries of random feed pages over [t_start, t_end], measured from t_measure, each answer checked."""
     from likes_project import metrics
     if not _COUNTING:
         _COUNTING.append(count_io(_IO, pipelines=True))
@@ -49,7 +48,7 @@ def batch(job: dict, ctl) -> dict:
     t_measure, t_end = job["t_measure"], min(job["t_end"], time.time() + MAX_JOB_SECONDS)
     latencies, errors, io, sources, c = [], Counter(), Counter(), Counter(), Counter(ok=0, wrong=0)
     hits = misses = 0.0
-    wait_until(job["t_start"])
+    ctl.sleep_until(job["t_start"])
     try:
         for _ in range(2_000_000):
             w0 = time.time()

@@ -1,5 +1,5 @@
-"""The read benchmark's parts 2 and 3: the my-likes page 1 and a deep page, ours (keyset) against LIMIT/OFFSET, with
-the deep page's plans; relation_cache_rebuild() end to end over synthetic relations, its time and Redis memory."""
+"""The read benchmark's parts 2 and 3: the my-likes page 1 and a deep page, ours (keyset) against LIMIT/OFFSET;
+relation_cache_rebuild() end to end over synthetic relations, its time and Redis memory."""
 
 from __future__ import annotations
 
@@ -7,13 +7,24 @@ import json
 import os
 import time
 
+from bench.harness import load
 from bench.harness.report import pct, ratio
 from bench.harness.sampler import ResourceSampler, sampled
-from bench.harness.seed import author_id, make_log, relations_insert, reset_state, rows, snapshots_insert, table, vacuum
+from bench.harness.seed import author_id, make_log, relations_insert, rows, scan_delete, snapshots_insert, table, vacuum
 
 log = make_log("read")
 LIST_PREFIX, REB_PREFIX = "rbl-v", "rbr-v"  # the my-likes user's liked videos; the rebuild relations' videos
 REB_USER_BASE, REB_VIDEOS, REB_PER_USER = 8_000_000_000, 5000, 50  # synthetic users (the shards have no FK)
+
+
+def relation_cache_flush() -> int:
+    """Drop the relation cache hashes (the registry included), then mirror the registry so writes stay possible."""
+    from django.conf import settings
+
+    from relations.services.relation_cache import cache_generations_mirror
+    n = scan_delete(f"{settings.LIKES_REDIS_PREFIX}:rel:g*")
+    cache_generations_mirror()
+    return n
 
 
 def explain(alias: str, sql: str, params: list) -> dict:
@@ -36,8 +47,7 @@ def explain(alias: str, sql: str, params: list) -> dict:
 
 
 def run_list(args, user_id: int) -> dict:
-    """Page 1 and page `--list-page` (limit `--list-limit`) of a user with `--list-likes` LIKED relations: ours
-    (keyset) against LIMIT/OFFSET, and OFFSET with the same visibility filter, interleaved in one run."""
+    """Page 1 and page `--list-page` of `--list-likes` likes: ours, OFFSET, OFFSET + our filter, interleaved."""
     from django.db import connections, transaction
 
     from relations import routing
@@ -118,8 +128,7 @@ def _redis_memory() -> dict:
 
 
 def _insert(n_users: int) -> dict:
-    """n_users synthetic users x 50 videos, via generate_series, each on its shard: LIKED v1 for two thirds,
-    UNLIKED v2 for one third, updated a day back (before the scan)."""
+    """n_users synthetic users x 50 videos on their shards: LIKED v1 for two thirds, UNLIKED v2 for one third."""
     from django.db import connections, transaction
 
     from relations import routing
@@ -157,22 +166,19 @@ def _timed_rebuild(label: str):
     return relation_cache_rebuild(progress=progress), time.perf_counter() - t0
 
 
-def run_rebuild(args, flush, truncate_floors) -> dict:
-    """`--rebuild-relations` (auto: 1,000,000 unless a calibration on what the shards hold now projects more than
-    `--rebuild-budget` seconds, then 250,000 and extrapolated) rebuilt end to end."""
+def run_rebuild(args) -> dict:
+    """`--rebuild-relations` rebuilt (auto: 1,000,000, or 250,000 when a calibration projects over the budget)."""
     out: dict = {"relations_per_user": REB_PER_USER}
     target = args.rebuild_relations
     if target == "auto":
-        flush()
+        relation_cache_flush()
         report, secs = _timed_rebuild("calibration")
         projected = 1_000_000 * secs / report.scanned if report.scanned else float("inf")
         target = 1_000_000 if projected <= args.rebuild_budget else 250_000
         out["calibration"] = {"relations": report.scanned, "seconds": round(secs, 2),
                               "projected_1m_s": round(projected), "budget_s": args.rebuild_budget}
     target = int(target)
-    reset_state()
-    truncate_floors()
-    flush()
+    load.unload(REB_PREFIX)  # the relations, floors and caches of the calibration
     t0 = time.monotonic()
     per_shard = _insert(target // REB_PER_USER)
     out.update(relations=sum(per_shard.values()), users=target // REB_PER_USER, per_shard=per_shard,

@@ -9,9 +9,10 @@ import time
 from collections import Counter
 
 from bench.harness import checks, driver
+from bench.harness.load import unload
 from bench.harness.phases import Session, command_figures, pooled_windows
 from bench.harness.report import fmt, md_table, pair, pct, ratio, resources_table
-from bench.harness.seed import flush_redis, named_users, prepare, reset_all, rows, table
+from bench.harness.seed import named_users, prepare, rows, table
 from bench.reconcile import seed
 from bench.reconcile.seed import SEED_HOT_VIDEO
 
@@ -39,13 +40,11 @@ NAMES = {"ours": "ours: coverage run (REC-3/4)", "naive": "naive: COUNT(*) per v
 
 
 def seeded_session(run) -> tuple:
-    """The command load's users, the operators, every table emptied, the data set seeded and checked; the pool,
-    its layout and the session. Returns (plan, data, session)."""
+    """Users, operators, every table emptied, the data set seeded and checked: (plan, data, the session)."""
     args = run.args
-    flush_redis()
     users, _ = prepare(users=args.users, videos=0)
     named_users(OPERATOR, APPROVER)
-    reset_all()
+    unload(seed.PREFIX)
     plan = seed.plan_for(relations=args.relations, hot=args.hot_likes, per_video=args.per_video)
     run.log(f"seeding {plan.relations:,} relations: {plan.videos:,} videos x {plan.per_video} + {plan.hot:,} ...")
     data = {"seed": seed.seed(plan)}
@@ -67,9 +66,8 @@ _HASH = "hashtextextended({u}::text || '/' || {s} || '/' || {v}::text, 0)"
 
 
 def naive_compare() -> dict:
-    """Per chunk of videos (a coverage run's keyset and chunk size), the LIKED count of every video in the facts
-    against its LIKED projection rows: no versions, outbox evidence, wait for events in flight or routing. It finds
-    a count that differs, not which relation; an offsetting +1/-1 passes it."""
+    """Per chunk of videos (as a coverage run takes them), each video's LIKED count in the facts against its LIKED
+    projection rows: no versions, evidence or routing; an offsetting +1/-1 passes it."""
     from django.conf import settings
 
     from counting import routing
@@ -101,9 +99,8 @@ def naive_compare() -> dict:
 
 
 def sql_ceiling() -> dict:
-    """One statement per database, no Python in the loop: a GROUP BY video_id over the whole table, per video the
-    LIKED count and an XOR of a hash of every (user, state, version), on the shards and on the projection rows;
-    then the aggregates compared. It reads and digests every row once: the floor of any check of every relation."""
+    """One GROUP BY video_id per database (per video the LIKED count and an XOR of a hash of every (user, state,
+    version)) on the shards and the projection, compared: every row read once, the floor of any full check."""
     from django.conf import settings
     from django.db import connections, transaction
 
@@ -139,18 +136,8 @@ def run_check(s: Session, variant: str) -> dict:
     return r
 
 
-def phase_coverage_idle(s: Session) -> list[dict]:
-    rows = []
-    for rnd in range(s.args.coverage_rounds):
-        for variant in ["ours", "naive", "ceiling"][::-1 if rnd % 2 else 1]:
-            r, res = s.sampled(lambda v=variant: run_check(s, v))
-            rows.append({**r, "round": rnd, "load": False, "resources": res})
-    return rows
-
-
 def phase_coverage_load(s: Session, videos: list[str]) -> dict:
-    """The load and the pipeline, a window of load alone, then ours, the naive baseline and the ceiling one after
-    the other, a window of load alone: relations/s of each, and commands/s inside each."""
+    """Ours, naive and ceiling one after the other under the load: relations/s of each, commands/s inside each."""
     load = s.start_load(videos, "coverage", 3 * s.args.check_timeout)
     checks_ = []
     for variant in ("ours", "naive", "ceiling"):
@@ -168,8 +155,7 @@ def phase_coverage_load(s: Session, videos: list[str]) -> dict:
 
 
 def phase_exact(s: Session, scope: list[str]) -> dict:
-    """`--exact-runs` exact runs of `scope` while the load runs on those videos (none starts after
-    --exact-budget seconds)."""
+    """`--exact-runs` exact runs of `scope` under a load on it (none starts after --exact-budget seconds)."""
     args = s.args
     budget = args.exact_budget or float("inf")
     s.start_load(scope, "exact", min(budget, 86400) + args.exact_runs * (args.exact_gap + 5) + 2 * args.check_timeout)
@@ -191,9 +177,8 @@ def phase_exact(s: Session, scope: list[str]) -> dict:
 
 
 def damage(video: str, n: int, salt: str) -> int:
-    """By hand in SQL, on each count partition: `n` (split over the partitions) LIKED projection rows of `video`
-    deleted and their buckets decremented (a projection that missed those events: identity holds, the display
-    follows), and a dirty mark so the snapshot job carries it up. Returns the rows removed."""
+    """By hand: `n` LIKED projection rows of `video` deleted over the partitions, their buckets decremented (events
+    the projection missed: identity holds) and the video marked dirty. Returns the rows removed."""
     from django.conf import settings
     from django.db import connections, transaction
     from django.utils import timezone
@@ -236,8 +221,7 @@ def wait_served(video: str, want: int, timeout: float, poll: float) -> float | N
 
 
 def approved_job(s: Session, source: str, reason: str, *, during=None, **target) -> dict:
-    """A repair (`target`: its videos or diff ids) requested by OPERATOR, approved by APPROVER, its job run by the
-    checker while `during()` runs here (its answer under "during"); its row and result."""
+    """A repair of `target` requested by OPERATOR, approved by APPROVER, run by the checker while `during()` runs."""
     from likes_project.audit.services import Actor
     from reconciliation.models import CheckRun, RepairRequest
     from reconciliation.services import repair as repair_service
@@ -282,8 +266,7 @@ def repair_round(s: Session, rnd: int) -> dict:
 
 
 def phase_repair(s: Session, videos: list[str]) -> dict:
-    """Repairs of the hot video with the pipeline and a load on the other videos running, and one client probing
-    the hot video with no-change commands (what a like on it meets during the repair)."""
+    """Repairs of the hot video under a load on the others, one client probing it with no-change commands."""
     load = s.start_load(videos, "repair", s.args.repair_rounds * (4 * s.args.check_timeout + 60),
                         probe=[SEED_HOT_VIDEO])
     rounds = [repair_round(s, rnd) for rnd in range(s.args.repair_rounds)]
@@ -293,10 +276,6 @@ def phase_repair(s: Session, videos: list[str]) -> dict:
         r["probe"] = command_figures(cmds["probe_rows"], r["t_approve"], r["t_job_done"])
     return {"rounds": rounds, "commands_before": command_figures(cmds["rows"], *load["pre"]),
             "commands_during": command_figures(cmds["rows"], load["pre"][1], t_end), "loops": loops}
-
-
-def final_state(s: Session) -> dict:
-    return {**checks.counts(), **checks.acknowledged(s.acks)}
 
 
 def summary(result: dict) -> dict:
@@ -403,7 +382,11 @@ def main(argv=None) -> int:
     videos = plan.video_ids()
     try:
         run.log("coverage, idle ...")
-        result["coverage_idle"] = phase_coverage_idle(s)
+        result["coverage_idle"] = []
+        for rnd in range(args.coverage_rounds):
+            for variant in ["ours", "naive", "ceiling"][::-1 if rnd % 2 else 1]:
+                r, res = s.sampled(lambda v=variant: run_check(s, v))
+                result["coverage_idle"].append({**r, "round": rnd, "load": False, "resources": res})
         if "load" not in skip:
             run.log("coverage under the command load ...")
             result["coverage_load"] = phase_coverage_load(s, videos)
@@ -413,10 +396,10 @@ def main(argv=None) -> int:
         if "repair" not in skip and args.repair_rounds:
             run.log(f"repair of {SEED_HOT_VIDEO}, {args.repair_rounds} round(s) ...")
             result["repair"] = phase_repair(s, videos)
-        result["final"] = final_state(s)
+        result["final"] = {**checks.counts(), **checks.acknowledged(s.acks)}
     finally:
         s.pool.close()
-        reset_all()  # leave the bench databases small
+        unload(seed.PREFIX)  # leave the bench databases small
     result["summary"] = summary(result)
     result["warnings"] = [f"coverage under load {r['status']} ({r['diffs']} diffs): events in flight taken for damage"
                           for r in (result.get("coverage_load") or {}).get("checks", [])

@@ -8,11 +8,12 @@ import time
 from collections import Counter
 
 from bench.harness import checks, driver
+from bench.harness.load import unload
 from bench.harness.phases import AutoVacuum, Session, command_figures, pooled_windows
 from bench.harness.report import fmt, md_table, pct, ratio, resources_table
 from bench.harness.sampler import merge
-from bench.harness.seed import reset_all
 from bench.reconcile.bench import approved_job, command_table, final_text, seed_text, seeded_session
+from bench.reconcile.seed import PREFIX
 from bench.snapshot import variants
 
 NAME = "snapshot"
@@ -43,11 +44,6 @@ NAMES = {"ours": "ours: the snapshot_create ops job", "naive": "naive: stop-the-
          "ceiling": "ceiling: minimal cut + raw COPY to /dev/null"}
 
 
-def env(args) -> dict:
-    return {k: v for k, v in (("DB_STATEMENT_TIMEOUT_MS", args.statement_timeout_ms),
-                              ("DB_IDLE_IN_TX_TIMEOUT_MS", args.idle_tx_timeout_ms)) if v >= 0}
-
-
 def build(s: Session, variant: str, tag: str) -> dict:
     r, res = s.sampled(lambda: BUILDS[variant](s, tag), driver="driver (naive / ceiling)")
     driver.make_log(NAME)(f"  {tag} {variant}: {r['rows']:,} rows, {r['bytes'] / 1e6:,.1f} MB, build "
@@ -57,10 +53,10 @@ def build(s: Session, variant: str, tag: str) -> dict:
 
 def pauses(builds: list[dict]) -> dict:
     paused = [r["paused_ms"] for r in builds if r.get("paused_ms") is not None]
+    built = [r["build_ms"] / 1000 for r in builds if r.get("build_ms") is not None]  # a FAILED build has none
     return {"builds": len(builds), "statuses": dict(Counter(r["status"] for r in builds)),
             "paused_p50_ms": pct(paused, 0.5, 1), "paused_p99_ms": pct(paused, 0.99, 1),
-            "paused_max_ms": max(paused, default=None), "build_p50_s": pct([r["build_ms"] / 1000 for r in builds], 0.5),
-            "build_p99_s": pct([r["build_ms"] / 1000 for r in builds], 0.99)}
+            "paused_max_ms": max(paused, default=None), "build_p50_s": pct(built, 0.5), "build_p99_s": pct(built, 0.99)}
 
 
 def phase_builds(s: Session, variants_: list[str]) -> dict:
@@ -135,7 +131,7 @@ def report(result: dict) -> list[str]:
                ["variant", "round:", "rows:", "MB:", "build s:", "dump s:", "read-back s:", "dispatch paused ms:",
                 "status"],
                [[NAMES[r["variant"]], r["round"] + 1, f"{r['rows']:,}", fmt(r["bytes"] / 1e6),
-                 f"**{fmt(r['build_ms'] / 1000, 2)}**", fmt((r.get("dump_ms") or 0) / 1000, 2),
+                 f"**{fmt(r['build_ms'] and r['build_ms'] / 1000, 2)}**", fmt((r.get("dump_ms") or 0) / 1000, 2),
                  fmt((r.get("verify_ms") or 0) / 1000, 2), fmt(r["paused_ms"]), r["status"]]
                 for r in result.get("idle", [])])]
     rows = []
@@ -209,7 +205,7 @@ def headline(result: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261212, wait_quiet=180.0, env=env)
+    run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261212, wait_quiet=180.0)
     args = run.args
     variants.storage_dir()  # refuses anything but the bench's own directory before anything is emptied
     variants.storage_reset()
@@ -253,7 +249,7 @@ def main(argv=None) -> int:
         s.pool.close()
         if analyzer is not None:
             result["autoanalyze"] = analyzer.stop()
-        reset_all()
+        unload(PREFIX)
         variants.storage_reset()
     final, rest = result["final"], result.get("restore")
     bad = [f"facts repair {x['status']}" for x in (rest or {}).get("facts", []) if x["status"] != "SUCCEEDED"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from bench.harness.driver import pg_conninfo
+from bench.harness.driver import pg_conninfo, pg_env
 from bench.harness.phases import dispatch_stopped
 from bench.harness.seed import table
 
@@ -108,21 +107,13 @@ def naive_build(s, tag: str) -> dict:
 # server's side (a first version of this ceiling was slower than ours at 1,000,000 rows).
 
 
-def _psql_env(alias: str) -> dict:
-    info = pg_conninfo(alias)
-    return {**os.environ, "PGHOST": str(info["host"]), "PGPORT": str(info["port"]), "PGDATABASE": info["dbname"],
-            "PGCONNECT_TIMEOUT": "5", **({"PGUSER": info["user"]} if info.get("user") else {}),
-            **({"PGPASSWORD": info["password"]} if info.get("password") else {})}
-
-
 def _copy_out(alias: str, sql: str, *, snapshot: str | None = None, sink=None) -> tuple[int, int]:
-    """`sql` (a COPY … TO STDOUT) in psql, inside the exported `snapshot` when given; (rows, bytes), the output
-    written to the binary file `sink` when given."""
+    """`sql` (a COPY … TO STDOUT) in psql, inside the exported `snapshot` if any, into `sink` if any; (rows, bytes)."""
     script = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n" + (
         f"SET TRANSACTION SNAPSHOT '{snapshot}';\n" if snapshot else "") + f"{sql};\nCOMMIT;\n"
     rows = nbytes = 0
     with subprocess.Popen(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=_psql_env(alias)) as proc:
+                          stderr=subprocess.PIPE, env=pg_env(alias)) as proc:
         proc.stdin.write(script.encode())
         proc.stdin.close()
         while block := proc.stdout.read(1 << 20):
@@ -142,8 +133,7 @@ def _select(kind: str, generation: int, prefix: str = "") -> str:
 
 
 def ceiling_build(s, tag: str) -> dict:
-    """The minimal consistent cut (exported snapshots held by plain connections) and a raw COPY of both tables of
-    every partition into /dev/null by psql inside them."""
+    """The minimal consistent cut (exported snapshots) and a raw COPY of both tables of every partition by psql."""
     import psycopg
     from django.conf import settings
 
@@ -186,7 +176,7 @@ def ceiling_load(generation: int) -> dict:
             model, columns, _order = _kinds()[kind]
             done = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-c", "BEGIN", "-c",
                                    f"\\copy {table(model)} (generation, {', '.join(columns)}) from '{path}'",
-                                   "-c", "ROLLBACK"], env=_psql_env(alias), capture_output=True, text=True, check=False)
+                                   "-c", "ROLLBACK"], env=pg_env(alias), capture_output=True, text=True, check=False)
             if done.returncode:
                 raise RuntimeError(f"psql on {alias} failed ({done.returncode}): {done.stderr[:300]}")
             rows += int(m.group(1)) if (m := re.search(r"^COPY (\d+)$", done.stdout, re.MULTILINE)) else 0

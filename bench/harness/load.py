@@ -1,5 +1,5 @@
-"""The growth benchmark's loader: relations `a .. b-1` of the plan by COPY into every store as the service leaves them
-(docs/benchmarks.md, "The load"), then what derives from them, VACUUM and ANALYZE."""
+"""The bulk loader of a history: relations by COPY into every store as the service leaves them (docs/benchmarks.md,
+"The load"), what derives from them, VACUUM and ANALYZE; `unload` removes it."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import contextlib
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from bench.growth import plan as shape
 from bench.harness import checks, seed
 from bench.harness.driver import pg_conninfo
 from bench.harness.seed import table
 
-log = seed.make_log("growth")
+log = seed.make_log("load")
 CHUNK = 20_000  # relations generated and sent a round
 COLUMNS = {"rel": "user_id, video_id, state, relation_version, last_operation_id, state_changed_at, created_at, "
                   "updated_at",
@@ -51,27 +49,8 @@ class Clock:
         return f"{self._sec(ms // 1000)[1]}.{ms % 1000:03d}000Z"
 
 
-@dataclass
-class Users:
-    heavy: int = 0
-    light: list[int] = field(default_factory=list)
-    core: list[int] = field(default_factory=list)
-
-    def uid(self, kind: str, n: int) -> int:
-        return self.heavy if kind == shape.HEAVY else self.core[n] if kind == shape.CORE else self.light[n]
-
-    def ensure(self, plan: shape.Plan, n: int) -> None:
-        """auth_user rows of the heavy, light and core users the first `n` relations name (idempotent)."""
-        from django.contrib.auth import get_user_model
-        self.heavy = get_user_model().objects.get_or_create(username=shape.HEAVY_USER,
-                                                            defaults={"password": "!bench"})[0].pk
-        self.light = self.light or seed.users_sql(shape.LIGHT_PREFIX, plan.hot_rel)
-        self.core += seed.users_sql(shape.CORE_PREFIX, plan.core_users_started(n), start=len(self.core))
-
-
 class Copies:
-    """One connection and one open COPY a (alias, table); a failure before `commit` closes the connections, which
-    aborts every COPY and its transaction."""
+    """One connection and COPY a (alias, table); a failure before `commit` closes them, aborting every COPY."""
 
     def __init__(self, stack: contextlib.ExitStack):
         self.stack, self.copies, self.conns, self.xids, self.rows = stack, {}, {}, {}, Counter()
@@ -99,8 +78,9 @@ class Copies:
             conn.commit()
 
 
-def copy_relations(plan: shape.Plan, users: Users, a: int, b: int) -> tuple[int, Counter, dict[int, int]]:
-    """COPY the relations a .. b-1 and their rows; (relations, LIKED per video added, stream partition -> last ms)."""
+def copy_relations(relations, *, base_ms: int, step_ms: int, prefix: str) -> tuple[int, Counter, dict[int, int], dict]:
+    """COPY `relations` ((idx, user id, video, state, version)) and their rows, version k of relation idx changed at
+    base_ms + idx * step_ms + k; (relations, LIKED per video added, stream partition -> last ms, rows per table)."""
     from django.conf import settings
 
     from counting import routing as count_routing
@@ -124,20 +104,18 @@ def copy_relations(plan: shape.Plan, users: Users, a: int, b: int) -> tuple[int,
                 for kind in kinds:
                     copies.open(alias, t[kind], COLUMNS[kind])
         buffers: dict = defaultdict(list)
-        for idx, kind, number, vid in plan.relations(a, b):
-            uid = users.uid(kind, number)
+        for idx, uid, vid, state, ver in relations:
             if uid not in placed:  # the user's relation shard and reverse shard
                 placed[uid] = (routing.alias_for_user(uid), rgen.shard_of(uid))
             ralias, shard = placed[uid]
-            state, ver = shape.state_of(idx)
-            t_base = shape.BASE_MS + idx * shape.STEP_MS
+            t_base = base_ms + idx * step_ms
             agg, last_pg = f"{uid}:{vid}", clock.pg(t_base + ver)
             part = streams.partition_for(agg, contract)
-            buffers[(ralias, t["rel"])].append(f"{uid}\t{vid}\t{state}\t{ver}\t{shape.PREFIX}{idx}-{ver}\t{last_pg}\t"
+            buffers[(ralias, t["rel"])].append(f"{uid}\t{vid}\t{state}\t{ver}\t{prefix}{idx}-{ver}\t{last_pg}\t"
                                                f"{clock.pg(t_base + 1)}\t{last_pg}\n")
             for k in range(1, ver + 1):
                 s_k, prev = ("LIKED", "UNLIKED") if k % 2 else ("UNLIKED", "LIKED")
-                op, pg_k, eid = f"{shape.PREFIX}{idx}-{k}", clock.pg(t_base + k), str(uuid.uuid4())
+                op, pg_k, eid = f"{prefix}{idx}-{k}", clock.pg(t_base + k), str(uuid.uuid4())
                 buffers[(ralias, t["cmd"])].append(f"{uid}\t{op}\t{vid}\t{s_k}\t{s_k}\t{k}\tt\t\\N\t\t\\N\t{pg_k}\n")
                 payload = (f'{{"eventId": "{eid}", "eventType": "LikeRelationChanged", "schemaVersion": 1, '
                            f'"aggregateKey": "{agg}", "relationVersion": {k}, "absoluteState": "{s_k}", '
@@ -165,10 +143,13 @@ def copy_relations(plan: shape.Plan, users: Users, a: int, b: int) -> tuple[int,
                 copies.write(buffers)
                 buffers.clear()
                 if n % 500_000 == 0:
-                    log(f"  ... {a + n:,} relations sent ({n / (time.monotonic() - t0):,.0f}/s)")
+                    log(f"  ... {n:,} relations sent ({n / (time.monotonic() - t0):,.0f}/s)")
         copies.write(buffers)
         copies.commit()
-    return n, liked, heads
+    by_table: Counter = Counter()
+    for (_alias, name), k in copies.rows.items():
+        by_table[name] += k
+    return n, liked, heads, dict(by_table)
 
 
 def _each_partition(sql: str, params) -> dict[str, int]:
@@ -183,15 +164,9 @@ def _each_partition(sql: str, params) -> dict[str, int]:
     return out
 
 
-def change_seqs() -> dict[str, int]:
-    """Per count partition, the highest change_seq given out so far (rows above it are this load's)."""
-    return {alias: int(last) - (not called) for alias in seed.partitions()
-            for last, called in seed.rows(alias, "SELECT last_value, is_called FROM count_change_seq")}
-
-
-def derive(heads: dict[int, int], seq_before: dict[str, int]) -> dict:
-    """The vbuckets of the rows this load added (added to the stored ones: bucket_version grows by one per applied
-    change), the display snapshots, the recent likers, every consumer's checkpoint past the loaded events."""
+def derive(heads: dict[int, int], seq_before: dict[str, int], prefix: str) -> dict:
+    """The vbuckets of the rows this load added (added to the stored ones), the displays and recent likers of the
+    videos of `prefix`, every consumer's checkpoint past the loaded events."""
     from counting import routing
     from counting.models import LikeCountProjection, LikeReverseRecent, LikeReverseSort, VideoLikeCountVbucket
     from counting.services.reverse.projector import RECENT_KEEP
@@ -207,15 +182,15 @@ def derive(heads: dict[int, int], seq_before: dict[str, int]) -> dict:
         " 4 ON CONFLICT (generation, video_id, virtual_bucket) DO UPDATE SET active_count = b.active_count + "
         "EXCLUDED.active_count, bucket_version = b.bucket_version + EXCLUDED.bucket_version, updated_at = "
         "greatest(b.updated_at, EXCLUDED.updated_at)", lambda alias: [g, seq_before[alias]])
-    sums = checks.bucket_sums(shape.PREFIX)
+    sums = checks.bucket_sums(prefix)
     displays = seed.displays_upsert(dict(sums))
     _each_partition(f"DELETE FROM {table(LikeReverseRecent)} WHERE generation = %s AND video_id LIKE %s",
-                    [rg, shape.PREFIX + "%"])
+                    [rg, prefix + "%"])
     recent = _each_partition(
         f"INSERT INTO {table(LikeReverseRecent)} (generation, video_id, user_id, liked_at) SELECT generation, "
         "video_id, user_id, liked_at FROM (SELECT generation, video_id, user_id, liked_at, row_number() OVER "
         f"(PARTITION BY video_id ORDER BY liked_at DESC, user_id DESC) AS rn FROM {table(LikeReverseSort)} WHERE "
-        "generation = %s AND video_id LIKE %s) s WHERE rn <= %s", [rg, shape.PREFIX + "%", RECENT_KEEP])
+        "generation = %s AND video_id LIKE %s) s WHERE rn <= %s", [rg, prefix + "%", RECENT_KEEP])
     for consumer in CONSUMERS:
         for part, ms in sorted(heads.items()):
             cp, _ = ConsumerCheckpoint.objects.get_or_create(consumer=consumer, partition=part)
@@ -226,9 +201,10 @@ def derive(heads: dict[int, int], seq_before: dict[str, int]) -> dict:
 
 
 def vacuum_all(bound_s: float = 900.0) -> dict:
-    """VACUUM (ANALYZE) every loaded table, a CHECKPOINT, then wait (bounded) until no autovacuum worker is on a
-    bench database: the history in the steady state a long-lived database is in, and no maintenance of the load
-    running during the measurements."""
+    """VACUUM (ANALYZE), CHECKPOINT, no autovacuum worker left: the steady state, no maintenance while measuring."""
+    from django.conf import settings
+
+    from likes_project.waiting import wait_until
     t0 = time.monotonic()
     for alias, name in loaded_tables():
         seed.rows(alias, f"VACUUM (ANALYZE) {name}", slow=True)
@@ -237,11 +213,10 @@ def vacuum_all(bound_s: float = 900.0) -> dict:
         seed.rows("default", "CHECKPOINT", slow=True)
     except Exception as exc:  # not a superuser: the checkpointer's own schedule then
         log(f"  CHECKPOINT refused ({exc.__class__.__name__})")
-    for _ in range(int(bound_s)):  # bounded wait, one look a second
-        if not seed.rows("default", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' "
-                               "AND datname LIKE 'likes_bench%%'")[0][0]:
-            break
-        time.sleep(1.0)  # an autovacuum worker is still on a bench database
+    names = [cfg["NAME"] for cfg in settings.DATABASES.values()]  # this run's databases only
+    wait_until(lambda: not seed.rows("default", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                                     "'autovacuum worker' AND datname = ANY(%s)", [names])[0][0],
+               timeout_s=bound_s, poll_s=1.0)
     return {"vacuum_s": round(t_vacuum, 1), "checkpoint_and_wait_s": round(time.monotonic() - t0 - t_vacuum, 1)}
 
 
@@ -258,8 +233,7 @@ def loaded_tables() -> list[tuple[str, str]]:
 
 
 def disk_used() -> dict:
-    """pg_database_size of every bench database, and pg_total_relation_size of each loaded table (summed over the
-    databases that hold it), in bytes."""
+    """The size of every bench database and of each loaded table (over the databases that hold it), in bytes."""
     from django.conf import settings
     databases, tables = {}, Counter()
     for alias in settings.DATABASES:
@@ -269,26 +243,57 @@ def disk_used() -> dict:
     return {"databases": databases, "total": sum(databases.values()), "tables": dict(tables)}
 
 
-def grow(plan: shape.Plan, users: Users, a: int, b: int) -> dict:
-    """The data set grown from `a` to `b` relations; what was written, how long each step took, and the load's own
-    check: per video, Σ routed vbuckets grew by the LIKED relations loaded."""
+def load(relations, *, prefix: str, base_ms: int, step_ms: int) -> dict:
+    """copy_relations, derive, vacuum_all; what was written, the steps' seconds, the check of Σ routed vbuckets."""
     from django.db import connections
     t0, steps = time.monotonic(), {}
-    users.ensure(plan, b)
-    seed.snapshots_insert("SELECT %s || lpad(i::text, 7, '0') FROM generate_series(0, %s - 1) AS i UNION ALL SELECT %s",
-                     [shape.VIDEO_PREFIX, plan.catalog(b), shape.HOT_VIDEO], author_id=seed.author_id())
-    before, seq_before = checks.bucket_sums(shape.PREFIX), change_seqs()
+    before = checks.bucket_sums(prefix)
+    seq_before = {alias: int(last) - (not called) for alias in seed.partitions()  # rows above it are this load's
+                  for last, called in seed.rows(alias, "SELECT last_value, is_called FROM count_change_seq")}
     connections.close_all()
     t = time.monotonic()
-    relations, liked, heads = copy_relations(plan, users, a, b)
+    n, liked, heads, rows = copy_relations(relations, base_ms=base_ms, step_ms=step_ms, prefix=prefix)
     steps["copy"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
-    derived = derive(heads, seq_before)
+    derived = derive(heads, seq_before, prefix)
     sums = derived.pop("sums")
     wrong = [v for v in set(sums) | set(liked) | set(before) if sums.get(v, 0) != before.get(v, 0) + liked.get(v, 0)]
     steps["derive"] = round(time.monotonic() - t, 1)
     steps["maintenance"] = vacuum_all()
-    seconds = round(time.monotonic() - t0, 1)
-    log(f"grew {a:,} -> {b:,} relations in {seconds}s ({steps}); {len(wrong)} videos whose buckets do not add up")
-    return {"from": a, "to": b, "seconds": seconds, "steps": steps, "relations": relations, **derived,
-            "bucket_mismatches": len(wrong), "bucket_mismatch_sample": sorted(wrong)[:10]}
+    log(f"loaded {n:,} relations in {time.monotonic() - t0:.1f}s ({steps}); {len(wrong)} videos whose buckets do not "
+        "add up")
+    return {"steps": steps, "relations": n, "rows": rows, **derived, "bucket_mismatches": len(wrong),
+            "bucket_mismatch_sample": sorted(wrong)[:10]}
+
+
+def unload(prefix: str) -> None:
+    """What a load of the videos of `prefix` wrote: seed.reset_all, the reverse index, the streams, the floors, the
+    consumers' checkpoints, the videos' snapshots, the users named `prefix`* without a token."""
+    from django.conf import settings
+    from django.db import connections
+
+    from counting.models import (
+        LikeReverseProjection,
+        LikeReverseRecent,
+        LikeReverseSort,
+        ReverseEventReceipt,
+        VideoDisplayCount,
+    )
+    from likes_project.eventlog.registry import CONSUMERS
+    from relations.models import LikeRelationCacheProjection, VideoSnapshot
+    from relations.services.relation_cache import cache_generations_mirror
+    seed.reset_all()
+    seed.truncate(settings.COUNT_PARTITION_ALIASES, LikeReverseProjection, LikeReverseSort, ReverseEventReceipt,
+                  LikeReverseRecent)
+    seed.truncate(seed.shards(), LikeRelationCacheProjection)
+    seed.streams_reset()
+    for consumer in CONSUMERS:
+        seed.consumer_reset(consumer)
+    with connections["default"].cursor() as cur:
+        cur.execute("SET statement_timeout = 0")
+        for model in (VideoDisplayCount, VideoSnapshot):
+            cur.execute(f"DELETE FROM {table(model)} WHERE video_id LIKE %s", [prefix + "%"])
+        cur.execute("DELETE FROM auth_user WHERE username LIKE %s AND NOT EXISTS (SELECT 1 FROM authtoken_token t "
+                    "WHERE t.user_id = auth_user.id)", [prefix + "%"])
+    cache_generations_mirror()  # the flush dropped the relation cache's registry: writes need it back
+    connections.close_all()
