@@ -17,11 +17,14 @@ class OpsconsoleConfig(AppConfig):
         from opsconsole.drills import scenarios
         from opsconsole.drills.backlog import EventlogPartitionDown, PublisherPaused
         from opsconsole.drills.hot_video_skew import HotVideoSkew
+        from opsconsole.drills.ordering import OutOfOrderEvents
+        from opsconsole.drills.paging import PagingUnderChurn
         from opsconsole.drills.registry import drill_register
         from opsconsole.drills.subscription_stall import SubscriptionStall
 
         register_part("console:switches", dashboard.switches_gauge)
-        for drill in (*scenarios.SCENARIOS, PublisherPaused, EventlogPartitionDown, SubscriptionStall, HotVideoSkew):
+        for drill in (*scenarios.SCENARIOS, PublisherPaused, EventlogPartitionDown, SubscriptionStall, HotVideoSkew,
+                      OutOfOrderEvents, PagingUnderChurn):
             drill_register(drill)
 
         # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a

@@ -40,7 +40,8 @@ WHOLE_MODULES = {
 # runs on one pass, still never beside the other drills.
 JOINS = {"tests/test_drill_subscription.py": "tests/test_drills.py",
          "tests/test_drill_hot_video.py": "tests/test_drills.py", "tests/test_soak.py": "tests/test_drills.py",
-         "tests/test_drill_backlog.py": "tests/test_drills.py"}
+         "tests/test_drill_backlog.py": "tests/test_drills.py",
+         "tests/test_drill_ordering_paging.py": "tests/test_drills.py"}
 
 
 def unclassified(items: Iterable) -> list[str]:

@@ -1,5 +1,6 @@
 """The seeded soak (issue 33 §1) in the suite: a fixed seed's fault windows (a relation shard and a count partition
-refusing, the event log flushed, the cache Redis hanging, the worker killed) under the four traffic groups, over
+refusing, the event log flushed, the cache Redis hanging, the worker killed, beat stopped, a bucket migration, a
+slot move, a snapshot and an exact reconciliation started) under the four traffic groups, over
 HTTP against the live server, with the real Celery worker and beat; then the history checker: no acknowledged
 command lost, no version backwards, one version per key, no read below its floor, no 500, every projection exact and
 the exact reconciliation PASSED. On each topology, on the drills' worker after them (`tests/passes.py` JOINS), with
@@ -45,7 +46,10 @@ def live_connections_per_request():
 def test_a_fixed_seed_soak_is_clean(settings, live_connections_per_request, live_server, private_cache,  # noqa: F811
                                     private_eventlog, tmp_path):  # noqa: F811
     settings.LIKES_DRILLS_ENABLED = True
-    pipeline = drills.Pipeline().start()
+    # Every process reloads the relation contract each second, as a deployment does (a slot move changes it); a
+    # killed worker's job (a move's, a snapshot's) is found dead after 5 s, as in the ledgers' worker-kill drills.
+    settings.RELATION_CONTRACT_REFRESH_S = 1.0
+    pipeline = drills.Pipeline(RELATION_CONTRACT_REFRESH_S="1", OPS_JOB_LEASE_S="5").start()
     try:
         verdict = soak_run(seed=SEED, duration_s=DURATION_S, base_url=live_server.url, history_path=tmp_path / "h",
                            stage=drills.SuiteStage(pipeline, private_cache), heal_timeout_s=120, sizes=SIZES,

@@ -100,3 +100,19 @@ class DrillApi:
     def my_likes(self, user: DrillUser) -> tuple[Answer, list[str]]:
         """Every video of the user's liked list, all pages."""
         return self._all_pages(user, "/v1/me/likes", "videoId")
+
+    def _page(self, user: DrillUser, path: str, limit: int, cursor: str | None) -> Answer:
+        query = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self._send("get", user, f"{path}?{urlencode(query)}")
+
+    def likers_page(self, author: DrillUser, video_id: str, *, limit: int, cursor: str | None = None) -> Answer:
+        """One page of the video's likers (items with userId and likedAt, nextCursor)."""
+        return self._page(author, f"/v1/videos/{video_id}/likers", limit, cursor)
+
+    def my_likes_page(self, user: DrillUser, *, limit: int, cursor: str | None = None) -> Answer:
+        """One page of the user's liked list (items with videoId, nextCursor)."""
+        return self._page(user, "/v1/me/likes", limit, cursor)
+
+    def privacy_put(self, user: DrillUser, *, likes_private: bool) -> Answer:
+        """Set the user's likesPrivate setting (hides them from other users' likers lists)."""
+        return self._send("put", user, "/v1/me/privacy", data={"likesPrivate": likes_private})

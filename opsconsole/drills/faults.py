@@ -20,10 +20,14 @@ from django.db import connections
 from psycopg import sql
 
 from likes_project.redis_client import cache_redis, cluster_startup_nodes, is_cluster_url, role_nodes, stream_redis
+from likes_project.waiting import wait_until
 
 
 class DrillRefused(Exception):
     """The drill cannot run here as asked; the message says why and what to do."""
+
+
+UNDO_TIMEOUT_S = 60.0  # how long undoing a database refusal is tried before it is left to the operator
 
 
 # --- a database that refuses connections -----------------------------------------------------------
@@ -94,8 +98,23 @@ class DatabaseRefusal:
         return False
 
     def end(self) -> str:
-        self._allow(True)
-        return f"ALTER DATABASE {self.database} ALLOW_CONNECTIONS true ({self.alias})"
+        """Undo: the one step that must not give up at the first refusal (the server may be out of connection slots
+        for a moment while clients retry after the fault), so it is tried for up to a minute."""
+        failures: list[str] = []
+
+        def allowed() -> bool:
+            try:
+                self._allow(True)
+            except (DrillRefused, psycopg.Error) as exc:
+                failures.append(str(exc))
+                return False
+            return True
+
+        if not wait_until(allowed, timeout_s=UNDO_TIMEOUT_S, poll_s=0.5):
+            raise DrillRefused(f"could not allow connections to {self.database} again within {UNDO_TIMEOUT_S:g} s "
+                               f"({failures[-1]}); run `manage.py drill --restore-databases`")
+        again = f" (after {len(failures)} refused tries)" if failures else ""
+        return f"ALTER DATABASE {self.database} ALLOW_CONNECTIONS true ({self.alias}){again}"
 
 
 def databases_restore() -> list[str]:

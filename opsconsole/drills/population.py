@@ -78,3 +78,12 @@ def drill_population_create(*, users_per_shard: int = 15, videos: int = 8, run_i
                               version=None, actor=DRILL_ACTOR)
         video_ids.append(video_id)
     return Population(run_id, author, users, video_ids, by_shard)
+
+
+def drill_video_create(population: Population, suffix: str) -> str:
+    """A public video of the drill's own, `drill-<run>-<suffix>`, by the population's author (the video service's
+    path, as the population's videos); not among `population.videos`, so the runner's traffic never touches it."""
+    video_id = f"drill-{population.run_id}-{suffix}"
+    video_snapshot_upsert(video_id=video_id, author_id=population.author.user_id, visibility="public",
+                          status="active", version=None, actor=DRILL_ACTOR)
+    return video_id

@@ -21,7 +21,8 @@ def targets() -> dict[str, list[str]]:
     """The aliases each database fault may take down (and the seed text a bucket move picks its buckets by)."""
     return {"relation-shard-down": list(relation_routing.all_aliases()),
             "count-partition-down": list(settings.COUNT_PARTITION_ALIASES),
-            "bucket-move": [f"move-{i}" for i in range(16)]}  # which buckets a move picks, drawn like a target
+            "bucket-move": [f"move-{i}" for i in range(16)],  # which buckets a move picks, drawn like a target
+            "slot-move": [f"move-{i}" for i in range(16)]}  # which slots a move picks
 
 
 def signals_allowed(stage: Stage) -> bool:
@@ -70,8 +71,8 @@ def begin(name: str, *, target: str, seconds: float, stage: Stage, videos: list[
                 None)
     if name == "beat-stopped":
         return stage.beat_stop(), stage.beat_start, None
-    if name == "bucket-move":
-        what, op = _bucket_move(target)
+    if name in ("bucket-move", "slot-move"):
+        what, op = (_bucket_move if name == "bucket-move" else _slot_move)(target)
         return what, op.end, op
     if name in ("snapshot", "reconcile"):
         what, op = _job(name, videos=videos)
@@ -101,7 +102,6 @@ def _bucket_move(seed_text: str) -> tuple[str, Operation]:
     import random
 
     from counting import routing
-    from counting.models import BucketMigration
     from counting.services.migration.ledger import LEDGER, migration_plan
     from likes_project.audit.services import system_actor
 
@@ -113,14 +113,40 @@ def _bucket_move(seed_text: str) -> tuple[str, Operation]:
     buckets = sorted(random.Random(seed_text).sample(free, min(8, len(free))))
     m = migration_plan(target=target, buckets=buckets, reason="soak: a bucket move under faults",
                        actor=system_actor("soak-planner"))
-    m = LEDGER.approve(m.pk, actor=system_actor("soak-approver"))
+    return _approved(LEDGER, m, "bucket migration", f"of {buckets} {source} -> {target}")
+
+
+def _slot_move(seed_text: str) -> tuple[str, Operation]:
+    """Plan and approve (two system actors) a move of up to 4 logical slots of the relation shard holding the most
+    onto the one holding the fewest, chosen by the window's seed text; the workers run it."""
+    import random
+
+    from likes_project.audit.services import system_actor
+    from relations import routing
+    from relations.services.slot_moves.ledger import LEDGER, move_plan
+
+    routing.reset_cache()
+    contract, busy = routing.active_contract(), set(LEDGER.units_in_flight())
+    held = {a: [s for s, owner in enumerate(contract.slot_aliases) if owner == a and s not in busy]
+            for a in routing.all_aliases()}
+    source, target = max(held, key=lambda a: (len(held[a]), a)), min(held, key=lambda a: (len(held[a]), a))
+    slots = sorted(random.Random(seed_text).sample(held[source], min(4, len(held[source]))))
+    m = move_plan(slots=slots, target=target, reason="soak: a slot move under faults",
+                  actor=system_actor("soak-planner"))
+    return _approved(LEDGER, m, "slot move", f"of slots {slots} {source} -> {target}")
+
+
+def _approved(ledger, planned, noun: str, what: str) -> tuple[str, Operation]:
+    """Approve `planned` as a second system actor; the operation reads the ledger row until it ends."""
+    from likes_project.audit.services import system_actor
+
+    m = ledger.approve(planned.pk, actor=system_actor("soak-approver"))
 
     def read():
-        row = BucketMigration.objects.get(pk=m.pk)
+        row = ledger.model.objects.get(pk=m.pk)
         return row.state, row.state in ("RETIRED", "ABORTED", "FAILED"), f": {row.error}" if row.error else ""
 
-    op = Operation("migration", m.pk, read)
-    return f"bucket migration {m.pk} of {buckets} {source} -> {target} approved", op
+    return f"{noun} {m.pk} {what} approved", Operation(noun.split()[-1], m.pk, read)
 
 
 def _job(name: str, *, videos: list[str]) -> tuple[str, Operation]:

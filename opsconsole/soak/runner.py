@@ -113,7 +113,10 @@ def _window(w: Window, *, t0: float, stop: threading.Event, stage: Stage, histor
     try:
         stop.wait(w.length_s)
     finally:
-        done = end()
+        try:
+            done = end()
+        except Exception as exc:  # noqa: BLE001 - said in the verdict (the fault may still hold), the soak goes on
+            done = f"COULD NOT BE UNDONE: {exc.__class__.__name__}: {exc}"
         said.append(f"{w.fault} ended at {time.monotonic() - t0:.1f} s: {done}")
         history.write(kind="fault", fault=w.fault, phase="end", detail=done)
 

@@ -19,6 +19,7 @@ FAULTS: dict[str, tuple[float, float]] = {
     "beat-stopped": (5.0, 15.0),  # beat killed: no sweeper, lost-tail check or scheduled job until it is back
     # Operations started mid-soak (held: the soak waits for their end when the window closes).
     "bucket-move": (5.0, 15.0),  # a bucket migration planned, approved and run by the workers
+    "slot-move": (5.0, 15.0),  # a relation slot move planned, approved and run by the workers
     "snapshot": (5.0, 15.0),  # a recovery snapshot job
     "reconcile": (3.0, 10.0),  # an exact reconciliation job of the soak's videos
 }
