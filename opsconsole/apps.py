@@ -16,15 +16,19 @@ class OpsconsoleConfig(AppConfig):
         from opsconsole import dashboard
         from opsconsole.drills import scenarios
         from opsconsole.drills.backlog import EventlogPartitionDown, PublisherPaused
+        from opsconsole.drills.cache_flush import CountCacheFlush, RelationCacheFlush
+        from opsconsole.drills.generation_params import GenerationParamsChange
         from opsconsole.drills.hot_video_skew import HotVideoSkew
         from opsconsole.drills.ordering import OutOfOrderEvents
         from opsconsole.drills.paging import PagingUnderChurn
+        from opsconsole.drills.recovery_artifacts import SnapshotArtifactTamper
         from opsconsole.drills.registry import drill_register
         from opsconsole.drills.subscription_stall import SubscriptionStall
 
         register_part("console:switches", dashboard.switches_gauge)
         for drill in (*scenarios.SCENARIOS, PublisherPaused, EventlogPartitionDown, SubscriptionStall, HotVideoSkew,
-                      OutOfOrderEvents, PagingUnderChurn):
+                      OutOfOrderEvents, PagingUnderChurn, RelationCacheFlush, CountCacheFlush, SnapshotArtifactTamper,
+                      GenerationParamsChange):
             drill_register(drill)
 
         # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a

@@ -236,6 +236,11 @@ def relation_key(generation: int, user_id: int, video_id: str) -> str:
     return f"{_p()}:rel:g{generation}:{{{user_id}|{relation_bucket(video_id)}}}"
 
 
+def relation_key_pattern() -> str:
+    """Every relation-cache key (hashes, registry, sentinels, repair hints): for SCAN, never KEYS."""
+    return f"{_p()}:rel:*"
+
+
 def relation_generations_key() -> str:
     """Mirror of the durable CACHE_GENERATION statuses that the write script consults."""
     return f"{_p()}:rel:gens"

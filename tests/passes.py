@@ -38,10 +38,10 @@ WHOLE_MODULES = {
 }
 # Modules that join another's unit (run on its worker, one after the other): a drill kept apart only because it
 # runs on one pass, still never beside the other drills.
-JOINS = {"tests/test_drill_subscription.py": "tests/test_drills.py",
-         "tests/test_drill_hot_video.py": "tests/test_drills.py", "tests/test_soak.py": "tests/test_drills.py",
-         "tests/test_drill_backlog.py": "tests/test_drills.py",
-         "tests/test_drill_ordering_paging.py": "tests/test_drills.py"}
+JOINS = {module: "tests/test_drills.py" for module in (
+    "tests/test_drill_subscription.py", "tests/test_drill_hot_video.py", "tests/test_soak.py",
+    "tests/test_drill_backlog.py", "tests/test_drill_ordering_paging.py", "tests/test_drill_cache_flush.py",
+    "tests/test_drill_artifacts_generations.py")}
 
 
 def unclassified(items: Iterable) -> list[str]:

@@ -130,8 +130,9 @@ def _run(drill, ctx, population, traffic, *, started_at, heal_timeout_s, say) ->
     if confirmed and not all(confirmed):
         verdict.failures.append(f"the fault was not in effect in {confirmed.count(False)} of {len(confirmed)} "
                                 "looks while it should have held")
-    # A few commands after the return (the downed part's users must succeed again), then the heal.
-    wait_until(lambda: traffic.commands_sent("after") >= 8, timeout_s=10)
+    # A few commands after the return (the downed part's users must succeed again), then the heal; none when every
+    # pair had its one command during the fault (frozen: a later one would paper over a lost event).
+    wait_until(lambda: traffic.commands_sent("after") >= 8 or traffic.all_frozen(), timeout_s=10)
     traffic.stop()
 
     # 3. Commands that failed during the fault: a client would look them up by operation id.

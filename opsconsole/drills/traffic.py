@@ -119,6 +119,11 @@ class Traffic:
             self.frozen |= {key for key, ack in self.acks.items() if ack.seq > seq}
             return len(self.frozen)
 
+    def all_frozen(self) -> bool:
+        """Every pair had its one command of the fault: the traffic can send nothing more."""
+        with self._lock:
+            return len(self.frozen) >= len(self.population.users) * len(self.population.videos)
+
     def commands_sent(self, phase: str | None = None) -> int:
         with self._lock:
             tallies = [self.tallies[phase]] if phase else list(self.tallies.values())

@@ -70,6 +70,9 @@ BUILD_LEASE = "recovery:snapshot"
 
 # A test hook: called with the cut's lease grants once they are held, before the cut is read.
 after_dispatch_stopped: Callable[[list[leases.LeaseGrant]], None] | None = None
+# A drill hook (spec §7 drill 9): called with the snapshot and its artifact records once they are dumped, before they
+# are recorded and the seal reads them back; returns the records the build goes on with (it may damage them).
+after_dumped: Callable[[RecoverySnapshot, list[dict]], list[dict]] | None = None
 
 
 class SnapshotNotFound(NotFound):
@@ -293,6 +296,8 @@ def snapshot_build(snapshot_id: int, *, say=lambda _m: None) -> RecoverySnapshot
                                                                     dead_letters_at_cut=open_letters)
                 t1 = time.monotonic()
                 dumped = _dump(snap, gen, say)
+                if after_dumped is not None:
+                    dumped = after_dumped(snap, dumped)
                 timings["dumpMs"] = round((time.monotonic() - t1) * 1000.0, 3)
             RecoverySnapshot.objects.filter(pk=snap.pk).update(artifacts=dumped)
             snap.refresh_from_db()
