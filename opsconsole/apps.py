@@ -23,12 +23,14 @@ class OpsconsoleConfig(AppConfig):
         from opsconsole.drills.paging import PagingUnderChurn
         from opsconsole.drills.recovery_artifacts import SnapshotArtifactTamper
         from opsconsole.drills.registry import drill_register
+        from opsconsole.drills.route_epoch import OldEpochWrite
+        from opsconsole.drills.shadow_repair import RepairUnderConsumption
         from opsconsole.drills.subscription_stall import SubscriptionStall
 
         register_part("console:switches", dashboard.switches_gauge)
         for drill in (*scenarios.SCENARIOS, PublisherPaused, EventlogPartitionDown, SubscriptionStall, HotVideoSkew,
                       OutOfOrderEvents, PagingUnderChurn, RelationCacheFlush, CountCacheFlush, SnapshotArtifactTamper,
-                      GenerationParamsChange):
+                      GenerationParamsChange, OldEpochWrite, RepairUnderConsumption):
             drill_register(drill)
 
         # DRF's Token.__str__ is the key itself: every admin title, LogEntry repr, list of objects a

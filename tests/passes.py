@@ -41,7 +41,8 @@ WHOLE_MODULES = {
 JOINS = {module: "tests/test_drills.py" for module in (
     "tests/test_drill_subscription.py", "tests/test_drill_hot_video.py", "tests/test_soak.py",
     "tests/test_drill_backlog.py", "tests/test_drill_ordering_paging.py", "tests/test_drill_cache_flush.py",
-    "tests/test_drill_artifacts_generations.py")}
+    "tests/test_drill_artifacts_generations.py", "tests/test_drill_route_epoch.py",
+    "tests/test_drill_shadow_repair.py")}
 
 
 def unclassified(items: Iterable) -> list[str]:

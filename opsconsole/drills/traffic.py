@@ -119,6 +119,16 @@ class Traffic:
             self.frozen |= {key for key, ack in self.acks.items() if ack.seq > seq}
             return len(self.frozen)
 
+    def freeze(self, keys) -> None:
+        """Send no further command for the pairs `keys` ((user id, video id)); one already sent still answers."""
+        with self._lock:
+            self.frozen |= set(keys)
+
+    def acked_on(self, video_id: str) -> dict[tuple[int, str], Ack]:
+        """The last acknowledged answer of each pair of `video_id`, as it stands now."""
+        with self._lock:
+            return {key: ack for key, ack in self.acks.items() if key[1] == video_id}
+
     def all_frozen(self) -> bool:
         """Every pair had its one command of the fault: the traffic can send nothing more."""
         with self._lock:
