@@ -5,7 +5,7 @@ cannot outlive it) and the system's execution of an approved repair. Thin adapte
 from __future__ import annotations
 
 from likes_project.audit.services import Actor
-from likes_project.opsjobs.services import JobKind, SliceContext
+from likes_project.opsjobs.services import TRANSIENT, JobKind, SliceContext
 from reconciliation.models import CheckRun, RunMode
 from reconciliation.services import checks, repair
 from reconciliation.services.checks import RUN_PERMISSION
@@ -30,6 +30,13 @@ def _check_slice(ctx: SliceContext) -> bool:
         return True
     try:
         return _check_chunks(ctx, run)
+    except TRANSIENT as exc:
+        # A shard or partition refusing for a moment: the next slice goes on from the run's checkpoint (a chunk
+        # saves its diffs and checkpoint in one transaction, so nothing is counted twice).
+        if ctx.transient_wait(exc, what=f"{run.mode} run {run.pk}"):
+            return False
+        _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+        raise
     except Exception as exc:
         # The job fails; its run must not stay RUNNING (nothing was proven, and a schedule would wait
         # for it forever).
@@ -65,6 +72,12 @@ def _exact_slice(ctx: SliceContext) -> bool:
     if not run.finished:
         try:
             run = exact_run_execute(run, on_chunk=lambda n: ctx.progress(done=n))
+        except TRANSIENT as exc:
+            # The cut ended with the error and nothing of it was saved: the same run is cut again after the wait.
+            if ctx.transient_wait(exc, what=f"exact run {run.pk}"):
+                return False
+            _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+            raise
         except Exception as exc:
             _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
             raise
@@ -124,23 +137,36 @@ def _snapshot_create(job, actor: Actor) -> None:
 def _snapshot_slice(ctx: SliceContext) -> bool:
     """Build the job's snapshot. A cut that aborted (a partition changed hands, a receipt beyond the
     boundary: SNAP-6 step 4) is never enlarged or reused: a new snapshot is taken once the consumer's
-    partitions are whole again, up to SNAPSHOT_ABORT_RETRIES times; the job names the last one."""
+    partitions are whole again, up to SNAPSHOT_ABORT_RETRIES times; the job names the last one. A build a store
+    refused (OperationalError, a Redis timeout) is taken again the same way after LEDGER_TRANSIENT_WAIT_S, up to
+    LEDGER_TRANSIENT_RETRIES waits."""
     from django.conf import settings
 
     from likes_project.opsjobs.models import OpsJob
     from reconciliation.services.recovery import snapshot
 
-    snap = snapshot.snapshot_build(int(ctx.params["snapshotId"]), say=ctx.say)
+    def build(snapshot_id: int):
+        try:
+            return snapshot.snapshot_build(snapshot_id, say=ctx.say), False
+        except TRANSIENT as exc:
+            # A store refused during the build: the snapshot is FAILED with the error, and after the wait a new
+            # one is taken, as after an abort (a failed cut is never resumed).
+            if not ctx.transient_wait(exc, what=f"snapshot {snapshot_id}"):
+                raise
+            return snapshot.snapshot_get(snapshot_id), True
+
+    snap, refused = build(int(ctx.params["snapshotId"]))
     aborted = list(ctx.params.get("aborted", []))
-    while snap.status == "FAILED" and snap.failure.startswith("aborted:") and \
-            len(aborted) < settings.SNAPSHOT_ABORT_RETRIES:
+    while snap.status == "FAILED" and (refused or (snap.failure.startswith("aborted:") and
+                                       len(aborted) < settings.SNAPSHOT_ABORT_RETRIES)):
         aborted.append(snap.pk)
-        reason = f"{ctx.params.get('reason', '')} (again after snapshot {snap.pk} aborted)".strip()
+        reason = f"{ctx.params.get('reason', '')} (again after snapshot {snap.pk} " \
+                 f"{'met a store refusing' if refused else 'aborted'})".strip()
         snap = snapshot.snapshot_create(actor=ctx.actor, reason=reason, job_id=ctx.job.pk)
         ctx.job.params = {**ctx.job.params, "snapshotId": snap.pk, "aborted": aborted}
         OpsJob.objects.filter(pk=ctx.job.pk).update(params=ctx.job.params)  # the commands read the last one
-        ctx.say(f"snapshot {aborted[-1]} aborted; taking snapshot {snap.pk} instead")
-        snap = snapshot.snapshot_build(snap.pk, say=ctx.say)
+        ctx.say(f"snapshot {aborted[-1]} failed; taking snapshot {snap.pk} instead")
+        snap, refused = build(snap.pk)
     if snap.status == "SEALED":
         expired = snapshot.snapshots_expire()
         if expired:

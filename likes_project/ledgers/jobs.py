@@ -8,18 +8,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from django.conf import settings
-from django.db import InterfaceError, OperationalError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from likes_project.audit.services import Actor
 from likes_project.ledgers.model import ApprovedLedgerModel
 from likes_project.ledgers.service import ApprovedLedger
-from likes_project.opsjobs.services import JobKind, SliceContext
+from likes_project.opsjobs.services import TRANSIENT, JobKind, SliceContext
 
 logger = logging.getLogger(__name__)
-TRANSIENT = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
 Run = Callable[..., ApprovedLedgerModel]  # run(ledger_id, *, say, tick): the protocol from the ledger's state
 
 
@@ -50,21 +44,16 @@ def ledger_job_kind(ledger: ApprovedLedger, run: Run) -> JobKind:
         try:
             m = run(ledger_id, say=say, tick=tick)
         except TRANSIENT as exc:
-            # A store refusing or gone for a moment (a partition restarting, a failover): the step resumes where it
-            # stands, so the job waits and runs it again, up to LEDGER_TRANSIENT_RETRIES times, instead of leaving
-            # the ledger for an operator to resume.
-            tries = int(ctx.state.get("transientTries", 0)) + 1
+            # The step resumes where it stands, so the job waits and runs it again instead of leaving the ledger
+            # for an operator to resume; the ledger says it is waiting.
             error = f"{exc.__class__.__name__}: {exc}"[:4000]
-            if tries > settings.LEDGER_TRANSIENT_RETRIES:
+
+            def waiting(tries: int) -> None:
+                ledger.model.objects.filter(pk=ledger_id).update(error=f"waiting for a store (try {tries}): {error}")
+
+            if not ctx.transient_wait(exc, what=f"{ledger.noun} {ledger_id}", waiting=waiting):
                 ledger.model.objects.filter(pk=ledger_id).update(error=error)
                 raise
-            ledger.model.objects.filter(pk=ledger_id).update(error=f"waiting for a store (try {tries}): {error}")
-            ctx.state["transientTries"] = tries
-            ctx.say(f"{ledger.noun} {ledger_id}: a store did not answer ({exc.__class__.__name__}); trying again "
-                    f"in {settings.LEDGER_TRANSIENT_WAIT_S:g} s ({tries} of {settings.LEDGER_TRANSIENT_RETRIES})")
-            # A back-off, not a wait for an event: the store gives no signal when it is back, and a parked slice is
-            # re-queued at once, so the worker itself waits before the retry.
-            time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)
             return False
         except Exception as exc:
             # The job fails; the ledger stays in its state (every step resumes) and says why it stopped.

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from likes_project import leases, metrics
 from likes_project.audit.services import Actor, audit_record, job_context
@@ -35,6 +37,10 @@ from likes_project.nudge import nudge
 from likes_project.opsjobs.models import JobStatus, OpsJob
 
 logger = logging.getLogger(__name__)
+
+# A store refusing or gone for a moment (a partition restarting, a failover, a paused server): what a job's
+# slice may wait out and run again (`SliceContext.transient_wait`) rather than fail for an operator to restart.
+TRANSIENT = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
 
 RUN_TASK = "opsjobs.run"
 RUN_LONG_TASK = "opsjobs.run_long"
@@ -78,6 +84,28 @@ class SliceContext:
         if total is not None:
             self.job.total = total
         self.save()
+
+    def transient_wait(self, exc: BaseException, *, what: str,
+                       waiting: Callable[[int], None] | None = None) -> bool:
+        """`exc` (one of TRANSIENT) stopped `what`: say so (and `waiting(try)`), wait LEDGER_TRANSIENT_WAIT_S, then
+        True (the caller runs its step again, from where it stands); False once LEDGER_TRANSIENT_RETRIES waits of
+        this job are spent (the caller fails as for any error). A back-off, not a wait for an event: the store gives no
+        signal when it is back, and a parked slice is re-queued at once, so the worker itself waits."""
+        tries = int(self.state.get("transientTries", 0)) + 1
+        if tries > settings.LEDGER_TRANSIENT_RETRIES:
+            return False
+        self.state["transientTries"] = tries
+        self.say(f"{what}: a store did not answer ({exc.__class__.__name__}); trying again in "
+                 f"{settings.LEDGER_TRANSIENT_WAIT_S:g} s ({tries} of {settings.LEDGER_TRANSIENT_RETRIES})")
+        self.save()
+        if waiting is not None:
+            waiting(tries)
+        metrics.inc("likes_ops_jobs_transient_waits_total", kind=self.job.kind)
+        time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)
+        for conn in connections.all(initialized_only=True):
+            if conn.errors_occurred and not conn.in_atomic_block:
+                conn.close_if_unusable_or_obsolete()  # a session the server ended: the retry connects again
+        return True
 
     def save(self) -> None:
         """Persist state and progress (only while this slice still owns the job)."""
