@@ -118,12 +118,115 @@ class DatabaseRefusal:
 
 
 def databases_restore() -> list[str]:
-    """ALLOW_CONNECTIONS true on every shard and partition (after a drill that was itself killed)."""
+    """ALLOW_CONNECTIONS true on every shard and partition (after a drill that was itself killed), once a private
+    server a soak's `pg-hang` left stopped is continued."""
+    private_servers_continue()
     done = []
     for alias in [*settings.RELATION_SHARD_ALIASES, *settings.COUNT_PARTITION_ALIASES]:
         DatabaseRefusal(alias).end()
         done.append(alias)
     return done
+
+
+# --- a PostgreSQL server that hangs instead of refusing (issue 33 §1) ------------------------------------------
+
+
+def _private_server_dir(data_dir: Path) -> bool:
+    """Whether `data_dir` is a server this service's scripts started for themselves (`scripts/lib.sh`'s
+    `pg_cluster_up`: `.data/<name>` of this checkout, or `/var/tmp/likes-<checkout hash>/<name>` when root runs
+    it): the only servers a soak may stop."""
+    base = Path(settings.BASE_DIR).resolve() / ".data"
+    return data_dir.parent == base or (data_dir.parent.parent == Path("/var/tmp")
+                                       and data_dir.parent.name.startswith("likes-"))
+
+
+@dataclass
+class ServerPause:
+    """SIGSTOP of every process of the PostgreSQL server holding `alias` (its postmaster and backends), then
+    SIGCONT: a store that hangs rather than refuses. Connections already open wait without an answer, new ones
+    wait out `connect_timeout`. Refused unless the server is on 127.0.0.1, is one the service's scripts started
+    privately (`.data/pg2` of the `scaled` topology), and holds no `default` database (pausing that server would
+    stop the jobs, leases and audit of every test and tier, a different fault)."""
+
+    alias: str
+    pids: list[int] = field(default_factory=list)
+
+    def _data_dir(self) -> Path:
+        cfg = connections[self.alias].settings_dict
+        try:
+            with psycopg.connect(host=cfg["HOST"] or "127.0.0.1", port=cfg["PORT"] or 5432, user=cfg["USER"],
+                                 password=cfg.get("PASSWORD") or None, dbname="postgres", autocommit=True,
+                                 connect_timeout=5) as conn:
+                return Path(conn.execute("SHOW data_directory").fetchone()[0]).resolve()
+        except psycopg.Error as exc:
+            raise DrillRefused(f"cannot read the data directory of {self.alias}'s server: {exc}") from exc
+
+    def check(self) -> Path:
+        if self.alias not in connections:
+            raise DrillRefused(f"no database alias {self.alias!r}")
+        host, port, _name = _server(self.alias)
+        if host not in ("127.0.0.1", "localhost"):
+            raise DrillRefused(f"{self.alias} is on {host}, not this host's 127.0.0.1")
+        if _server("default")[:2] == (host, port):
+            raise DrillRefused(f"{self.alias} shares the server of the `default` database ({host}:{port}); "
+                               f"pausing it would stop every tier (the `scaled` topology's second server does not)")
+        data_dir = self._data_dir()
+        if not _private_server_dir(data_dir):
+            raise DrillRefused(f"the server {host}:{port} ({data_dir}) was not started by this service's scripts; "
+                               f"the soak signals only processes its own topology started")
+        return data_dir
+
+    def begin(self) -> str:
+        data_dir = self.check()
+        postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+        self.pids = [postmaster, *_children(postmaster)]
+        for pid in self.pids:  # the postmaster first: it forks no new backend from here on
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        host, port, _name = _server(self.alias)
+        return f"SIGSTOP to the PostgreSQL server {host}:{port} of {self.alias} ({len(self.pids)} processes)"
+
+    def end(self) -> str:
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return f"SIGCONT to its {len(self.pids)} processes"
+
+
+def second_server_aliases() -> list[str]:
+    """The shards and partitions on a PostgreSQL server other than `default`'s (the `scaled` topology's second)."""
+    default = _server("default")[:2]
+    return [a for a in [*settings.RELATION_SHARD_ALIASES, *settings.COUNT_PARTITION_ALIASES]
+            if _server(a)[:2] != default]
+
+
+def private_servers_continue() -> dict[str, int]:
+    """SIGCONT to every process of each private server the scripts started (found by its `postmaster.pid`, without
+    connecting: a stopped server does not answer): undoes a `pg-hang` whose soak was itself killed."""
+    out = {}
+    base = Path(settings.BASE_DIR).resolve() / ".data"
+    for pid_file in [*base.glob("*/postmaster.pid"), *Path("/var/tmp").glob("likes-*/*/postmaster.pid")]:
+        try:
+            postmaster = int(pid_file.read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        pids = [postmaster, *_children(postmaster)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
+        out[str(pid_file.parent)] = len(pids)
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat") if _parent_pid(p) == pid]
+
+
+def _parent_pid(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after "(comm)": state, ppid
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 # --- Redis roles ----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import redis
 from django.conf import settings
 
 from likes_project.redis_client import is_cluster_url
-from opsconsole.drills.faults import DatabaseRefusal, DrillRefused, eventlog_flush
+from opsconsole.drills.faults import DatabaseRefusal, DrillRefused, ServerPause, eventlog_flush, second_server_aliases
 from opsconsole.drills.stage import Stage
 from opsconsole.soak.schedule import SIGNALLED
 from relations import routing as relation_routing
@@ -21,6 +21,7 @@ def targets() -> dict[str, list[str]]:
     """The aliases each database fault may take down (and the seed text a bucket move picks its buckets by)."""
     return {"relation-shard-down": list(relation_routing.all_aliases()),
             "count-partition-down": list(settings.COUNT_PARTITION_ALIASES),
+            "pg-hang": second_server_aliases()[:1],  # the server is what stops; one alias names it
             "bucket-move": [f"move-{i}" for i in range(16)],  # which buckets a move picks, drawn like a target
             "slot-move": [f"move-{i}" for i in range(16)]}  # which slots a move picks
 
@@ -42,6 +43,11 @@ def check(names: list[str], stage: Stage) -> None:
                 DatabaseRefusal(alias).check()
         if name == "worker-kill":
             stage.workers_check()
+        if name == "pg-hang":
+            if not targets()[name]:
+                raise DrillRefused("pg-hang stops the second PostgreSQL server, and every database here is on the "
+                                   "server of `default` (LIKES_TOPOLOGY=scaled has a second one)")
+            ServerPause(targets()[name][0]).check()
         if name == "cache-hang" and is_cluster_url(settings.REDIS_URL):
             raise DrillRefused("cache-hang pauses one Redis server, and the cache role is a Redis Cluster")
 
@@ -61,6 +67,9 @@ def begin(name: str, *, target: str, seconds: float, stage: Stage, videos: list[
     if name in ("relation-shard-down", "count-partition-down"):
         refusal = DatabaseRefusal(target)
         return refusal.begin(), refusal.end, None
+    if name == "pg-hang":
+        pause = ServerPause(target)
+        return pause.begin(), pause.end, None
     if name == "eventlog-flush":
         return eventlog_flush(), lambda: "nothing to undo: the lost tail is the pipeline's to republish", None
     if name == "cache-hang":

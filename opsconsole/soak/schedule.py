@@ -15,6 +15,7 @@ FAULTS: dict[str, tuple[float, float]] = {
     "count-partition-down": (3.0, 10.0),  # a count partition refuses connections
     "eventlog-flush": (0.0, 0.0),  # FLUSHDB of the event log: an instant, then the lost tail is republished
     "cache-hang": (2.0, 6.0),  # the cache Redis hangs (CLIENT PAUSE ALL): every call waits out its timeout
+    "pg-hang": (2.0, 6.0),  # the second PostgreSQL server hangs (SIGSTOP of its processes), then SIGCONT
     "worker-kill": (0.0, 0.0),  # SIGKILL to the Celery workers mid-batch; their supervisor restarts them
     "beat-stopped": (5.0, 15.0),  # beat killed: no sweeper, lost-tail check or scheduled job until it is back
     # Operations started mid-soak (held: the soak waits for their end when the window closes).
@@ -24,6 +25,8 @@ FAULTS: dict[str, tuple[float, float]] = {
     "reconcile": (3.0, 10.0),  # an exact reconciliation job of the soak's videos
 }
 SIGNALLED = ("worker-kill", "beat-stopped")  # faults that signal processes: only those the stage started
+# Faults run only when --faults names them: pg-hang stops a whole server, which the suite's other workers share.
+NAMED_ONLY = ("pg-hang",)
 TRAFFIC = ("uniform", "hot", "toggler", "flipper")  # spec TEST-2's four groups
 
 
@@ -39,8 +42,8 @@ class Window:
 
 
 def faults_parse(text: str | None, *, signals: bool = True) -> list[str]:
-    """The faults a list names (default: every fault, those of SIGNALLED only when `signals`)."""
-    names = ([n for n in FAULTS if signals or n not in SIGNALLED] if not text
+    """The faults a list names (default: every fault but NAMED_ONLY, those of SIGNALLED only when `signals`)."""
+    names = ([n for n in FAULTS if (signals or n not in SIGNALLED) and n not in NAMED_ONLY] if not text
              else [n.strip() for n in text.split(",") if n.strip()])
     unknown = [n for n in names if n not in FAULTS]
     if unknown or not names:

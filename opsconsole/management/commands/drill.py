@@ -27,8 +27,9 @@ class Command(VerdictCommand):
                             help="Seconds after the fault's end within which everything must converge.")
         parser.add_argument("--json", action="store_true", help="Print the verdict as JSON.")
         parser.add_argument("--restore-databases", action="store_true",
-                            help="Only set ALLOW_CONNECTIONS true on every shard and partition (after a drill "
-                                 "process that was itself killed mid-fault), then exit.")
+                            help="Only set ALLOW_CONNECTIONS true on every shard and partition, once a private "
+                                 "server a soak's pg-hang stopped is continued (after a drill or soak process that "
+                                 "was itself killed mid-fault), then exit.")
 
     def run(self, *args, **options):
         from opsconsole.drills.runner import drills_enabled_check
