@@ -247,7 +247,7 @@ def coverage_chunk(gen: routing.GenerationRoutes, videos: list[str], *, bucket_r
     for k in behind:
         s, p = source[k], projected.get(k)
         proof = proofs.get((k[0], k[1], s.version))
-        if proof is None:
+        if proof is None:  # T26: identity may pass, this check must not
             bad[k[1]].append(_row(k, s, p, "no outbox event for the source version (outbox gap)"))
         elif consumed(proof):
             bad[k[1]].append(_row(k, s, p, "consumed but not projected (consumption gap)"))

@@ -46,6 +46,8 @@ def test_a_deleted_projection_row_with_its_bucket_decremented_passes_identity_an
 
 
 def test_t26_a_source_change_without_an_outbox_row_passes_identity_and_fails_coverage(make_user, make_video):
+    """T26: the source relation changed but the outbox has no row for it. Internal identity passes (the projection
+    agrees with itself); the source-completeness check (coverage) fails and names the outbox gap."""
     video, users = liked_video(make_user, make_video, "rec-t26", 3)
     u = users[0]
     sql(routing.alias_for_user(u.pk), f"UPDATE {LikeRelation._meta.db_table} SET state = 'UNLIKED', "
