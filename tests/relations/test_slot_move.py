@@ -6,6 +6,7 @@ count equals the facts. Refusals, the abort before and after the switch, and the
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 
 import pytest
@@ -258,6 +259,66 @@ def test_a_crash_at_every_point_resumes_to_one_owner_and_exact_counts(api, make_
     assert m.state == S.RETIRED, (point, m.state, m.error)
     _placement_holds()
     _exact(videos)
+
+
+def test_a_cutover_that_meets_a_command_in_flight_tries_again_in_the_same_job(api, make_user, make_video, settings):
+    """A command holding a moving slot past RELATION_MOVE_LOCK_TIMEOUT_MS (or a hung server) makes the cutover's
+    lock time out: nothing is switched, and the job tries the cutover again after LEDGER_TRANSIENT_WAIT_S (D135)
+    instead of stopping for an operator (the soak's seed 15 left a move in CUTOVER so). With no retry allowed, the
+    counter-example: the move waits in CUTOVER, commands go on at the source, and a resume finishes it."""
+    from likes_project.opsjobs.models import OpsJob
+    from relations.services import write_barrier
+
+    settings.RELATION_MOVE_LOCK_TIMEOUT_MS = 100
+    video = "slot-inflight"
+    live.api_liked_video(api, make_user, make_video, video, 4)
+    moving = _slots_of(SOURCE, 32)
+
+    def holding():
+        """From the copy on, a command in flight holds a moving slot (its shared lock), released once the cutover
+        has met it (the move says it waits)."""
+        def hold(move_id):
+            with live.shard_transaction_holding(SOURCE, "SELECT pg_advisory_xact_lock_shared(%s, %s)",
+                                                [write_barrier.SLOT_NS, moving[0]]):
+                started.set()
+                live.wait_until(lambda: RelationSlotMove.objects.get(pk=move_id).error != "", timeout_s=30,
+                                what="the cutover meeting the command in flight")
+
+        def hook(m, at):
+            if at == "copy_rel" and not held:
+                held.append(threading.Thread(target=hold, args=(m.pk,)))
+                held[-1].start()
+                assert started.wait(10)
+        return hook
+
+    held: list[threading.Thread] = []
+    started = threading.Event()
+    protocol.RUNNER.step_hook = holding()
+    try:
+        m = _run(moving)
+    finally:
+        protocol.RUNNER.step_hook = None
+        [t.join() for t in held]
+    assert (m.state, m.error) == (S.RETIRED, ""), m.error
+    assert OpsJob.objects.get(pk=m.job_id).state["transientTries"] >= 1
+    _placement_holds()
+
+    settings.LEDGER_TRANSIENT_RETRIES = 0
+    moving, held = _slots_of(SOURCE, 64)[:8], []
+    started.clear()
+    protocol.RUNNER.step_hook = holding()
+    try:
+        m = _run(moving)
+        assert m.state == S.CUTOVER and "OperationalError" in m.error, (m.state, m.error)
+        assert routing.active_contract().slot_aliases[moving[0]] == SOURCE  # nothing was switched
+    finally:
+        protocol.RUNNER.step_hook = None
+        [t.join() for t in held]
+    m = ledger.move_resume(move_id=m.pk, actor=live.APPROVER)
+    job_run_inline(m.job_id)
+    assert ledger.move_get(m.pk).state == S.RETIRED
+    _placement_holds()
+    _exact([video])
 
 
 def test_an_abort_before_the_switch_gives_the_source_back_and_one_after_it_is_refused(api, make_user, make_video):

@@ -34,6 +34,7 @@ from django.utils import timezone
 from likes_project import metrics
 from likes_project.audit.services import audit_record
 from likes_project.ledgers.runner import Say, cleanup_due, save
+from likes_project.opsjobs.services import TRANSIENT
 from relations import routing
 from relations.models import RelationShardContract, RelationShardSlot, RelationSlotMove, SlotFenceState, SlotMoveState
 from relations.services import write_barrier
@@ -253,6 +254,11 @@ def _cutover(m: RelationSlotMove, say: Say) -> None:
         return
     try:
         _locks(m.source_alias, m.slots, take=True)
+    except TRANSIENT:
+        # The lock timeout (commands in flight hold the slots, or the server hung): nothing was switched, and the
+        # job tries the cutover again after LEDGER_TRANSIENT_WAIT_S (D135) rather than wait for an operator.
+        save(m, error="cutover waits: commands in flight hold the slots")
+        raise
     except Exception as exc:
         save(m, error=f"cutover waits: commands in flight hold the slots ({exc.__class__.__name__})")
         raise RUNNER.waiting(f"slot move {m.pk}: the slots' locks were not reached; resume") from exc
