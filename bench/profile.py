@@ -36,17 +36,28 @@ def command(rng):
 
 
 def http(rng):
+    """The command through the WSGI application gunicorn serves (`likes_project.wsgi`: the API's own middleware
+    chain, D136), without a socket: an environ built by Django's RequestFactory, the answer's body read."""
     from django.conf import settings
-    from django.test import Client
+    from django.test import RequestFactory
+
+    from likes_project.wsgi import application
     settings.ALLOWED_HOSTS = ["testserver"]
-    users, videos, client = *prepare(users=5000, videos=2000), Client()
+    users, videos, factory = *prepare(users=5000, videos=2000), RequestFactory()
+    status: list[str] = []
+
+    def start_response(line, headers, exc_info=None):
+        status.append(line)
 
     def unit() -> None:
-        resp = client.put(f"/v1/videos/{rng.choice(videos)}/like-relation", content_type="application/json",
-                          data=json.dumps({"desiredState": rng.choice(("LIKED", "UNLIKED"))}),
-                          HTTP_AUTHORIZATION=f"Token {rng.choice(users)[1]}", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
-        if resp.status_code != 200:
-            raise RuntimeError(f"PUT answered {resp.status_code}: {resp.content[:200]!r}")
+        environ = factory.put(f"/v1/videos/{rng.choice(videos)}/like-relation", content_type="application/json",
+                              data=json.dumps({"desiredState": rng.choice(("LIKED", "UNLIKED"))}),
+                              HTTP_AUTHORIZATION=f"Token {rng.choice(users)[1]}",
+                              HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex).environ
+        status.clear()
+        body = b"".join(application(environ, start_response))
+        if not status[0].startswith("200"):
+            raise RuntimeError(f"PUT answered {status[0]}: {body[:200]!r}")
     return unit, 1
 
 
@@ -141,7 +152,10 @@ def main(argv=None) -> int:
         prof = cProfile.Profile()
         pn, pwall, _ = prof.runcall(loop, unit, args.seconds)
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40).sort_stats("tottime").print_stats(40)
+        stats = pstats.Stats(prof, stream=buf)
+        stats.sort_stats("cumulative").print_stats(40).sort_stats("tottime").print_stats(40)
+        # Who sends each SQL statement and Redis command: the round trips a unit pays (issue 34 §1).
+        stats.print_callers(r"(psycopg/cursor.py:\d+\(execute\)|redis/client.py:\d+\(execute(_command)?\))")
         (OUT_DIR / f"{args.scenario}.txt").write_text(f"{head}\nprofiled: {pn} units in {pwall:.1f} s\n"
                                                       f"{buf.getvalue()}".replace(str(ROOT) + "/", ""))
         if args.flame:

@@ -69,13 +69,16 @@ def lease_release(grant: LeaseGrant) -> None:
     )
 
 
-def lease_hold(grant: LeaseGrant) -> bool:
+def lease_hold(grant: LeaseGrant, *, renew_ttl_s: float | None = None) -> bool:
     """Inside the caller's transaction on `default`: lock the lease row while `grant` is still the
     lease (no other holder has taken it, whatever its expiry), so a write fenced by it commits only
-    while that holds. False when it moved: the caller must abandon its write."""
-    return Lease.objects.select_for_update().filter(
-        resource=grant.resource, holder=grant.holder, fencing_token=grant.token
-    ).exists()
+    while that holds. False when it moved: the caller must abandon its write. `renew_ttl_s`: renew it in the
+    same statement (the renewal commits with the caller's write: one commit, not two; issue 34 §2)."""
+    held = Lease.objects.filter(resource=grant.resource, holder=grant.holder, fencing_token=grant.token)
+    if renew_ttl_s is None:
+        return held.select_for_update().exists()
+    now = timezone.now()
+    return held.update(expires_at=now + dt.timedelta(seconds=renew_ttl_s), renewed_at=now) == 1
 
 
 def lease_is_current(grant: LeaseGrant) -> bool:

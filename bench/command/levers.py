@@ -22,7 +22,8 @@ NAME = "levers"
 OPTIONS = {**{k: COMMAND_OPTIONS[k] for k in ("users", "videos", "warmup", "duration", "procs", "http_clients",
                                               "gunicorn_workers", "mix", "pgbench_duration")},
            "rounds": (4, "windows per side of every lever (ABAB order)", 1, 100),
-           "pgbench_clients": ("8,16", "pgbench client counts (run at the start and at the end)")}
+           "pgbench_clients": ("8,16", "pgbench client counts (run at the start and at the end)"),
+           "only": ("", "run only these levers, by their 1-based numbers (e.g. 8,9); empty: every lever")}
 APP = "likes_project.wsgi:application"
 
 
@@ -52,6 +53,9 @@ LEVERS = (
     Lever(HINTS + " (author hints off → on)", "http", Side(env=(("AUTHOR_HINTS_MAX", "0"),))),
     Lever("gunicorn workers (gthread 4 × 4 threads → sync 4)", "http",
           Side(env=(("GUNICORN_WORKER_CLASS", "gthread"), ("GUNICORN_THREADS", "4")))),
+    Lever("the API's own middleware chain (12 → 7, D136)", "http", Side(env=(("API_LEAN_MIDDLEWARE", "false"),))),
+    Lever("health check only after idling (SELECT 1 a request → none under load, D137)", "http",
+          Side(env=(("DB_HEALTH_CHECK_IDLE_S", "0"),))),
 )
 
 
@@ -106,7 +110,10 @@ def main(argv=None) -> int:
             # One discarded window first: the clients' first connections and caches are no lever's.
             measure_once(pool, sampler, args, layer="service", naive=False, workload="uniform", users=users,
                          videos=videos, tag="warm-up (discarded)")
+            only = set(driver.int_list(args.only)) if args.only else None
             for i, lever in enumerate(LEVERS, 1):
+                if only is not None and i not in only:
+                    continue
                 run.log(f"lever {i}: {lever.layer} {lever.name}")
                 # A lever's two servers run only during its windows: every worker holds its own connections, and
                 # all of them at once would pass PostgreSQL's max_connections.

@@ -174,11 +174,12 @@ class Blocked:
 
 
 def checkpoint_advance(*, consumer: str, partition: int, grant: leases.LeaseGrant, to_id: str,
-                       applied: int, blocked: Blocked | None = None) -> bool:
+                       applied: int, blocked: Blocked | None = None, renew_ttl_s: float | None = None) -> bool:
     """Move the checkpoint forward to `to_id`, only while `grant` is the current lease (the fencing
-    token is checked in the same statement) and never backwards; record (or clear) the blocked head."""
+    token is checked in the same statement) and never backwards; record (or clear) the blocked head.
+    `renew_ttl_s`: the lease is renewed in the same transaction."""
     with transaction.atomic(using="default", durable=True):
-        if not leases.lease_hold(grant):
+        if not leases.lease_hold(grant, renew_ttl_s=renew_ttl_s):
             return False
         cp = ConsumerCheckpoint.objects.select_for_update().get(consumer=consumer, partition=partition)
         if entry_id_key(to_id) < entry_id_key(cp.last_done_id):
@@ -312,8 +313,9 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
             blocked = Blocked.after(cp, consumer=consumer, partition=partition, entry_id=first_pending,
                                     error=result.failed.get(first_pending) or Retryable("not completed"))
         if head is not None:
+            # The lease is renewed with the checkpoint: one commit a batch, not two (issue 34 §2).
             if not checkpoint_advance(consumer=consumer, partition=partition, grant=grant, to_id=head,
-                                      applied=result.applied, blocked=blocked):
+                                      applied=result.applied, blocked=blocked, renew_ttl_s=lease_ttl_s):
                 return report("lease_lost")
             advanced_to = head
         elif blocked is not None:
@@ -321,10 +323,6 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
         if blocked is not None:
             totals["held"] = sum(1 for i in dispatched if i not in done)
             break  # back off: the rest of this partition waits for its retry
-        try:
-            leases.lease_renew(grant, ttl_s=lease_ttl_s)
-        except leases.LeaseLost:
-            return report("lease_lost")
     metrics.inc("likes_events_applied_total", totals["applied"], consumer=consumer)
     metrics.inc("likes_events_duplicate_total", totals["duplicates"], consumer=consumer)
     metrics.inc("likes_events_stale_total", totals["stale"], consumer=consumer)

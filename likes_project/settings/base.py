@@ -58,20 +58,11 @@ INSTALLED_APPS = [
     "opsconsole",
 ]
 
-MIDDLEWARE = [
-    "likes_project.logs.RequestContextMiddleware",  # first: a fresh log context and X-Request-ID (issue 10)
-    "likes_project.middleware.HttpProtocolMiddleware",  # body size, chunked bodies, HEAD
-    "likes_project.http_metrics.HttpMetricsMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "likes_project.middleware.JsonErrorMiddleware",
-]
+from likes_project.settings.middleware import API_MIDDLEWARE, MIDDLEWARE  # noqa: E402, F401
+
+API_LEAN_MIDDLEWARE = env_bool("API_LEAN_MIDDLEWARE", True)  # false: the API goes through MIDDLEWARE too
+# A connection used less than this long ago skips the per-request `SELECT 1` health check (D137); 0: always check.
+DB_HEALTH_CHECK_IDLE_S = env_float("DB_HEALTH_CHECK_IDLE_S", 2.0)
 
 ROOT_URLCONF = "likes_project.urls"
 WSGI_APPLICATION = "likes_project.wsgi.application"

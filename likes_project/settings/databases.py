@@ -34,6 +34,7 @@ def _split_urls(raw: str) -> list[str]:
 
 def _config(url: str, *, conn_max_age: int) -> dict:
     cfg = dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True)
+    cfg["ENGINE"] = "likes_project.pgbackend"  # Django's, the health check only after idling (D137)
     options = (
         f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c lock_timeout={LOCK_TIMEOUT_MS} "
         f"-c idle_in_transaction_session_timeout={IDLE_IN_TX_TIMEOUT_MS} -c timezone=UTC"

@@ -85,6 +85,41 @@ def test_head_answers_the_get_headers_without_a_body_and_gunicorn_logs_nothing_a
     assert "body bytes on a no-body response" not in web.log_path.read_text()
 
 
+@LIVE
+def test_the_api_paths_take_their_own_chain_and_keep_every_contract_of_the_full_one(web, liker, make_user):
+    """Through gunicorn the API paths go through API_MIDDLEWARE (D136): no X-Frame-Options or CSRF cookie on a JSON
+    answer, while the console's pages keep them. What the API needs is still there: the request id, the JSON error
+    envelope of an unknown path, an anonymous 401 with its challenge, and a console session's access to /v1/ with
+    DRF's own CSRF check on a write."""
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    _user, key = liker
+    with httpx.Client(base_url=web.url(""), timeout=30) as http:
+        api = http.get("/v1/videos/proto-v/like-count", headers={"Authorization": f"Token {key}"})
+        assert api.status_code == 200 and api.headers["X-Request-ID"]
+        assert "X-Frame-Options" not in api.headers and "csrftoken" not in api.headers.get("Set-Cookie", "")
+        console = http.get("/admin/login/")
+        assert console.headers["X-Frame-Options"] == "DENY" and "csrftoken" in console.headers["Set-Cookie"]
+        nowhere = http.get("/v1/nowhere")
+        assert (nowhere.status_code, nowhere.json()["code"]) == (404, "not_found")
+        anonymous = http.get("/v1/me/likes")
+        assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"]
+
+        staff = make_user()
+        session = SessionStore()
+        session[SESSION_KEY], session[BACKEND_SESSION_KEY] = str(staff.pk), settings.AUTHENTICATION_BACKENDS[0]
+        session[HASH_SESSION_KEY] = staff.get_session_auth_hash()
+        session.create()
+        cookies = {settings.SESSION_COOKIE_NAME: session.session_key}
+        mine = http.get("/v1/me/likes", cookies=cookies)
+        assert mine.status_code == 200, mine.text
+        write = http.put("/v1/videos/proto-v/like-relation", cookies=cookies, json={"desiredState": "LIKED"},
+                         headers={"Idempotency-Key": "session-1"})
+        assert write.status_code == 403 and "CSRF" in write.json()["message"], write.text
+
+
 def test_a_chunked_body_where_the_server_does_not_end_the_stream_is_411_not_a_hang():
     """Django's development server hands over the raw socket: reading a chunked body there would block."""
     request = RequestFactory().put("/v1/videos/v/like-relation", data=b"", content_type="application/json",
