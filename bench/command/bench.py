@@ -151,7 +151,7 @@ def cost_probe(job: dict, ctl) -> dict:
     def one() -> None:
         kind, ui, vid, desired, key = gen.next()
         res = commands.relation_set_state(user_id=gen.users[ui][0], video_id=vid, desired_state=desired,
-                                          operation_id=key, device_id="bench")
+                                          operation_id=key, device_id=f"bench-{gen.users[ui][0]}")
         gen.observe(ui, vid, res.current.state)
         counts[f"kind:{kind}"] += 1
 

@@ -108,7 +108,7 @@ def _sender(job: dict, sizes: Counter):
         from relations.services import commands
         def send(user_id, token, video_id, desired, key):
             res = commands.relation_set_state(user_id=user_id, video_id=video_id, desired_state=desired,
-                                              operation_id=key, device_id="bench")
+                                              operation_id=key, device_id=f"bench-{user_id}")
             return res.current.state, res.changed, res.replayed
 
         return send, None
@@ -116,7 +116,7 @@ def _sender(job: dict, sizes: Counter):
 
     def send(user_id, token, video_id, desired, key):
         data = http_exchange(conn, "PUT", f"/v1/videos/{video_id}/like-relation",
-                             body=json.dumps({"desiredState": desired, "deviceId": "bench"}), sizes=sizes,
+                             body=json.dumps({"desiredState": desired, "deviceId": f"bench-{user_id}"}), sizes=sizes,
                              headers={"Authorization": f"Token {token}", "Idempotency-Key": key,
                                       "Content-Type": "application/json", "Connection": "keep-alive"})
         doc = json.loads(data)
@@ -208,7 +208,7 @@ def tracked(job: dict, ctl) -> dict:
         waits0, t0, m0 = counter.waits, time.time(), time.perf_counter()
         try:
             res = commands.relation_set_state(user_id=users[ui][0], video_id=vid, desired_state=desired,
-                                              operation_id=key, device_id="bench")
+                                              operation_id=key, device_id=f"bench-{users[ui][0]}")
             state[(ui, vid)] = res.current.state
             if mix:
                 mix.observe(ui, vid, res.current.state)
