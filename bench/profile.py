@@ -61,6 +61,52 @@ def http(rng):
     return unit, 1
 
 
+def _wsgi_put_or_post():
+    """The WSGI application gunicorn serves and a caller of it that raises on a non-200 answer."""
+    from django.conf import settings
+    from django.test import RequestFactory
+
+    from likes_project.wsgi import application
+    settings.ALLOWED_HOSTS = ["testserver"]
+    factory, status = RequestFactory(), []
+
+    def start_response(line, headers, exc_info=None):
+        status.append(line)
+
+    def call(method: str, path: str, body: dict, **headers) -> bytes:
+        environ = getattr(factory, method)(path, content_type="application/json", data=json.dumps(body),
+                                           **headers).environ
+        status.clear()
+        answer = b"".join(application(environ, start_response))
+        if not status[0].startswith("200"):
+            raise RuntimeError(f"{method.upper()} {path} answered {status[0]}: {answer[:200]!r}")
+        return answer
+    return call
+
+
+def batch_http(rng):
+    """The batch query of 20 ids through the WSGI application (the `batch` scenario's reads, over HTTP's stack)."""
+    unit_data = _batch_data()
+    call = _wsgi_put_or_post()
+
+    def unit() -> None:
+        _uid, token, feed, _expected = rng.choice(unit_data["users"])
+        page = rng.randrange(5)
+        call("post", "/v1/like-relations/batch-query", {"videoIds": feed[page * 20:(page + 1) * 20]},
+             HTTP_AUTHORIZATION=f"Token {token}")
+    return unit, 1
+
+
+def _batch_data() -> dict:
+    from bench.read.bench import prepare_batch
+    from relations.services.relation_cache import relation_cache_repair
+    users, _ = prepare(users=5000, videos=2000)
+    data = prepare_batch(argparse.Namespace(seed=7, videos=2000, feed=100, users=400), users)
+    for uid, _token, feed, _expected in data["users"]:
+        relation_cache_repair(user_id=uid, video_ids=feed)
+    return data
+
+
 def batch(rng):
     from bench.read.bench import prepare_batch
     from counting.selectors import feed_page_read
@@ -116,7 +162,8 @@ def snapshot(rng):
     return unit, 1
 
 
-SCENARIOS = {"command": command, "http": http, "batch": batch, "projector": projector, "snapshot": snapshot}
+SCENARIOS = {"command": command, "http": http, "batch": batch, "batch_http": batch_http, "projector": projector,
+             "snapshot": snapshot}
 
 
 def clean() -> None:
