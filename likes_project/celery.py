@@ -21,4 +21,7 @@ def _connections_checked(task=None, **_kw) -> None:
         return
     from django.db import close_old_connections
 
+    from likes_project.pgbackend.base import check_at_next_use
+
     close_old_connections()
+    check_at_next_use()  # a task checks before its first query, as before D137 (only a request skips it)

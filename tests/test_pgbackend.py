@@ -9,6 +9,8 @@ import psycopg
 import pytest
 from django.db import OperationalError, connections
 
+from likes_project.pgbackend.base import check_at_next_use
+
 pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 ALIAS = "rel_00"
 
@@ -49,6 +51,9 @@ def test_a_connection_used_a_moment_ago_skips_the_check_and_an_idle_one_is_check
     _end_session(conn)
     conn.used_at = float("-inf")  # idle for long: checked, found ended, replaced before the statement
     assert _request(conn) == 1 and len(made) == 4
+    _end_session(conn)
+    check_at_next_use()  # a Celery task's start: checked however recently used
+    assert _request(conn) == 1 and len(made) == 5
 
 
 def test_a_connection_ended_right_after_its_use_fails_one_request_then_connects_again(checks, settings):
