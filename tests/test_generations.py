@@ -244,11 +244,13 @@ def test_a_rebuild_longer_than_the_time_limit_completes_on_a_real_worker(populat
     worker = drills.start(["-m", "celery", "-A", "likes_project", "worker", "-Q", "ops", "-c", "1",
                            "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
                           LIKES_TEST_NUDGES="1", OPS_JOB_SLICE_S=slice_s, GENERATION_THROTTLE_S="0.2",
-                          CELERY_TASK_SOFT_TIME_LIMIT="2", CELERY_TASK_TIME_LIMIT=str(hard_s))
+                          CELERY_TASK_SOFT_TIME_LIMIT="2", CELERY_TASK_TIME_LIMIT=str(hard_s), OPS_JOB_LEASE_S="5")
     try:
         job = job_start(kind="relcache.rebuild", actor=TEST_ACTOR, params={"chunk": 1})
         app.send_task("opsjobs.run", args=[job.pk], queue="ops", soft_time_limit=2, time_limit=hard_s)
-        drills.wait_for(lambda: OpsJob.objects.get(pk=job.pk).finished, timeout_s=120, what="the job to end")
+        # The sweeper runs too, as beat runs it: a worker the hard limit killed leaves its job to be abandoned.
+        drills.wait_for(lambda: jobs_sweep() is not None and OpsJob.objects.get(pk=job.pk).finished, timeout_s=120,
+                        what="the job to end")
     finally:
         output = drills.kill(worker)
         with app.connection_for_write() as conn:
@@ -257,7 +259,9 @@ def test_a_rebuild_longer_than_the_time_limit_completes_on_a_real_worker(populat
     row = RelationCacheGeneration.objects.get(pk=job.state["generation"])
     if slice_s == "60":
         assert (job.status, row.status) == ("FAILED", "FAILED"), output
-        assert "SoftTimeLimitExceeded" in row.failure_reason
+        # The soft limit's exception, or (on a loaded machine) the hard limit's kill that the sweeper found.
+        assert "SoftTimeLimitExceeded" in row.failure_reason or "abandoned" in row.failure_reason, (
+            row.failure_reason, output[-3000:])
         assert relation_selectors.cache_generation_for_reads() == row.previous_generation
         return
     assert (job.status, row.status) == ("SUCCEEDED", "ACTIVE"), output

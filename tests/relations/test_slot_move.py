@@ -5,8 +5,8 @@ count equals the facts. Refusals, the abort before and after the switch, and the
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 import uuid
 
 import pytest
@@ -272,48 +272,44 @@ def test_a_cutover_that_meets_a_command_in_flight_tries_again_in_the_same_job(ap
     settings.RELATION_MOVE_LOCK_TIMEOUT_MS = 100
     video = "slot-inflight"
     live.api_liked_video(api, make_user, make_video, video, 4)
-    moving = _slots_of(SOURCE, 32)
 
-    def holding():
-        """From the copy on, a command in flight holds a moving slot (its shared lock), released once the cutover
-        has met it (the move says it waits)."""
-        def hold(move_id):
-            with live.shard_transaction_holding(SOURCE, "SELECT pg_advisory_xact_lock_shared(%s, %s)",
-                                                [write_barrier.SLOT_NS, moving[0]]):
-                started.set()
-                live.wait_until(lambda: RelationSlotMove.objects.get(pk=move_id).error != "", timeout_s=30,
-                                what="the cutover meeting the command in flight")
+    def holding(moving: list[int], release_at_try: int | None):
+        """A command in flight holds the first moving slot's shared lock from the copy on; it ends when the cutover
+        tries to lock for the `release_at_try`-th time (None: never, the test ends it)."""
+        tries: list[int] = []
 
         def hook(m, at):
             if at == "copy_rel" and not held:
-                held.append(threading.Thread(target=hold, args=(m.pk,)))
-                held[-1].start()
-                assert started.wait(10)
-        return hook
+                held.append(stack.enter_context(live.shard_transaction_holding(
+                    SOURCE, "SELECT pg_advisory_xact_lock_shared(%s, %s)", [write_barrier.SLOT_NS, moving[0]])))
+            if at == "cutover_locking":
+                tries.append(1)
+                if len(tries) == release_at_try:
+                    stack.close()
+        return hook, tries
 
-    held: list[threading.Thread] = []
-    started = threading.Event()
-    protocol.RUNNER.step_hook = holding()
-    try:
-        m = _run(moving)
-    finally:
-        protocol.RUNNER.step_hook = None
-        [t.join() for t in held]
-    assert (m.state, m.error) == (S.RETIRED, ""), m.error
-    assert OpsJob.objects.get(pk=m.job_id).state["transientTries"] >= 1
+    held: list = []
+    moving = _slots_of(SOURCE, 32)
+    with contextlib.ExitStack() as stack:
+        protocol.RUNNER.step_hook, tries = holding(moving, release_at_try=2)
+        try:
+            m = _run(moving)
+        finally:
+            protocol.RUNNER.step_hook = None
+    assert (m.state, m.error, len(tries)) == (S.RETIRED, "", 2), m.error
+    assert OpsJob.objects.get(pk=m.job_id).state["transientTries"] == 1
     _placement_holds()
 
     settings.LEDGER_TRANSIENT_RETRIES = 0
     moving, held = _slots_of(SOURCE, 64)[:8], []
-    started.clear()
-    protocol.RUNNER.step_hook = holding()
-    try:
-        m = _run(moving)
-        assert m.state == S.CUTOVER and "OperationalError" in m.error, (m.state, m.error)
-        assert routing.active_contract().slot_aliases[moving[0]] == SOURCE  # nothing was switched
-    finally:
-        protocol.RUNNER.step_hook = None
-        [t.join() for t in held]
+    with contextlib.ExitStack() as stack:
+        protocol.RUNNER.step_hook, tries = holding(moving, release_at_try=None)
+        try:
+            m = _run(moving)
+            assert m.state == S.CUTOVER and "OperationalError" in m.error, (m.state, m.error)
+            assert routing.active_contract().slot_aliases[moving[0]] == SOURCE  # nothing was switched
+        finally:
+            protocol.RUNNER.step_hook = None
     m = ledger.move_resume(move_id=m.pk, actor=live.APPROVER)
     job_run_inline(m.job_id)
     assert ledger.move_get(m.pk).state == S.RETIRED

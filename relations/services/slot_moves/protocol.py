@@ -252,6 +252,7 @@ def _cutover(m: RelationSlotMove, say: Say) -> None:
         undo_before_switch(m)
         transition(m, S.FAILED, actor=RUNNER.actor(), error="the slots are no longer on the source")
         return
+    RUNNER.hook(m, "cutover_locking")
     try:
         _locks(m.source_alias, m.slots, take=True)
     except TRANSIENT:
