@@ -46,15 +46,22 @@ class ReverseShardsChange:
         return likers.likers_page_list(caller_id=author.user_id, video_id=video, limit=1, cursor=cursor)
 
     def _old_cursor(self, ctx: Context) -> None:
-        """A cursor of the old generation, from the first drill video with more than one liker."""
+        """A cursor of the old generation, from the first drill video with more than one liker. The likers index is
+        a projection: on a slow machine the traffic's second liker of any video may not be in it yet, so the drill
+        waits for one (bounded: without it, the verdict says `n/a` for the old cursor)."""
         from counting.selectors import likers
+        from likes_project.waiting import wait_until
 
-        for video in ctx.traffic.population.videos:
-            page = self._page(ctx, video)
-            if not page.exhausted:
-                self.rev_cursor = (video, likers.likers_cursor_encode(
-                    caller_id=ctx.traffic.population.author.user_id, video_id=video, page=page))
-                return
+        def found() -> bool:
+            for video in ctx.traffic.population.videos:
+                page = self._page(ctx, video)
+                if not page.exhausted:
+                    self.rev_cursor = (video, likers.likers_cursor_encode(
+                        caller_id=ctx.traffic.population.author.user_id, video_id=video, page=page))
+                    return True
+            return False
+
+        wait_until(found, timeout_s=30.0, poll_s=0.5)
 
     def _rev_look(self, ctx: Context) -> None:
         from counting.models import ReverseIndexGeneration

@@ -362,17 +362,25 @@ class _LedgerWorkerKill(Drill):
         return self.ledger.approve(m.pk, actor=system_actor("drill-approver")).pk
 
     def inject(self, ctx):
-
-        self.row_id = self._start()
         model = self.ledger.model
+        missed: list[str] = []
+        for _attempt in range(3):
+            self.row_id = self._start()
 
-        def started():
-            row = model.objects.get(pk=self.row_id)
-            return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
+            def started():
+                row = model.objects.get(pk=self.row_id)
+                return row if (row.copied_rows > 0 or row.state not in ("PREPARE", "COPYING")) else None
 
-        row = wait_until(started, timeout_s=60, poll_s=0.05)
+            row = wait_until(started, timeout_s=60, poll_s=0.05)
+            if row is None or row.state != "RETIRED":
+                break
+            # A small move can end between two looks: the kill would miss it. Move the units back and try again.
+            missed.append(f"{self.ledger.noun} {row.pk} ended before the kill")
+            self.source, self.target = self.target, self.source
         at = f"{row.state}, {row.copied_rows} rows copied" if row else "before it started"
-        return f"{self.ledger.noun} {self.row_id} ({self.describe()}) killed at {at}: {ctx.stage.workers_kill()}"
+        again = f" ({'; '.join(missed)}: moved back and started again)" if missed else ""
+        return (f"{self.ledger.noun} {self.row_id} ({self.describe()}) killed at {at}{again}: "
+                f"{ctx.stage.workers_kill()}")
 
     def recover(self, ctx):
 
