@@ -41,6 +41,7 @@ def test_pg_hang_is_named_only_and_refused_on_the_server_of_default():
         ServerPause("rel_00").check()  # rel_00 lives beside `default` on every topology
 
 
+# Runs in the suite's `scaled` pass (the only one with a second server); `single` runs the refusal test below instead.
 @pytest.mark.skipif(not second_server_aliases(), reason="needs the second PostgreSQL server of LIKES_TOPOLOGY=scaled")
 @pytest.mark.exclusive  # stops a server the suite's other workers use
 def test_pg_hang_stops_the_second_server_until_it_ends_and_restore_continues_a_forgotten_one():
@@ -65,6 +66,7 @@ def test_pg_hang_stops_the_second_server_until_it_ends_and_restore_continues_a_f
     assert _answers_within(alias, 5.0)
 
 
+# The counterpart: runs in the `single` pass, where pg-hang has no server it may stop.
 @pytest.mark.skipif(bool(second_server_aliases()), reason="the single topology has no second server")
 def test_the_soak_refuses_pg_hang_without_a_second_server():
     with pytest.raises(DrillRefused, match="second PostgreSQL server"):

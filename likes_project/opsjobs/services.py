@@ -101,7 +101,7 @@ class SliceContext:
         if waiting is not None:
             waiting(tries)
         metrics.inc("likes_ops_jobs_transient_waits_total", kind=self.job.kind)
-        time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)
+        time.sleep(settings.LEDGER_TRANSIENT_WAIT_S)  # a back-off: a refusing store sends no event to wait for
         for conn in connections.all(initialized_only=True):
             if conn.errors_occurred and not conn.in_atomic_block:
                 conn.close_if_unusable_or_obsolete()  # a session the server ended: the retry connects again
