@@ -19,6 +19,7 @@ class OpsconsoleConfig(AppConfig):
         from opsconsole.drills.cache_flush import CountCacheFlush, RelationCacheFlush
         from opsconsole.drills.generation_params import GenerationParamsChange
         from opsconsole.drills.hot_video_skew import HotVideoSkew
+        from opsconsole.drills.ledger_kill import MigrationWorkerKill, SlotMoveWorkerKill
         from opsconsole.drills.ordering import OutOfOrderEvents
         from opsconsole.drills.paging import PagingUnderChurn
         from opsconsole.drills.recovery_artifacts import SnapshotArtifactTamper
@@ -28,7 +29,8 @@ class OpsconsoleConfig(AppConfig):
         from opsconsole.drills.subscription_stall import SubscriptionStall
 
         register_part("console:switches", dashboard.switches_gauge)
-        for drill in (*scenarios.SCENARIOS, PublisherPaused, EventlogPartitionDown, SubscriptionStall, HotVideoSkew,
+        for drill in (*scenarios.SCENARIOS, MigrationWorkerKill, SlotMoveWorkerKill, *scenarios.LATE_SCENARIOS,
+                      PublisherPaused, EventlogPartitionDown, SubscriptionStall, HotVideoSkew,
                       OutOfOrderEvents, PagingUnderChurn, RelationCacheFlush, CountCacheFlush, SnapshotArtifactTamper,
                       GenerationParamsChange, OldEpochWrite, RepairUnderConsumption):
             drill_register(drill)
