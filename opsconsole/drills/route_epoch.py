@@ -221,16 +221,18 @@ class OldEpochWrite(Drill):
         from counting.models import BucketMigration, CountProjectionGeneration
 
         def switched():
-            m = BucketMigration.objects.get(pk=self.migration_id)
+            # The pointer first: the CAS moves it and sets `cutover_at` in one commit, so a row read after a moved
+            # pointer has its `cutover_at` (read the other way round, a CAS between the two reads looks like none).
             pointer = CountProjectionGeneration.objects.filter(generation=self.stale.generation).values_list(
                 "active_manifest_id", flat=True).first()
+            m = BucketMigration.objects.get(pk=self.migration_id)
             return m if (pointer != self.stale.manifest_id or m.state in TERMINAL) else None
 
         m = wait_until(switched, timeout_s=CAS_WAIT_S, poll_s=0.02)
         if m is None or m.cutover_at is None:
+            why = f"no route CAS within {CAS_WAIT_S:.0f} s" if m is None else "the active manifest moved, not by it"
             m = BucketMigration.objects.get(pk=self.migration_id)
-            self.problems.append(f"no route CAS within {CAS_WAIT_S:.0f} s: migration {m.pk} is {m.state} "
-                                 f"{m.error or ''}".strip())
+            self.problems.append(f"{why}: migration {m.pk} is {m.state} {m.error or ''}".strip())
             return None
         return m
 

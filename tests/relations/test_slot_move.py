@@ -271,7 +271,10 @@ def test_a_cutover_that_meets_a_command_in_flight_tries_again_in_the_same_job(ap
 
     settings.RELATION_MOVE_LOCK_TIMEOUT_MS = 100
     video = "slot-inflight"
-    live.api_liked_video(api, make_user, make_video, video, 4)
+    _video, likers = live.api_liked_video(api, make_user, make_video, video, 4)
+    while not any(routing.alias_for_user(u.pk) == SOURCE for u in likers):  # the copy (and its hook) needs a row there
+        likers.append(make_user())
+        assert live.api_like(api, likers[-1], video).status_code == 200
 
     def holding(moving: list[int], release_at_try: int | None):
         """A command in flight holds the first moving slot's shared lock from the copy on; it ends when the cutover
@@ -296,6 +299,7 @@ def test_a_cutover_that_meets_a_command_in_flight_tries_again_in_the_same_job(ap
             m = _run(moving)
         finally:
             protocol.RUNNER.step_hook = None
+    assert held, "no command was in flight: the copy never reached its hook"
     assert (m.state, m.error, len(tries)) == (S.RETIRED, "", 2), m.error
     assert OpsJob.objects.get(pk=m.job_id).state["transientTries"] == 1
     _placement_holds()
