@@ -34,7 +34,9 @@ from tests.factories import TEST_ACTOR, grant, login_non_staff
 from tests.relations.helpers import cmd as like
 
 # Transactional: the publisher only takes rows whose transaction has committed (architecture §4).
-pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True)]
+# Admin pages and their audited switches: what the switches do to the stores is tested on `scaled` elsewhere
+# (test_projection, test_metrics), so this module runs on `single` only (D100).
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True)]
 
 VBUCKETS_URL = "/admin/counting/videodisplaycount/vbuckets/"
 

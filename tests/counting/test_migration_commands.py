@@ -10,7 +10,9 @@ from counting import routing as count_routing
 from counting.models import BucketMigration
 from tests.reconciliation.helpers import api_liked_video, job_worker, manage, member_of
 
-pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
+# The commands' contracts: the migration itself is a `topology` test of its own (test_bucket_migration,
+# test_route_recovery), so this module runs on `single` only (D100).
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 

@@ -22,7 +22,9 @@ from reconciliation.services.recovery import schedule as recovery_schedule
 from tests.metrics_helpers import parse, scrape_text
 from tests.reconciliation.helpers import OPERATOR, api_liked_video, manage, member_of
 
-pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases="__all__", transaction=True),
+# The commands' contracts: the snapshot itself is a `topology` test of its own (test_snapshots,
+# test_recovery_rejections), so this module runs on `single` only (D100).
+pytestmark = [pytest.mark.topology_independent, pytest.mark.django_db(databases="__all__", transaction=True),
               pytest.mark.usefixtures("close_db_connections")]
 
 CREATE_KEYS = {"snapshotId", "status", "offsetVector", "artifacts", "dispatchPausedMs"}
