@@ -2,7 +2,7 @@
 # The one entry point of the benchmarks; docs/benchmarks.md ("How to run") says what it sets up and what each runs.
 #
 #   bench/run.sh NAME [ARGS]        NAME: command levers projection projector convergence read reverse downstream reconcile
-#                                         snapshot migration slotmove growth profile topology traffic
+#                                         snapshot migration slotmove growth profile topology traffic capacity
 #   bench/run.sh [ARGS]             the command path (NAME command), as bench/run.sh always ran it
 #   bench/run.sh NAME --help        the options of NAME
 set -euo pipefail
@@ -26,6 +26,7 @@ case "$name" in
   slotmove) module=bench.slotmove own_db=likes_bench_slot ;;
   growth) module=bench.growth.bench stop_ticks=600 ;;
   profile) module=bench.profile ;;
+  capacity) module=bench.capacity ;;  # docs/capacity.md from this run's per-unit costs
   traffic) module=bench.traffic own_db=likes_bench_traffic ;;  # risk verdicts and frozen accounts stay with the db
   topology)
     # Command throughput and commit -> displayCount on both topologies (issue 16): each half is `command` (no

@@ -18,7 +18,7 @@ DOCS_PATH = ROOT / "docs" / "benchmarks.md"
 HISTORY = BENCH_DIR / "results" / "history.jsonl"
 # bench/run.sh NAME, in the order of the table.
 NAMES = ("command", "levers", "projection", "projector", "convergence", "read", "reverse", "reconcile", "snapshot",
-         "migration", "slotmove", "growth", "topology", "profile")
+         "migration", "slotmove", "growth", "topology", "profile", "capacity")
 
 
 def pct(vals, q: float, nd: int = 2) -> float | None:

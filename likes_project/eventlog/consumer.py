@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from likes_project import leases, logs, metrics
 from likes_project.eventlog import retry, streams
+from likes_project.eventlog.checkpoints import partitions_with_work
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
 from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.retry import NonRetryable, Retryable
@@ -360,11 +361,17 @@ def consumer_tasks(projector: Callable[[], Projector], *, name: str, sweep_name:
             after(report)
         return {"status": report.status, "applied": report.applied, "dead": report.dead_lettered}
 
+    consumer = projector().name
+
     @shared_task(name=sweep_name, ignore_result=True)
     def sweep_task() -> None:
-        for partition in streams.all_partitions():
+        try:
+            partitions = partitions_with_work(consumer)  # D139: no pass where nothing waits
+        except Exception:  # noqa: BLE001 - the log or the checkpoints cannot be read: every pass finds out for itself
+            partitions = streams.all_partitions()
+        for partition in partitions:
             send_unless_pending(name, (partition,))  # nothing where a pass already waits (D89)
 
-    pass_task.__doc__ = f"One bounded pass of the {projector().name} projector over one stream partition."
-    sweep_task.__doc__ = f"Beat sweeper: one {projector().name} projector pass per stream partition."
+    pass_task.__doc__ = f"One bounded pass of the {consumer} projector over one stream partition."
+    sweep_task.__doc__ = f"Beat sweeper: one {consumer} projector pass per stream partition with work (D139)."
     return pass_task, sweep_task
