@@ -72,6 +72,10 @@ def plan(result: dict) -> dict:
                         "gib_at_retention": e * mem * STREAM_RETENTION_H * 3600 / 2**30,
                         "hours_in_nodes": (out["Redis"]["instances"] * REDIS_NODE_GIB * 2**30 / (e * mem) / 3600)
                         if e * mem else None}
+    log = out["event_log"]
+    log["nodes_for_memory"] = math.ceil(log["gib_at_retention"] / REDIS_NODE_GIB)
+    log["events_per_s_in_cpu_nodes"] = (out["Redis"]["instances"] * REDIS_NODE_GIB * 2**30
+                                        / (mem * STREAM_RETENTION_H * 3600)) if mem else None
     hot, changes = result["pgbench"].get("hot_row", {}).get("tps"), TARGETS["hot_video_changes_per_s"]
     out["hot"] = {"row_ceiling": hot, "per_bucket": changes / m["virtual_buckets"],
                   "rows_needed": math.ceil(changes / (hot * m["utilization"])) if hot else None}
@@ -184,19 +188,22 @@ def document(result: dict) -> str:
         f"At {fmt(log['events_per_s'], 0)} events/s and {fmt(log['bytes_per_entry'])} bytes an entry, the streams "
         f"grow by {fmt(log['gib_per_minute'], 2)} GiB a minute. The log keeps what the outbox keeps "
         f"({STREAM_RETENTION_H} h, `OUTBOX_RETENTION_HOURS`, so a consumer or a snapshot can replay the window): "
-        f"**{fmt(log['gib_at_retention'], 0)} GiB**, in memory, before replicas. The Redis nodes the CPU needs "
-        f"hold about {fmt(log['hours_in_nodes'], 1)} h of it.",
+        f"**{fmt(log['gib_at_retention'], 0)} GiB**, in memory, before replicas: "
+        f"{log['nodes_for_memory']:,} nodes of {REDIS_NODE_GIB} GiB for the log alone, where the CPU of every Redis "
+        f"role needs {p['Redis']['instances']:,} (which would hold {fmt(log['hours_in_nodes'], 1)} h of it).",
         "",
-        "So at the design's rate Redis Streams are the right log only with a retention of an hour or two, which the "
-        "replay window (snapshots, rebuilds, a consumer's catch-up after a long outage) does not allow. The log "
-        "belongs on disk there: Kafka (or Redpanda), partitioned by the same aggregate key, retained by time. It goes "
-        "behind the same interface, `likes_project.eventlog.streams` (`publish_pipeline`, `read_after`, "
-        "`last_generated_id`, `trim_below`), with entry ids mapped to (partition, offset). The per-consumer "
-        "checkpoints in PostgreSQL, the receipts and the fences stay as they are: the consumers already commit "
-        "their own positions and never rely on the log's consumer groups. Below about "
-        f"{fmt(REDIS_NODE_GIB * 2**30 / (log['bytes_per_entry'] or 1) / (STREAM_RETENTION_H * 3600), 0)} events/s "
-        f"a single {REDIS_NODE_GIB} GiB node holds the whole {STREAM_RETENTION_H} h window, and Redis Streams remain "
-        "the simpler choice.",
+        "So at the design's rate memory, not CPU, sizes the log, and Redis Streams stop being the right log: RAM "
+        "is paid for a window that is read only after an outage, a rebuild or a snapshot restore. The log belongs on "
+        "disk there: Kafka (or Redpanda), partitioned by the same aggregate key, retained by time, replicated by its "
+        "brokers. It goes behind the same interface, `likes_project.eventlog.streams` (`publish_pipeline`, "
+        "`read_after`, `last_generated_id(s)`, `trim_below`), with entry ids mapped to (partition, offset). The "
+        "per-consumer checkpoints in PostgreSQL, the receipts and the fences stay as they are: the consumers already "
+        "commit their own positions and never rely on the log's consumer groups. Redis Streams remain the simpler "
+        f"choice while the window fits in the nodes the caches need anyway: below about "
+        f"{fmt(log['events_per_s_in_cpu_nodes'], 0)} events/s the {STREAM_RETENTION_H} h window fits in the "
+        f"{p['Redis']['instances']:,} nodes the CPU asks for, and below about "
+        f"{fmt(REDIS_NODE_GIB * 2**30 / (log['bytes_per_entry'] or 1) / (STREAM_RETENTION_H * 3600), 0)} events/s in "
+        "one node.",
         "",
         "## 5. One hot video",
         "",
