@@ -58,8 +58,11 @@ def display_snapshot_refresh(*, limit: int | None = None, holder: str | None = N
     lease: runs are serialized and a run whose lease moved writes nothing (issue 9 §3). Without it an
     older run committing last overwrote a newer sum after the newer run had cleared the dirty marks,
     and the video stayed behind for good. Returns `busy` when another run holds the lease; the marks
-    it leaves are the next run's.
+    it leaves are the next run's. With no dirty mark on any partition (of any generation) it returns at once,
+    without the lease: an idle beat's run every second cost two commits for nothing (D139).
     """
+    if not any(DirtyVideo.objects.using(alias).exists() for alias in settings.COUNT_PARTITION_ALIASES):
+        return SnapshotReport()  # nothing to refresh: no lease taken, no commit (D139)
     grant = leases.lease_acquire(resource=SNAPSHOT_LEASE, holder=holder or holder_id(),
                                  ttl_s=settings.COUNT_SNAPSHOT_LEASE_S)
     if grant is None:

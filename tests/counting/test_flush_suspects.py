@@ -97,6 +97,18 @@ def test_a_second_snapshot_run_is_busy_while_one_runs(make_user, video):
     assert display(video.video_id) == 1 and dirty(video.video_id) == 0
 
 
+def test_a_refresh_with_nothing_dirty_returns_without_the_lease(make_user, video):
+    """D139: an idle run (the beat's, every second) looks for dirty marks first and takes no lease when there are
+    none; with one mark it asks for the lease as before (the counter-example: here another run holds it)."""
+    holder = leases.lease_acquire(resource=snapshots.SNAPSHOT_LEASE, holder="someone", ttl_s=30)
+    report = snapshots.display_snapshot_refresh()
+    assert (report.status, report.videos) == ("ok", 0)  # not "busy": it never asked
+    cmd(make_user(), video.video_id, "LIKED")
+    drain()
+    assert snapshots.display_snapshot_refresh().status == "busy"
+    leases.lease_release(holder)
+
+
 def test_a_video_snapshot_id_only_grows_even_against_a_clock_behind(make_user, video):
     cmd(make_user(), video.video_id, "LIKED")
     drain()
