@@ -24,8 +24,8 @@ def partitions_with_work(consumer: str) -> list[int]:
         consumer=consumer).values_list("partition", "last_done_id", "blocked_attempts")}
     partitions = streams.all_partitions()
     written = streams.last_generated_ids(partitions)
-    return [p for p in partitions
-            if rows.get(p, ((0, 0), 0))[1] or streams.entry_id_key(written[p]) > rows.get(p, ((0, 0), 0))[0]]
+    never_read = ((0, 0), 0)
+    return [p for p in partitions if (done := rows.get(p, never_read))[1] or streams.entry_id_key(written[p]) > done[0]]
 
 
 def lowest_by_partition() -> dict[int, str]:
