@@ -2,13 +2,16 @@
 
 The scenario's unit in a loop for --seconds, unprofiled (wall and CPU a unit), then under cProfile (the top 40 into
 bench/results/profiles/SCENARIO.txt); --flame: py-spy samples a third run into SCENARIO.svg. Scenarios: command, http
-(PUT .../like-relation through Django's handler), batch (feed_page_read of 20 ids, warm), projector (per event of a
-20,000-event backlog), snapshot (display_snapshot_refresh after 50 videos were made dirty)."""
+(PUT .../like-relation through Django's handler), batch (feed_page_read of 20 ids, warm), batch_http (the same through
+the WSGI application), projector (the count consumer, per event of a 20,000-event backlog), reverse, relcache, notify
+and risk (each of the other consumers the same way), snapshot (display_snapshot_refresh after 50 videos were made
+dirty)."""
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import json
 import os
@@ -123,7 +126,8 @@ def batch(rng):
     return unit, 1
 
 
-def projector(rng):
+def projector(rng, consumer: str = "count"):
+    """A backlog of 20,000 events through one consumer of the event log (the count projector by default)."""
     from bench.harness.phases import backlog_events, publish
     from likes_project.eventlog import streams
     from likes_project.eventlog.consumer import consume_partition, projector_get
@@ -135,7 +139,7 @@ def projector(rng):
                                rnd=rounds[0], video_prefix="pjb-", user_base=8_000_000_000))
         rounds[0] += 1
         for _ in range(1000):
-            if not sum(consume_partition(projector_get("count"), partition=p, batch_size=500).dispatched
+            if not sum(consume_partition(projector_get(consumer), partition=p, batch_size=500).dispatched
                        for p in streams.all_partitions()):
                 return
     return unit, 20_000
@@ -163,6 +167,8 @@ def snapshot(rng):
 
 
 SCENARIOS = {"command": command, "http": http, "batch": batch, "batch_http": batch_http, "projector": projector,
+             **{name: functools.partial(projector, consumer=name)
+                for name in ("reverse", "relcache", "notify", "risk")},
              "snapshot": snapshot}
 
 

@@ -23,10 +23,23 @@ def group_permissions_grant(apps, *, group: str, permissions: list[tuple[str, st
     Permission = apps.get_model("auth", "Permission")
     Group = apps.get_model("auth", "Group")
     role, _ = Group.objects.get_or_create(name=group)
-    for app_label, model, codename, name in permissions:
-        ct, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
-        perm, _ = Permission.objects.get_or_create(content_type=ct, codename=codename, defaults={"name": name})
-        role.permissions.add(perm)
+    wanted = {(app_label, model, codename): name for app_label, model, codename, name in permissions}
+    # Set-based: what exists is read in two queries, only what is missing is created one by one (a role's
+    # whole list is granted again by the test helpers after every flush, and by each migration that adds to it).
+    types = {(ct.app_label, ct.model): ct
+             for ct in ContentType.objects.filter(app_label__in={a for a, _m, _c in wanted})}
+    for key in sorted({(a, m) for a, m, _c in wanted} - types.keys()):
+        types[key], _ = ContentType.objects.get_or_create(app_label=key[0], model=key[1])
+    existing = {(p.content_type_id, p.codename): p.pk for p in Permission.objects.filter(
+        content_type__in=list(types.values()), codename__in={c for _a, _m, c in wanted})}
+    ids = []
+    for (app_label, model, codename), name in wanted.items():
+        ct = types[(app_label, model)]
+        pk = existing.get((ct.pk, codename))
+        if pk is None:
+            pk = Permission.objects.get_or_create(content_type=ct, codename=codename, defaults={"name": name})[0].pk
+        ids.append(pk)
+    role.permissions.add(*ids)  # one read of what the role holds, one insert of the rest
 
 
 # What a migration that grants permissions to roles depends on (the auth and contenttypes tables it writes).

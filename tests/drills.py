@@ -26,6 +26,33 @@ from likes_project.waiting import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# --- which pass runs a drill (D141) -----------------------------------------------------------------
+# Every drill is a `topology` test, and most run on both passes. Two kinds run on one pass only:
+# - a drill on redis-servers of its own (the event log's flush, the cache's outage): those servers replace the
+#   Cluster on `scaled` too, so `scaled` would repeat `single`;
+# - a drill whose fault is a process, not a store (the workers killed mid-batch or mid-ledger, a rebalance
+#   inside a snapshot's cut, the soak that runs every fault at once): what it proves is the ledger's, the
+#   checkpoints' and the fences' handling of a dead process, and it runs on `scaled`, the topology a
+#   deployment has (two PostgreSQL servers, the Cluster), not again on `single`.
+def _on_cluster() -> bool:
+    from likes_project.redis_client import is_cluster_url
+
+    return is_cluster_url(settings.REDIS_URL)
+
+
+def single_pass_only():
+    import pytest
+
+    return pytest.mark.skipif(_on_cluster(), reason="runs on redis-servers of its own: the single pass proves it")
+
+
+def scaled_pass_only():
+    import pytest
+
+    return pytest.mark.skipif(not _on_cluster(), reason="a process fault, run on the deployment's topology: the "
+                              "scaled pass (LIKES_TOPOLOGY=scaled) runs it")
+
+
 def _url(alias: str) -> str:
     cfg = connections[alias].settings_dict
     auth = cfg["USER"] + (f":{cfg['PASSWORD']}" if cfg.get("PASSWORD") else "")

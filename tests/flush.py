@@ -77,8 +77,27 @@ def seed_capture() -> bool:
     return complete
 
 
+_statements: dict[tuple, list[str]] = {}  # (database, flags, its seed) -> the flush's statements
+
+
+def flush_statements(style, connection, reset_sequences=True, allow_cascade=False):
+    """`manage.py flush`'s statements for a database, built once: the tables never change within a test run, and
+    Django's builder reads the catalogue and walks every model again each time (after every transactional test,
+    on every database)."""
+    name = connection.settings_dict["NAME"]
+    key = (name, reset_sequences, allow_cascade, tuple(_seeded.get(name, ())))
+    if key not in _statements:
+        _statements[key] = _django_statements(style, connection, reset_sequences=reset_sequences,
+                                              allow_cascade=allow_cascade)
+    return list(_statements[key])
+
+
+_django_statements = flush_command.sql_flush
+
+
 def install() -> None:
     DatabaseOperations.sql_flush = sql_flush
+    flush_command.sql_flush = flush_statements
     # What post_migrate writes (content types, permissions) was kept; it has nothing to add.
     flush_command.emit_post_migrate_signal = lambda *args, **kwargs: None
 

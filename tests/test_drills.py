@@ -98,9 +98,8 @@ def test_relation_shard_down(drills_on):
     assert verdict.resolved["failed"] == commands["503 service_unavailable"]
 
 
-# A drill on a redis-server of its own proves nothing more on `scaled` (the Cluster is not what it flushes or stops).
-on_its_own_redis = pytest.mark.skipif(is_cluster_url(settings.REDIS_URL),
-                                      reason="runs on a redis-server of its own: the single pass proves it")
+# Which pass runs which drill: tests/drills.py (D138, D141).
+on_its_own_redis, process_fault = drills.single_pass_only(), drills.scaled_pass_only()
 
 
 @on_its_own_redis
@@ -111,6 +110,7 @@ def test_eventlog_flush(drills_on, private_eventlog):
 
 
 # spec §7 drill 4: the workers killed mid-batch.
+@process_fault
 def test_worker_kill(drills_on):
     verdict = run("worker-kill")
     assert "SIGKILL" in verdict.injected[0]
@@ -195,6 +195,7 @@ def test_a_shard_that_is_the_same_database_as_another_alias_is_refused(drills_on
 
 
 # spec §7 drill 8: a rebalance during a snapshot's cut.
+@process_fault
 def test_snapshot_rebalance(drills_on):
     """T12 on real workers: the snapshot cut across a rebalance fails, a new one seals and test-restores."""
     verdict = run("snapshot-rebalance")
@@ -202,6 +203,7 @@ def test_snapshot_rebalance(drills_on):
 
 
 # spec §7 drill 11: the workers killed during a migration.
+@process_fault
 def test_migration_worker_kill(drills_on):
     """MIG-2 on real workers: killed mid-migration, the job is resumed from the ledger and ends RETIRED with one
     writer per bucket; exact convergence. (Small copy chunks so the kill lands inside the copy; a short job
@@ -210,6 +212,7 @@ def test_migration_worker_kill(drills_on):
     assert any("killed at" in line for line in verdict.injected), verdict.injected
 
 
+@process_fault
 def test_slot_move_worker_kill(drills_on, settings):
     """Issue 16 §3 on real workers: killed mid-move, the slot move is resumed from its ledger and ends RETIRED
     and verified, every moved slot on the target; exact convergence. (Small copy chunks so the kill lands inside

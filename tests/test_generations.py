@@ -89,6 +89,7 @@ def _backfilled(lc, generation) -> int:
 # --- a rebuild killed in the middle -----------------------------------------------------------------
 
 
+@drills.scaled_pass_only()  # a process fault (SIGKILL of the run): on the deployment's topology (D141)
 @pytest.mark.parametrize("user", list(USERS))
 def test_a_rebuild_killed_in_the_middle_is_reclaimed_and_the_next_one_is_accepted(user, population):
     lc, job_kind, command, params, readable = USERS[user]
@@ -229,6 +230,7 @@ def test_a_rebuild_runs_as_chunked_slices_each_resuming_where_the_last_stopped(u
         assert row.stats["scanned"] == ROWS
 
 
+@drills.scaled_pass_only()  # a process fault (a worker's hard time limit): on the deployment's topology (D141)
 @pytest.mark.parametrize(("slice_s", "hard_s"), [("0.5", 4), ("60", 20)], ids=["sliced", "one_slice_counter_example"])
 def test_a_rebuild_longer_than_the_time_limit_completes_on_a_real_worker(population, slice_s, hard_s):
     """A real Celery worker enforcing a 2 s soft / 4 s hard time limit runs a rebuild that needs far

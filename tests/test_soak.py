@@ -3,7 +3,7 @@ refusing, the event log flushed, the cache Redis hanging, the worker killed, bea
 slot move, a snapshot and an exact reconciliation started) under the four traffic groups, over
 HTTP against the live server, with the real Celery worker and beat; then the history checker: no acknowledged
 command lost, no version backwards, one version per key, no read below its floor, no 500, every projection exact and
-the exact reconciliation PASSED. On each topology, on the drills' worker after them (`tests/passes.py` JOINS), with
+the exact reconciliation PASSED. On `scaled` (D141), on the drills' worker after them (`tests/passes.py` JOINS), with
 the cache and the event log on private redis-servers (a pause or a flush of the shared ones would hit every test)."""
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def live_connections_per_request():
         connections.settings[alias]["CONN_MAX_AGE"] = age
 
 
+@drills.scaled_pass_only()  # every fault at once, on the deployment's topology (D141)
 def test_a_fixed_seed_soak_is_clean(settings, live_connections_per_request, live_server, private_cache,  # noqa: F811
                                     private_eventlog, tmp_path):  # noqa: F811
     settings.LIKES_DRILLS_ENABLED = True

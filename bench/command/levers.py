@@ -32,6 +32,7 @@ class Side:
     settings: dict = field(default_factory=dict)  # service layer: overrides in the client processes
     app: str = APP  # HTTP: the gunicorn application and the environment on top of the run's
     env: tuple = ()
+    server: str = "gunicorn"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ LEVERS = (
     Lever("the API's own middleware chain (12 → 7, D136)", "http", Side(env=(("API_LEAN_MIDDLEWARE", "false"),))),
     Lever("health check only after idling (SELECT 1 a request → none under load, D137)", "http",
           Side(env=(("DB_HEALTH_CHECK_IDLE_S", "0"),))),
+    Lever("web server (gunicorn sync → granian, keep-alive)", "http", Side(), Side(server="granian")),
 )
 
 
@@ -66,7 +68,7 @@ def lever_rows(pool, sampler, args, lever: Lever, index: int, servers: dict, use
             side = getattr(lever, side_name)
             parts[side_name].append(measure_once(
                 pool, sampler, args, layer=lever.layer, naive=False, workload="uniform", users=users, videos=videos,
-                server=servers.get((side.app, side.env)), settings=side.settings,
+                server=servers.get((side.app, side.env, side.server)), settings=side.settings,
                 tag=f"lever{index}-{lever.layer}-{side_name}"))
     out = {"lever": lever.name, "layer": lever.layer, "before_config": {"settings": lever.before.settings,
                                                                         "app": lever.before.app,
@@ -118,9 +120,9 @@ def main(argv=None) -> int:
                 # A lever's two servers run only during its windows: every worker holds its own connections, and
                 # all of them at once would pass PostgreSQL's max_connections.
                 with contextlib.ExitStack() as stack:
-                    servers = {(s.app, s.env): stack.enter_context(Gunicorn(s.app, args.gunicorn_workers, workdir,
-                                                                            env=dict(s.env),
-                                                                            label=f"-{secrets.token_hex(2)}"))
+                    servers = {(s.app, s.env, s.server): stack.enter_context(
+                        Gunicorn(s.app, args.gunicorn_workers, workdir, env=dict(s.env), server=s.server,
+                                 label=f"-{secrets.token_hex(2)}"))
                                for s in (lever.before, lever.after)} if lever.layer == "http" else {}
                     levers.append(lever_rows(pool, sampler, args, lever, i, servers, users, videos))
         ceiling_rows += [pgbench_row(args, sampler, naive_hot=False, clients=c) for c in args.pgbench_clients_list]

@@ -169,8 +169,9 @@ class Pool:
 class Gunicorn:
     """gunicorn (the Procfile's config) on a free port, in a session of its own, its pid in $BENCH_PIDDIR."""
 
-    def __init__(self, app: str, workers: int, logdir: Path, *, env: dict | None = None, label: str = ""):
-        self.app, self.workers, self.env = app, workers, env or {}
+    def __init__(self, app: str, workers: int, logdir: Path, *, env: dict | None = None, label: str = "",
+                 server: str = "gunicorn"):
+        self.app, self.workers, self.env, self.server = app, workers, env or {}, server
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -180,9 +181,7 @@ class Gunicorn:
     def __enter__(self) -> Gunicorn:
         self._log = open(self.log_path, "ab")  # closed in __exit__
         self.proc = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "python:likes_project.gunicorn_conf", self.app,
-             "--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}", "--timeout", "30",
-             "--graceful-timeout", "5", "--log-level", "warning"],
+            self.argv(),
             cwd=ROOT, env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)
         if os.environ.get("BENCH_PIDDIR"):
@@ -194,6 +193,15 @@ class Gunicorn:
             self.__exit__()
             raise
         return self
+
+    def argv(self) -> list[str]:
+        if self.server == "granian":
+            return [str(ROOT / ".venv" / "bin" / "python"), "-m", "granian", "--interface", "wsgi", "--host",
+                    "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers), "--blocking-threads", "1",
+                    "--log-level", "warning", "--no-ws", self.app]
+        return [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "python:likes_project.gunicorn_conf", self.app,
+                "--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}", "--timeout", "30",
+                "--graceful-timeout", "5", "--log-level", "warning"]
 
     def _wait_ready(self) -> None:
         from bench.harness.sampler import read_cpu_by_pid

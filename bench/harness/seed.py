@@ -234,12 +234,34 @@ def scan_delete(pattern: str) -> int:
 
 
 def flush_redis() -> None:
-    """Drop the bench namespace (prefix likes-bench) so caches start cold, and this process's L1 caches."""
+    """Drop the bench namespace (prefix likes-bench) so caches start cold, and this process's L1 caches; then
+    put back the caches' generation registries and sentinels, as a fresh deployment's bootstrap has them: cold,
+    but whole. Without them every cache write was refused (the write scripts read the registry) and, with a beat
+    running, the loss detectors found the sentinels gone and started rebuilds in the middle of the measurement."""
     from django.conf import settings
 
     from likes_project import l1cache
     log(f"flushed {scan_delete(f'{settings.LIKES_REDIS_PREFIX}:*')} bench redis keys")
     l1cache.clear_all()
+    caches_whole()
+
+
+def caches_whole() -> None:
+    """The count cache's and the relation cache's registries mirrored from their durable generations, and the
+    ACTIVE generations' sentinels set (what the suite's `caches_mirrored` and `private_cache` do)."""
+    from counting import cache as count_cache
+    from counting.selectors import count_cache_generations_get
+    from counting.services.count_cache.layers import count_cache_generations_mirror
+    from relations.models import RelationCacheGeneration
+    from relations.services.relation_cache import cache_generations_mirror
+
+    count_cache_generations_mirror()
+    active = count_cache_generations_get(fresh=True).active
+    if active is not None:
+        count_cache.sentinel_set(active)
+    relation_active = (RelationCacheGeneration.objects.filter(status="ACTIVE")
+                       .values_list("generation", flat=True).first())
+    cache_generations_mirror(sentinel_for=relation_active)
 
 
 def streams_reset() -> int:

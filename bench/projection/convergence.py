@@ -23,7 +23,8 @@ from bench.projection.pipeline import OPTIONS as PIPELINE_OPTIONS
 from bench.projection.pipeline import exactness, prepare_pipeline, reset_workload, run_sustained
 
 NAME = "convergence"
-OPTIONS = {"paths": ("loops,celery", "pipeline paths: loops and/or celery"),
+OPTIONS = {"paths": ("none,loops,celery", "pipeline paths: none (the commands alone, P8's denominator), loops, "
+                                          "celery"),
            **{k: v for k, v in PIPELINE_OPTIONS.items() if k not in ("workloads", "replay_rounds", "replay_procs")},
            "duration": (20.0, "measured seconds per phase", 0.1, 120),
            "load_share": (0.8, "the target load as a share of the highest sustained load", 0.01, 1)}
@@ -97,16 +98,29 @@ def run_phase(pool, layout, sampler, args, ctx: dict, *, path: str, phase: str, 
                             rate_per_s=rate, job_settings=NUDGES_ON if path == "celery" else None)
     if path == "celery":  # the whole phase: warm-up, window and drain
         row["worker_tasks"] = worker_tasks(workdir / "worker.log", time.time() - t0)
-    row.update(path=path, phase=phase, exactness=exactness())
-    row["exact"] = row["exactness"]["exact"]
+    row.update(path=path, phase=phase, exactness=exactness() if path != "none" else None)
+    row["exact"] = row["exactness"]["exact"] if path != "none" else None
     # The load the pipeline held: commands/s scaled down by the share of the produced events it applied.
     produced, applied = row["events_produced_per_s"], row["events_applied_per_s"]
     row["sustained_commands_per_s"] = round(row["commands_per_s"] * (min(1.0, applied / produced) if produced
-                                                                     else 1.0), 1)
+                                                                     and path != "none" else 1.0), 1)
     driver.make_log(NAME)(f"{path} {phase}: {row['commands_per_s']} cmd/s (target {rate and round(rate, 1)}), "
                           f"displayCount p50/p99 {pair(row['display_p50_ms'], row['display_p99_ms'], 0)} ms, "
-                          f"{row['display_timeouts']} timeouts, {'EXACT' if row['exact'] else 'MISMATCH'}")
+                          f"{row['display_timeouts']} timeouts, {_exact_word(row)}")
     return row
+
+
+def _exact_word(row: dict) -> str:
+    return "-" if row["path"] == "none" else "EXACT" if row["exact"] else "MISMATCH"
+
+
+def p8(rows: list[dict]) -> tuple[float, float, float] | None:
+    """Issue 34's P8: commands/s the Celery pipeline keeps up with ÷ commands/s with no pipeline, this run."""
+    top = {r["path"]: r for r in rows if r["phase"] == "max"}
+    if "celery" not in top or "none" not in top or not top["none"]["commands_per_s"]:
+        return None
+    with_it, without = top["celery"]["sustained_commands_per_s"], top["none"]["commands_per_s"]
+    return with_it, without, round(with_it / without, 2)
 
 
 def report(result: dict) -> list[str]:
@@ -120,14 +134,17 @@ def report(result: dict) -> list[str]:
           fmt(r["events_produced_per_s"]), fmt(r["events_applied_per_s"]),
           pair(r["publish_lag_p50_ms"], r["publish_lag_p99_ms"], 0), pair(r["lag_p50_ms"], r["lag_p99_ms"], 0),
           f"**{pair(r['display_p50_ms'], r['display_p99_ms'], 0)}** ({r['display_samples']}, {r['display_timeouts']})",
-          pair(r["view_p50_ms"], r["view_p99_ms"], 0), r["drain_s"], "EXACT" if r["exact"] else "MISMATCH"]
+          pair(r["view_p50_ms"], r["view_p99_ms"], 0), r["drain_s"], _exact_word(r)]
          for r in rows])
     goals = [f"- {r['path']}: p99 {fmt(r['display_p99_ms'], 0)} ms at {fmt(r['commands_per_s'])} commands/s — "
              f"{'MET' if met(r) else 'NOT MET'}" for r in rows if r["phase"] == "target"]
     tasks = md_table(["phase", "task", "runs/s:", "mean ms:", "worker-seconds a second:"],
                      [[f"{r['path']} {r['phase']}", t["task"], fmt(t["per_s"]), fmt(t["mean_ms"]),
                        fmt(t["busy_s_per_s"], 2)] for r in rows for t in r.get("worker_tasks", [])[:8]])
-    return [table, "**Goal: commit → displayCount p99 ≤ 2,000 ms at the target load**\n\n" + "\n".join(goals),
+    ratio = p8(rows)
+    p8_line = (f"**P8 (issue 34):** the Celery pipeline keeps up with {fmt(ratio[0])} commands/s; the same commands "
+               f"with no pipeline run at {fmt(ratio[1])}: **{fmt(ratio[2], 2)}** (goal ≥ 0.60)." if ratio else "")
+    return [table, "**Goal: commit → displayCount p99 ≤ 2,000 ms at the target load**\n\n" + "\n".join(goals), p8_line,
             resources_table((f"{r['path']} {r['phase']}", r.get("resources")) for r in rows),
             f"**What the Celery worker ran** (`{result['meta']['procfile'].get('worker')}`, over the whole phase):\n\n"
             + tasks if any(r.get("worker_tasks") for r in rows) else ""]
@@ -144,13 +161,14 @@ def headline(result: dict) -> dict:
                                 f"cmd/s" for r in targets),
             "ceiling": "; ".join(f"{r['path']} sustains {fmt(r['sustained_commands_per_s'], 0)} cmd/s"
                                  for r in result["rows"] if r["phase"] == "max"),
-            "ratio": ", ".join("MET" if met(r) else "NOT MET" for r in targets)}
+            "ratio": ", ".join("MET" if met(r) else "NOT MET" for r in targets)
+            + (f"; P8 {fmt(p8(result['rows'])[2], 2)}" if p8(result["rows"]) else "")}
 
 
 def main(argv=None) -> int:
     run = driver.start(NAME, argv, __doc__, OPTIONS, seed=20261203, wait_quiet=180.0)
     args = run.args
-    paths = [x for x in args.paths.split(",") if x in ("loops", "celery")]
+    paths = [x for x in args.paths.split(",") if x in ("none", "loops", "celery")]
     from django.conf import settings
 
     users, videos, probe_user, probe_sets = prepare_pipeline(args)
@@ -161,6 +179,9 @@ def main(argv=None) -> int:
         with Pool(layout.size, name="pipeline") as pool:
             for path in paths:
                 top = run_phase(pool, layout, sampler, args, ctx, path=path, phase="max", rate=None, workdir=workdir)
+                if path == "none":  # P8's denominator: no pipeline, so no target phase to converge in
+                    rows.append(top)
+                    continue
                 rows += [top, run_phase(pool, layout, sampler, args, ctx, path=path, phase="target",
                                         workdir=workdir, rate=top["sustained_commands_per_s"] * args.load_share)]
     finally:
@@ -169,7 +190,7 @@ def main(argv=None) -> int:
     result = {"rows": rows, "meta": {"mix": args.mix_shares, "procfile": procfile_lines(),
                                      "count_l1_ttl_s": settings.COUNT_L1_TTL_S,
                                      "nudge_debounce_s": settings.NUDGE_DEBOUNCE_S}}
-    exact = all(r["exact"] and r["drained"] for r in rows)
+    exact = all(r["exact"] and r["drained"] for r in rows if r["path"] != "none")
     return driver.finish(run, result, report=report, headline=headline,
                          failure=None if exact else "MISMATCH: a count differs from the facts (or no drain)")
 

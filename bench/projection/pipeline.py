@@ -52,8 +52,9 @@ def reset_workload() -> None:
 def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *, workload: str, users: list,
                   videos: list[str], probe_user: int, probe_videos: list[str], pipeline: str = "loops",
                   rate_per_s: float | None = None, job_settings: dict | None = None) -> dict:
-    """One workload's window with every role running, then the drain: its row. `pipeline`: "loops" or "celery" (the
-    caller's, nudged per `job_settings`); `rate_per_s`: an open loop at this total rate (None: closed)."""
+    """One workload's window with every role running, then the drain: its row. `pipeline`: "loops", "celery" (the
+    caller's, nudged per `job_settings`) or "none" (the commands alone: no consumer, no probe, no drain);
+    `rate_per_s`: an open loop at this total rate (None: closed)."""
     run_id, deadlocks0, times = secrets.token_hex(3), checks.pg_deadlocks(), window_times(args, lead=1.0)
     t_measure, t_end = times["t_measure"], times["t_end"]
     times["hard_deadline"] = t_end + args.drain_timeout + args.probe_timeout + 30
@@ -66,14 +67,19 @@ def run_sustained(pool: Pool, layout: Layout, sampler: ResourceSampler, args, *,
                         "rate_per_s": rate_per_s / n if rate_per_s else None})
     if pipeline == "loops":
         s.pipeline_start(times["hard_deadline"], times)
-    pool.submit(layout.probe, {**times, "role": ROLE + "probe", "videos": probe_videos, "user_id": probe_user,
-                               "interval_s": args.probe_interval, "poll_s": args.probe_poll, "settings": job_settings,
-                               "timeout_s": args.probe_timeout, "key_prefix": f"probe{run_id}{workload[0]}"})
+    if pipeline != "none":  # with no pipeline nothing converges: no probe
+        pool.submit(layout.probe, {**times, "role": ROLE + "probe", "videos": probe_videos, "user_id": probe_user,
+                                   "interval_s": args.probe_interval, "poll_s": args.probe_poll,
+                                   "settings": job_settings, "timeout_s": args.probe_timeout,
+                                   "key_prefix": f"probe{run_id}{workload[0]}"})
     cmd, resources = sampled(sampler, lambda: pool.collect(layout.commands, timeout=(t_end - time.time()) + 120),
                              layout.labels(pool), window=(t_measure, t_end))
-    probe = pool.collect([layout.probe], timeout=(t_end - time.time()) + args.probe_timeout + 60)[layout.probe]
+    probe = ({"display_ms": [], "view_ms": [], "errors": 0} if pipeline == "none" else
+             pool.collect([layout.probe], timeout=(t_end - time.time()) + args.probe_timeout + 60)[layout.probe])
     if pipeline == "loops":  # the loops run on until nothing is pending
         loops = s.pipeline_stop()
+    elif pipeline == "none":  # the backlog stays; the next phase's reset_workload() drops it
+        loops = {"drained": None, "pending": {}, "drain_s": None}
     else:
         pending, drain_s = drain_wait(args.drain_timeout)
         loops = {"drained": not pending, "pending": pending, "drain_s": drain_s}

@@ -16,7 +16,8 @@ os.environ["LIKES_REDIS_PREFIX"] = "-".join(filter(None, ["likes-test", os.envir
 # checkout's .data/prometheus, which the run script empties (D45).
 import tempfile
 
-os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="likes-test-prometheus-"))
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a child process keeps its parent's (no new, empty directory)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="likes-test-prometheus-")
 
 from likes_project.settings.base import *  # noqa: F403
 from likes_project.settings.base import COUNT_PARTITION_ALIASES, RELATION_SHARD_ALIASES
