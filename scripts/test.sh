@@ -41,6 +41,12 @@ on() {
   (
     LIKES_TOPOLOGY=$topology
     apply_topology
+    # The metric files of this run's processes only, in a directory of its own (D141): `likes_project` imports its
+    # metrics before any settings module, so the test settings cannot choose it, and the checkout's
+    # .data/prometheus holds every earlier run's and benchmark's files, which each /metrics scrape reads.
+    PROMETHEUS_MULTIPROC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/likes-test-prometheus-XXXXXX")
+    export PROMETHEUS_MULTIPROC_DIR
+    trap 'rm -rf "$PROMETHEUS_MULTIPROC_DIR"' EXIT
     flock "$LOCK" "$VENV/bin/python" -m pytest -n "$TEST_WORKERS" --dist loadgroup "$@"
   )
 }

@@ -2,6 +2,7 @@
 first manifest sealed over two of them (the third is where a bucket migration scales out to, issue 13)."""
 
 import os
+import tempfile
 
 os.environ.setdefault("COUNT_PARTITIONS", "3")
 os.environ.setdefault("COUNT_BOOTSTRAP_PARTITIONS", "cnt_00,cnt_01")
@@ -12,12 +13,9 @@ os.environ.setdefault("COUNT_BOOTSTRAP_PARTITIONS", "cnt_00,cnt_01")
 # LIKES_TEST_RUN_TAG keeps a second run on other databases (DATABASE_URL) off this run's keys too.
 os.environ["LIKES_REDIS_PREFIX"] = "-".join(filter(None, ["likes-test", os.environ.get("LIKES_TEST_RUN_TAG"),
                                                           os.environ.get("PYTEST_XDIST_WORKER")]))
-# Metric files of this test process (and the processes it starts) in a directory of its own, never the
-# checkout's .data/prometheus, which the run script empties (D45).
-import tempfile
-
-if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a child process keeps its parent's (no new, empty directory)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="likes-test-prometheus-")
+# The Prometheus multiprocess directory is not chosen here: `likes_project/__init__.py` imports the Celery app, and
+# with it `likes_project.metrics`, before any settings module, and that import fixes the directory (its default is
+# the checkout's .data/prometheus). `scripts/test.sh` gives each pass a fresh one in the environment (D141).
 
 from likes_project.settings.base import *  # noqa: F403
 from likes_project.settings.base import COUNT_PARTITION_ALIASES, RELATION_SHARD_ALIASES
