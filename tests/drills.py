@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 from django.db import connections
 
@@ -41,16 +42,12 @@ def _on_cluster() -> bool:
 
 
 def single_pass_only():
-    import pytest
-
     return pytest.mark.skipif(_on_cluster(), reason="runs on redis-servers of its own: the single pass proves it")
 
 
-def scaled_pass_only():
-    import pytest
-
-    return pytest.mark.skipif(not _on_cluster(), reason="a process fault, run on the deployment's topology: the "
-                              "scaled pass (LIKES_TOPOLOGY=scaled) runs it")
+def scaled_pass_only(reason: str = "a process fault, run on the deployment's topology: the scaled pass "
+                                   "(LIKES_TOPOLOGY=scaled) runs it"):
+    return pytest.mark.skipif(not _on_cluster(), reason=reason)
 
 
 def _url(alias: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
@@ -21,7 +20,7 @@ from counting import cache as count_cache
 from counting.selectors import count_cache_generations_get
 from counting.services.count_cache.layers import count_cache_generations_mirror
 from likes_project import l1cache
-from likes_project.redis_client import is_cluster_url, reset_clients
+from likes_project.redis_client import reset_clients
 from opsconsole.drills import DRILLS, drill_run
 from opsconsole.models import DrillRecord
 from tests import drills
@@ -129,7 +128,7 @@ def test_cache_redis_down(drills_on, private_cache):
         assert fault["reads"].get(f"{kind} 200", 0) > 0  # answered from the databases
 
 
-@pytest.mark.skipif(not is_cluster_url(settings.REDIS_URL), reason="needs the Redis Cluster of LIKES_TOPOLOGY=scaled")
+@drills.scaled_pass_only(reason="needs the Redis Cluster of LIKES_TOPOLOGY=scaled")
 @pytest.mark.exclusive  # stops a node of the Cluster every test process uses
 def test_cluster_node_restart(drills_on):
     """Issue 16: a Cluster node (caches and stream partitions, no replica) is killed and comes back empty."""
