@@ -305,11 +305,21 @@ def test_a_cutover_that_meets_a_command_in_flight_tries_again_in_the_same_job(ap
     _placement_holds()
 
     settings.LEDGER_TRANSIENT_RETRIES = 0
-    moving, held = _slots_of(SOURCE, 64)[:8], []
+    # Eight slots still on the source, one of them holding a liker's row (the copy's hook fires only for a slot that
+    # holds one; the first move took the first 32 slots, and with them maybe every liker the source had).
+    contract = routing.active_contract()
+    on_source = [s for s in range(len(contract.slot_aliases)) if contract.slot_aliases[s] == SOURCE]
+    with_row = sorted({routing.slot_for_user(contract, u.pk) for u in likers} & set(on_source))
+    while not with_row:
+        likers.append(make_user())
+        assert live.api_like(api, likers[-1], video).status_code == 200
+        with_row = sorted({routing.slot_for_user(contract, likers[-1].pk)} & set(on_source))
+    moving, held = [with_row[0], *[s for s in on_source if s != with_row[0]][:7]], []
     with contextlib.ExitStack() as stack:
         protocol.RUNNER.step_hook, tries = holding(moving, release_at_try=None)
         try:
             m = _run(moving)
+            assert held, "no command was in flight: the copy never reached its hook"
             assert m.state == S.CUTOVER and "OperationalError" in m.error, (m.state, m.error)
             assert routing.active_contract().slot_aliases[moving[0]] == SOURCE  # nothing was switched
         finally:
