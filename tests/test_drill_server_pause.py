@@ -35,6 +35,15 @@ def _answers_within(alias: str, seconds: float) -> bool:
     return answered.wait(seconds)
 
 
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (`T` stopped), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def test_pg_hang_is_named_only_and_refused_on_the_server_of_default():
     assert "pg-hang" not in faults_parse(None) and faults_parse("pg-hang") == ["pg-hang"]
     with pytest.raises(DrillRefused, match="shares the server of the `default` database"):
@@ -63,6 +72,7 @@ def test_pg_hang_stops_the_second_server_until_it_ends_and_restore_continues_a_f
     finally:
         continued = private_servers_continue()
     assert any(n >= len(forgotten.pids) for n in continued.values()), continued
+    assert not [pid for pid in forgotten.pids if _state(pid) == "T"], "a process of the server is still stopped"
     assert _answers_within(alias, 5.0)
 
 

@@ -179,8 +179,9 @@ class ServerPause:
     def begin(self) -> str:
         data_dir = self.check()
         postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
-        self.pids = [postmaster, *_children(postmaster)]
-        for pid in self.pids:  # the postmaster first: it forks no new backend from here on
+        os.kill(postmaster, signal.SIGSTOP)  # first: it forks no new backend (and reaps none) from here on
+        self.pids = [postmaster, *_children(postmaster)]  # listed after, so a backend that exits stays listed
+        for pid in self.pids[1:]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
         host, port, _name = _server(self.alias)
