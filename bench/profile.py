@@ -5,7 +5,8 @@ bench/results/profiles/SCENARIO.txt); --flame: py-spy samples a third run into S
 (PUT .../like-relation through Django's handler), batch (feed_page_read of 20 ids, warm), batch_http (the same through
 the WSGI application), projector (the count consumer, per event of a 20,000-event backlog), reverse, relcache, notify
 and risk (each of the other consumers the same way), snapshot (display_snapshot_refresh after 50 videos were made
-dirty)."""
+dirty), passes and passes_1 (one pass of each of the five consumers over one partition holding 50 new entries, or one:
+what a pass costs beyond its events, D142). --cpu: cProfile on the process's CPU clock (waits drop out)."""
 
 from __future__ import annotations
 
@@ -145,6 +146,26 @@ def projector(rng, consumer: str = "count"):
     return unit, 20_000
 
 
+def passes(rng, events: int = 50):
+    """One pass of each of the five consumers over one partition that holds `events` new entries (a Celery pass
+    under load: tens of events, not a backlog's 500): what a pass costs beyond its events."""
+    from bench.harness.phases import backlog_events, publish
+    from likes_project.eventlog import streams
+    from likes_project.eventlog.consumer import consume_partition, projector_get
+    from likes_project.eventlog.registry import CONSUMERS
+    partitions = streams.all_partitions()
+    publish(backlog_events(seed=rng.randrange(10**6), events=events * len(partitions) * 400, users=200_000,
+                           videos=5000, kind="uniform", rnd=0, video_prefix="pjp-", user_base=8_000_000_000))
+    turn = [0]
+
+    def unit() -> None:
+        partition = partitions[turn[0] % len(partitions)]
+        turn[0] += 1
+        for consumer in CONSUMERS:
+            consume_partition(projector_get(consumer), partition=partition, batch_size=events, max_batches=1)
+    return unit, 1
+
+
 def snapshot(rng):
     from counting.services.snapshots import display_snapshot_refresh
     from likes_project.eventlog import streams
@@ -169,7 +190,7 @@ def snapshot(rng):
 SCENARIOS = {"command": command, "http": http, "batch": batch, "batch_http": batch_http, "projector": projector,
              **{name: functools.partial(projector, consumer=name)
                 for name in ("reverse", "relcache", "notify", "risk")},
-             "snapshot": snapshot}
+             "snapshot": snapshot, "passes": passes, "passes_1": functools.partial(passes, events=1)}
 
 
 def clean() -> None:
@@ -187,7 +208,9 @@ def loop(unit, seconds: float) -> tuple[int, float, float]:
 
 def main(argv=None) -> int:
     args = driver.parse(argv, "profile", __doc__, {"seconds": (20.0, "length of each loop", 1, 300),
-                                                   "flame": (False, "also a py-spy flame graph (SVG)")},
+                                                   "flame": (False, "also a py-spy flame graph (SVG)"),
+                                                   "cpu": (False, "cProfile counts this process's CPU time, not wall "
+                                                                  "time (waits on PostgreSQL and Redis drop out)")},
                         seed=20261203, choice=("scenario", SCENARIOS))
     import django
     django.setup()
@@ -202,7 +225,7 @@ def main(argv=None) -> int:
         head = (f"scenario {args.scenario}: {n} units of {per} in {wall:.1f} s unprofiled: {wall / n / per * 1000:.3f} "
                 f"ms wall and {cpu / n / per * 1000:.3f} ms of this process's CPU per {'event' if per > 1 else 'unit'}")
         log(head)
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time) if args.cpu else cProfile.Profile()
         pn, pwall, _ = prof.runcall(loop, unit, args.seconds)
         buf = io.StringIO()
         stats = pstats.Stats(prof, stream=buf)

@@ -1,6 +1,8 @@
+import time
+
 from celery import signals
 
-from likes_project import logs, nudge
+from likes_project import logs, metrics, nudge
 from likes_project.taskapp import app
 
 __all__ = ["app"]
@@ -25,3 +27,22 @@ def _connections_checked(task=None, **_kw) -> None:
 
     close_old_connections()
     check_at_next_use()  # a task checks before its first query, as before D137 (only a request skips it)
+
+
+_cpu_at_start: dict[str, float] = {}
+
+
+@signals.task_prerun.connect(weak=False)
+def _cpu_started(task_id=None, **_kw) -> None:
+    _cpu_at_start[task_id] = time.process_time()
+
+
+@signals.task_postrun.connect(weak=False)
+def _cpu_counted(task_id=None, task=None, **_kw) -> None:
+    """The process's CPU while the task ran (its nudge-sending thread included) and one run, per task name:
+    `likes_task_cpu_seconds_total / likes_task_runs_total` is what one run of a task costs the worker."""
+    started = _cpu_at_start.pop(task_id, None)
+    if started is None or task is None:
+        return
+    metrics.inc("likes_task_cpu_seconds_total", time.process_time() - started, task=task.name)
+    metrics.inc("likes_task_runs_total", task=task.name)

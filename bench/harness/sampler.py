@@ -28,7 +28,21 @@ def read_cpu_by_pid() -> dict[int, tuple[str, int, float, int]]:
         fields = raw[raw.rindex(")") + 2:].split()
         out[int(entry)] = (raw[raw.index("(") + 1:raw.rindex(")")], int(fields[1]),
                            (int(fields[11]) + int(fields[12])) / ticks, int(fields[19]))
-    return out
+    return _celery_roles(out)
+
+
+def _celery_roles(procs: dict[int, tuple[str, int, float, int]]) -> dict[int, tuple[str, int, float, int]]:
+    """Celery's processes by role: beat, the worker's main process (broker, acks, pool feeding) and its pool."""
+    for pid, (comm, ppid, cpu, start) in list(procs.items()):
+        if comm != "celery":
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        role = "beat" if b"beat" in argv else "pool" if procs.get(ppid, ("",))[0].startswith("celery") else "worker"
+        procs[pid] = (f"celery {role}", ppid, cpu, start)
+    return procs
 
 
 def proc_stat() -> tuple[float, float, float]:

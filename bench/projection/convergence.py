@@ -27,7 +27,9 @@ OPTIONS = {"paths": ("none,loops,celery", "pipeline paths: none (the commands al
                                           "celery"),
            **{k: v for k, v in PIPELINE_OPTIONS.items() if k not in ("workloads", "replay_rounds", "replay_procs")},
            "duration": (20.0, "measured seconds per phase", 0.1, 120),
-           "load_share": (0.8, "the target load as a share of the highest sustained load", 0.01, 1)}
+           "load_share": (0.8, "the target load as a share of the highest sustained load", 0.01, 1),
+           "rate": (0.0, "commands/s of a fixed load: each pipeline path runs one phase at it, no closed-loop phase "
+                         "(an A/B of the pipeline's cost at one load; 0: the closed loop, then its share)", 0, 5000)}
 NUDGES_ON = {"LIKES_NUDGE_ENABLED": True}
 _SUCCEEDED = re.compile(r"Task ([\w.]+)\[[^\]]+\] succeeded in ([0-9.]+)s")
 
@@ -48,21 +50,47 @@ def broker_purge() -> None:
         pending_forget_all()  # the purged tasks will never clear their "queued" flags (D89)
 
 
-def worker_tasks(log_path: Path, seconds: float) -> list[dict]:
-    """Per task the Celery worker ran ("Task NAME[id] succeeded in Ns"): runs/s, mean ms, worker-seconds a second."""
+def task_cpu(prom_dir: Path) -> dict[str, tuple[float, float]]:
+    """Per task name, from the worker's own metric files: (CPU seconds, runs) (`likes_task_cpu_seconds_total`)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client import multiprocess as prom_multiprocess
+
+    registry, out = CollectorRegistry(), {}
+    if not prom_dir.is_dir():
+        return out
+    prom_multiprocess.MultiProcessCollector(registry, path=str(prom_dir))
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name in ("likes_task_cpu_seconds_total", "likes_task_runs_total"):
+                cpu, runs = out.get(sample.labels["task"], (0.0, 0.0))
+                out[sample.labels["task"]] = ((cpu + sample.value, runs) if sample.name.startswith("likes_task_cpu")
+                                              else (cpu, runs + sample.value))
+    return out
+
+
+def worker_tasks(log_path: Path, seconds: float, prom_dir: Path | None = None) -> list[dict]:
+    """Per task the Celery worker ran ("Task NAME[id] succeeded in Ns"): runs/s, mean ms, worker-seconds a second,
+    and from the worker's metric files its CPU per run and cores."""
     runs: dict[str, list[float]] = {}
     if log_path.exists():
         for m in _SUCCEEDED.finditer(log_path.read_text(errors="replace")):
             runs.setdefault(m.group(1), []).append(float(m.group(2)))
+    cpu = task_cpu(prom_dir) if prom_dir else {}
     out = [{"task": k, "per_s": round(len(v) / seconds, 1), "mean_ms": round(sum(v) / len(v) * 1000, 1),
-            "busy_s_per_s": round(sum(v) / seconds, 2)} for k, v in runs.items()]
-    return sorted(out, key=lambda r: -r["busy_s_per_s"])
+            "busy_s_per_s": round(sum(v) / seconds, 2),
+            "cpu_ms": round(cpu[k][0] / cpu[k][1] * 1000, 1) if cpu.get(k, (0, 0))[1] else None,
+            "cpu_cores": round(cpu[k][0] / seconds, 3) if k in cpu else None} for k, v in runs.items()]
+    return sorted(out, key=lambda r: -(r["cpu_cores"] or r["busy_s_per_s"]))
 
 
 @contextlib.contextmanager
 def celery_running(workdir: Path):
     """The Procfile's `worker` and `beat` as a Procfile runner starts them, nudges on, in the driver's session."""
-    env = {**os.environ, "LIKES_NUDGE_ENABLED": "true", "PYTHONUNBUFFERED": "1"}
+    prom_dir = workdir / "prometheus"  # the worker's own metric files: its CPU per task (task_cpu)
+    shutil.rmtree(prom_dir, ignore_errors=True)
+    prom_dir.mkdir(parents=True)
+    env = {**os.environ, "LIKES_NUDGE_ENABLED": "true", "PYTHONUNBUFFERED": "1",
+           "PROMETHEUS_MULTIPROC_DIR": str(prom_dir)}
     procs: list[subprocess.Popen] = []
     broker_purge()
     try:
@@ -97,7 +125,7 @@ def run_phase(pool, layout, sampler, args, ctx: dict, *, path: str, phase: str, 
                             probe_user=ctx["probe_user"], probe_videos=ctx["probe_videos"], pipeline=path,
                             rate_per_s=rate, job_settings=NUDGES_ON if path == "celery" else None)
     if path == "celery":  # the whole phase: warm-up, window and drain
-        row["worker_tasks"] = worker_tasks(workdir / "worker.log", time.time() - t0)
+        row["worker_tasks"] = worker_tasks(workdir / "worker.log", time.time() - t0, workdir / "prometheus")
     row.update(path=path, phase=phase, exactness=exactness() if path != "none" else None)
     row["exact"] = row["exactness"]["exact"] if path != "none" else None
     # The load the pipeline held: commands/s scaled down by the share of the produced events it applied.
@@ -138,9 +166,11 @@ def report(result: dict) -> list[str]:
          for r in rows])
     goals = [f"- {r['path']}: p99 {fmt(r['display_p99_ms'], 0)} ms at {fmt(r['commands_per_s'])} commands/s — "
              f"{'MET' if met(r) else 'NOT MET'}" for r in rows if r["phase"] == "target"]
-    tasks = md_table(["phase", "task", "runs/s:", "mean ms:", "worker-seconds a second:"],
+    tasks = md_table(["phase", "task", "runs/s:", "mean ms:", "worker-seconds a second:", "CPU ms a run:",
+                      "CPU cores:"],
                      [[f"{r['path']} {r['phase']}", t["task"], fmt(t["per_s"]), fmt(t["mean_ms"]),
-                       fmt(t["busy_s_per_s"], 2)] for r in rows for t in r.get("worker_tasks", [])[:8]])
+                       fmt(t["busy_s_per_s"], 2), fmt(t.get("cpu_ms")), fmt(t.get("cpu_cores"), 3)]
+                      for r in rows for t in r.get("worker_tasks", [])[:10]])
     ratio = p8(rows)
     p8_line = (f"**P8 (issue 34):** the Celery pipeline keeps up with {fmt(ratio[0])} commands/s; the same commands "
                f"with no pipeline run at {fmt(ratio[1])}: **{fmt(ratio[2], 2)}** (goal ≥ 0.60)." if ratio else "")
@@ -178,6 +208,10 @@ def main(argv=None) -> int:
     try:
         with Pool(layout.size, name="pipeline") as pool:
             for path in paths:
+                if args.rate and path != "none":
+                    rows.append(run_phase(pool, layout, sampler, args, ctx, path=path, phase="fixed", rate=args.rate,
+                                          workdir=workdir))
+                    continue
                 top = run_phase(pool, layout, sampler, args, ctx, path=path, phase="max", rate=None, workdir=workdir)
                 if path == "none":  # P8's denominator: no pipeline, so no target phase to converge in
                     rows.append(top)

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import connection
 from django.utils import timezone
 
 from likes_project import leases, logs, metrics
@@ -129,8 +128,15 @@ def dead_letter_record(*, consumer: str, entry: StreamEntry, error: Exception, a
 
 
 def _checkpoint(consumer: str, partition: int) -> ConsumerCheckpoint:
-    cp, _ = ConsumerCheckpoint.objects.get_or_create(consumer=consumer, partition=partition)
-    return cp
+    """The checkpoint row (made at its first pass): one plain SELECT, not the ORM's (a pass's fixed cost, issue 34)."""
+    fields = ConsumerCheckpoint._meta.concrete_fields
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(f.column for f in fields)} FROM {ConsumerCheckpoint._meta.db_table} "
+                       f"WHERE consumer = %s AND partition = %s", [consumer, partition])
+        row = cursor.fetchone()
+    if row is None:
+        return ConsumerCheckpoint.objects.get_or_create(consumer=consumer, partition=partition)[0]
+    return ConsumerCheckpoint.from_db("default", [f.attname for f in fields], list(row))
 
 
 def consumer_resource(consumer: str, partition: int) -> str:
@@ -175,32 +181,37 @@ class Blocked:
 
 
 def checkpoint_advance(*, consumer: str, partition: int, grant: leases.LeaseGrant, to_id: str,
-                       applied: int, blocked: Blocked | None = None, renew_ttl_s: float | None = None) -> bool:
-    """Move the checkpoint forward to `to_id`, only while `grant` is the current lease (the fencing
+                       applied: int, blocked: Blocked | None = None, renew_ttl_s: float | None = None,
+                       release: bool = False) -> bool:
+    """Advance the checkpoint while `grant` is still the lease (False when it is not: abandon the pass; the
     token is checked in the same statement) and never backwards; record (or clear) the blocked head.
-    `renew_ttl_s`: the lease is renewed in the same transaction."""
-    with transaction.atomic(using="default", durable=True):
-        if not leases.lease_hold(grant, renew_ttl_s=renew_ttl_s):
-            return False
-        cp = ConsumerCheckpoint.objects.select_for_update().get(consumer=consumer, partition=partition)
-        if entry_id_key(to_id) < entry_id_key(cp.last_done_id):
-            raise RuntimeError(f"checkpoint of {consumer}[{partition}] would move backwards")
-        ConsumerCheckpoint.objects.filter(pk=cp.pk).update(
-            last_done_id=to_id, fencing_token=grant.token, applied_total=F("applied_total") + applied,
-            updated_at=timezone.now(), **(blocked or Blocked()).fields(),
-        )
-    return True
+    `renew_ttl_s`: the lease is renewed in the same statement; `release`: given up in it (a pass's last batch).
+    One statement and one commit (issue 34 §2)."""
+    cte, params = leases.lease_fence_cte(grant, renew_ttl_s=renew_ttl_s, release=release)
+    ms, seq = entry_id_key(to_id)
+    fields = {**(blocked or Blocked()).fields(), "updated_at": timezone.now()}
+    meta = ConsumerCheckpoint._meta
+    sets = ", ".join(f"{meta.get_field(k).column} = %(f_{k})s" for k in fields)
+    row = leases.one_statement(
+        f"WITH {cte} UPDATE {meta.db_table} SET last_done_id = %(to)s, fencing_token = %(lease_tok)s, "
+        f"applied_total = applied_total + %(applied)s, {sets} "
+        f"WHERE consumer = %(c)s AND partition = %(p)s AND EXISTS (SELECT 1 FROM lease_held) "
+        f"AND (split_part(last_done_id, '-', 1)::bigint, split_part(last_done_id, '-', 2)::bigint) "
+        f"<= (%(ms)s, %(seq)s) "
+        f"RETURNING 1",
+        {**params, **{f"f_{k}": v for k, v in fields.items()}, "to": to_id, "applied": applied, "c": consumer,
+         "p": partition, "ms": ms, "seq": seq})
+    if row is not None:
+        return True
+    if not leases.lease_is_ours(grant):
+        return False
+    raise RuntimeError(f"checkpoint of {consumer}[{partition}] is missing or would move backwards")
 
 
 def _set_blocked(consumer: str, partition: int, grant: leases.LeaseGrant, blocked: Blocked) -> None:
     ConsumerCheckpoint.objects.filter(consumer=consumer, partition=partition, fencing_token__lte=grant.token).update(
         fencing_token=grant.token, updated_at=timezone.now(), **blocked.fields()
     )
-
-
-def _backing_off(consumer: str, partition: int) -> bool:
-    return ConsumerCheckpoint.objects.filter(consumer=consumer, partition=partition,
-                                             retry_at__gt=timezone.now()).exists()
 
 
 def holder_id() -> str:
@@ -217,17 +228,20 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
     consumer = projector.name
     if consumer_is_paused(consumer, partition):
         return ConsumeReport(consumer, partition, "paused")
-    if not ignore_backoff and _backing_off(consumer, partition):
-        return ConsumeReport(consumer, partition, "backoff")
     resource = consumer_resource(consumer, partition)
     lease_ttl_s = lease_ttl_s or settings.CONSUMER_LEASE_TTL_S
     grant = grant or leases.lease_acquire(resource=resource, holder=holder or holder_id(), ttl_s=lease_ttl_s)
     if grant is None:
         return ConsumeReport(consumer, partition, "busy")
+    released = [False]  # the pass's last checkpoint gave the lease up with it
     try:
+        # Read once, under the lease: no other pass moves it while the grant holds (the backoff gate reads it too).
+        cp = _checkpoint(consumer, partition)
+        if not ignore_backoff and cp.retry_at is not None and cp.retry_at > timezone.now():
+            return ConsumeReport(consumer, partition, "backoff")
         with logs.bound(consumer=consumer, partition=partition):
-            return _consume(projector, grant, partition=partition, batch_size=batch_size, max_batches=max_batches,
-                            lease_ttl_s=lease_ttl_s)
+            return _consume(projector, grant, cp, partition=partition, batch_size=batch_size,
+                            max_batches=max_batches, lease_ttl_s=lease_ttl_s, released=released)
     except Exception as exc:  # noqa: BLE001 - the stream, the checkpoint or a dead letter could not be reached
         # Not about any one event: the whole partition waits its backoff and is retried (issue 9 §1).
         logger.warning("%s[%s] pass failed (%s): it will be retried", consumer, partition, exc.__class__.__name__)
@@ -241,7 +255,8 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
     finally:
         # The next pass (a new holder) may start at once; its token will be higher.
         try:
-            leases.lease_release(grant)
+            if not released[0]:
+                leases.lease_release(grant)
         except Exception:  # noqa: BLE001 - an unreleased lease simply expires after its TTL
             logger.warning("lease %s not released; it expires by itself", grant.resource)
 
@@ -258,8 +273,8 @@ def _batch_log_fields(entries: list[StreamEntry]) -> dict:
     return {"first_entry_id": entries[0].entry_id, "last_entry_id": entries[-1].entry_id} if entries else {}
 
 
-def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, batch_size: int,
-             max_batches: int, lease_ttl_s: float) -> ConsumeReport:
+def _consume(projector: Projector, grant: leases.LeaseGrant, cp: ConsumerCheckpoint, *, partition: int,
+             batch_size: int, max_batches: int, lease_ttl_s: float, released: list[bool]) -> ConsumeReport:
     consumer = projector.name
     totals = {"dispatched": 0, "applied": 0, "duplicates": 0, "stale": 0, "dead": 0, "held": 0}
     advanced_to = None
@@ -268,10 +283,9 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
         return ConsumeReport(consumer, partition, status, totals["dispatched"], advanced_to, totals["applied"],
                              totals["duplicates"], totals["stale"], totals["dead"], totals["held"])
 
-    for _ in range(max_batches):
+    for batch in range(max_batches):
         if consumer_is_paused(consumer, partition):
             return report("paused")
-        cp = _checkpoint(consumer, partition)
         entries = streams.read_after(partition, cp.last_done_id, batch_size)
         if not entries:
             if cp.blocked_attempts:  # the blocked head is gone (trimmed, or the log was lost): clear it
@@ -313,17 +327,25 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, *, partition: int, 
             # Not poison: an infrastructure failure. The head is kept and retried after its backoff.
             blocked = Blocked.after(cp, consumer=consumer, partition=partition, entry_id=first_pending,
                                     error=result.failed.get(first_pending) or Retryable("not completed"))
+        # The last batch: the log held no more than this when it was read (what is appended later comes with its
+        # own nudge), the pass is out of batches, or the head backs off.
+        last = blocked is not None or len(entries) < batch_size or batch == max_batches - 1
         if head is not None:
-            # The lease is renewed with the checkpoint: one commit a batch, not two (issue 34 §2).
+            # The lease is renewed with the checkpoint, or given up with the last one: one commit a batch (issue 34).
             if not checkpoint_advance(consumer=consumer, partition=partition, grant=grant, to_id=head,
-                                      applied=result.applied, blocked=blocked, renew_ttl_s=lease_ttl_s):
+                                      applied=result.applied, blocked=blocked, renew_ttl_s=lease_ttl_s, release=last):
                 return report("lease_lost")
+            released[0] = last
             advanced_to = head
+            cp.last_done_id = head  # what the statement wrote: the next batch reads on from it
+            for name, value in (blocked or Blocked()).fields().items():
+                setattr(cp, name, value)
         elif blocked is not None:
             _set_blocked(consumer, partition, grant, blocked)
         if blocked is not None:
             totals["held"] = sum(1 for i in dispatched if i not in done)
-            break  # back off: the rest of this partition waits for its retry
+        if last:
+            break  # on a blocked head: back off, the rest of this partition waits for its retry
     metrics.inc("likes_events_applied_total", totals["applied"], consumer=consumer)
     metrics.inc("likes_events_duplicate_total", totals["duplicates"], consumer=consumer)
     metrics.inc("likes_events_stale_total", totals["stale"], consumer=consumer)

@@ -396,28 +396,6 @@ def test_a_paused_old_lease_holder_is_fenced_out(make_user, video):
     assert bucket_sum(video.video_id) == 1
 
 
-def test_the_checkpoint_renews_the_lease_in_its_own_transaction_and_only_for_its_holder(make_user, video):
-    """Issue 34 §2: a batch's checkpoint carries the lease's renewal (one commit, not two). Renewed only while the
-    grant is the lease: the old holder's advance neither moves the checkpoint nor extends the new holder's lease."""
-    from likes_project.eventlog.consumer import checkpoint_advance
-    from likes_project.eventlog.models import Lease
-
-    p = like_published(make_user(), video.video_id)
-    entries = streams.read_after(p, "0-0", 10)
-    ConsumerCheckpoint.objects.get_or_create(consumer="count", partition=p)
-    old = leases.lease_acquire(resource=f"consumer:count:{p}", holder="old", ttl_s=1)
-    lease_expire(old)  # expired, nobody took it: still the lease, so its checkpoint renews it
-    assert checkpoint_advance(consumer="count", partition=p, grant=old, to_id=entries[-1].entry_id, applied=1,
-                              renew_ttl_s=300) is True
-    assert leases.lease_is_current(old)
-    lease_expire(old)
-    new = leases.lease_acquire(resource=old.resource, holder="new", ttl_s=1)
-    before = Lease.objects.get(resource=old.resource).expires_at
-    assert checkpoint_advance(consumer="count", partition=p, grant=old, to_id=entries[-1].entry_id, applied=0,
-                              renew_ttl_s=300) is False
-    assert Lease.objects.get(resource=old.resource).expires_at == before and leases.lease_is_current(new)
-
-
 def test_a_second_consumer_copy_is_harmless(make_user, video):
     user = make_user()
     p = like_published(user, video.video_id)
