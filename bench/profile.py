@@ -210,7 +210,9 @@ def main(argv=None) -> int:
     args = driver.parse(argv, "profile", __doc__, {"seconds": (20.0, "length of each loop", 1, 300),
                                                    "flame": (False, "also a py-spy flame graph (SVG)"),
                                                    "cpu": (False, "cProfile counts this process's CPU time, not wall "
-                                                                  "time (waits on PostgreSQL and Redis drop out)")},
+                                                                  "time (waits on PostgreSQL and Redis drop out)"),
+                                                   "callees": ("", "also what the functions matching this regex call "
+                                                                   "(e.g. 'snapshots.py:\\d+\\(_refresh\\)')")},
                         seed=20261203, choice=("scenario", SCENARIOS))
     import django
     django.setup()
@@ -232,6 +234,8 @@ def main(argv=None) -> int:
         stats.sort_stats("cumulative").print_stats(40).sort_stats("tottime").print_stats(40)
         # Who sends each SQL statement and Redis command: the round trips a unit pays (issue 34 §1).
         stats.print_callers(r"(psycopg/cursor.py:\d+\(execute\)|redis/client.py:\d+\(execute(_command)?\))")
+        if args.callees:
+            stats.print_callees(args.callees)
         (OUT_DIR / f"{args.scenario}.txt").write_text(f"{head}\nprofiled: {pn} units in {pwall:.1f} s\n"
                                                       f"{buf.getvalue()}".replace(str(ROOT) + "/", ""))
         if args.flame:
