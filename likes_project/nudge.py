@@ -120,20 +120,16 @@ def pending_key(task_name: str, args) -> str:
     return f"{settings.LIKES_REDIS_PREFIX}:nudge:{task_name}:{json.dumps(list(args), separators=(',', ':'))}"
 
 
-def _claims(items: list[tuple[str, tuple]]) -> list[bool]:
-    """For each (task, args): True when its nudge must be sent: no copy is waiting (the flag was not set and is
-    set now), or Redis could not say (a send too many is harmless, a lost wake-up only waits for the sweeper).
-    Every flag in one pipelined round trip (a publish nudges every consumer of every partition it wrote)."""
+def _claim(task_name: str, args: tuple) -> bool:
+    """True when this nudge must be sent: no copy is waiting (the flag was not set and is set now), or
+    Redis could not say (a send too many is harmless, a lost wake-up only waits for the sweeper)."""
     ttl_ms = int(float(getattr(settings, "NUDGE_PENDING_TTL_S", 5.0)) * 1000)
     if ttl_ms <= 0:
-        return [True] * len(items)
+        return True
     try:
-        pipe = stream_redis().pipeline(transaction=False)
-        for task_name, args in items:
-            pipe.set(pending_key(task_name, args), "1", nx=True, px=ttl_ms)
-        return [bool(claimed) for claimed in pipe.execute()]
+        return bool(stream_redis().set(pending_key(task_name, args), "1", nx=True, px=ttl_ms))
     except RedisError:
-        return [True] * len(items)
+        return True
 
 
 def pending_clear(task_name: str, args) -> None:
@@ -166,61 +162,38 @@ def send_unless_pending(task_name: str, args: tuple, *, retry: bool = True) -> b
     set): what the beat sweepers send, so that a sweep adds nothing where a nudged copy is queued and the
     queue holds at most one waiting copy per (task, args) however busy it gets. Raises the broker's
     error (a sweeper's failure is the beat's to log)."""
-    return send_many_unless_pending([(task_name, tuple(args))], retry=retry) == 1
-
-
-def send_many_unless_pending(items: list[tuple[str, tuple]], *, retry: bool = True) -> int:
-    """`send_unless_pending` for many (task, args) at once: their flags claimed in one round trip (in order, so a
-    second nudge of one (task, args) finds the first one's flag, as it would one after the other), then a broker
-    send for each one claimed. Returns how many were sent. On the broker's error the flags claimed and not sent are
-    cleared (the next nudge or sweep sends them) and the error is raised."""
-    items = [(task_name, tuple(args)) for task_name, args in items]
-    todo = []
-    for item, claimed in zip(items, _claims(items), strict=True):
-        if claimed:
-            todo.append(item)
-        else:
-            metrics.inc("likes_nudge_coalesced_total", task=item[0])
-    for i, (task_name, args) in enumerate(todo):
-        try:
-            app.send_task(task_name, args=list(args), retry=retry)
-        except Exception:
-            for unsent_name, unsent_args in todo[i:]:
-                pending_clear(unsent_name, unsent_args)
-            raise
-    return len(todo)
-
-
-def _send_all(items: list[tuple[str, tuple]]) -> None:
+    if not _claim(task_name, args):
+        metrics.inc("likes_nudge_coalesced_total", task=task_name)
+        return False
     try:
-        send_many_unless_pending(items, retry=False)
+        app.send_task(task_name, args=list(args), retry=retry)
+    except Exception:
+        pending_clear(task_name, args)
+        raise
+    return True
+
+
+def _send(task_name: str, args: tuple) -> None:
+    try:
+        send_unless_pending(task_name, args, retry=False)
     except Exception as exc:  # noqa: BLE001 - the sweeper guarantees progress; never fail anyone
-        for task_name in dict.fromkeys(task_name for task_name, _args in items):
-            metrics.inc("likes_nudge_failures_total", task=task_name)
-        logger.warning("nudge of %s failed: %s", ", ".join(dict.fromkeys(t for t, _a in items)),
-                       exc.__class__.__name__)
-
-
-_DRAIN_MAX = 200  # nudges the sender thread takes from its queue for one round trip of flags
+        metrics.inc("likes_nudge_failures_total", task=task_name)
+        logger.warning("nudge %s failed: %s", task_name, exc.__class__.__name__)
 
 
 def _send_loop(pending: queue.Queue) -> None:
     while True:
         try:
-            taken = [pending.get(timeout=_next_due_in())]
+            item = pending.get(timeout=_next_due_in())
         except queue.Empty:
-            taken = []
-        while taken and len(taken) < _DRAIN_MAX:  # what else is queued goes in the same round trip
-            try:
-                taken.append(pending.get_nowait())
-            except queue.Empty:
-                break
+            item = None
         try:
-            items = [*_due_trailing(), *(item for item in taken if item is not _WAKE)]
-            if items:
-                _send_all(items)
+            for task_name, args in _due_trailing():
+                _send(task_name, args)
+            if item is not None and item is not _WAKE:
+                _send(*item)
         finally:
-            for _ in taken:
+            if item is not None:
                 pending.task_done()
 
 

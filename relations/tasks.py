@@ -12,7 +12,7 @@ from likes_project.audit.services import system_actor
 from likes_project.eventlog.consumer import consumer_tasks, holder_id
 from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.services import streams_trim
-from likes_project.nudge import nudge, send_many_unless_pending
+from likes_project.nudge import nudge, send_unless_pending
 from relations import routing
 from relations.services import erasure, outbox, retention
 from relations.services.relation_cache import (
@@ -58,7 +58,8 @@ def publish_outbox_task(alias: str) -> dict:
 def publish_all_task() -> None:
     """Beat sweeper: the on-commit nudge is only an optimisation (T2). Nothing is added for a shard whose
     publisher already waits in the broker (D89)."""
-    send_many_unless_pending([(publish_outbox_task.name, (alias,)) for alias in routing.all_aliases()])
+    for alias in routing.all_aliases():
+        send_unless_pending(publish_outbox_task.name, (alias,))
 
 
 @shared_task(name="relations.republish_lost", acks_late=True, ignore_result=True)

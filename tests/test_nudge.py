@@ -25,7 +25,7 @@ def sent(settings, monkeypatch):
             calls.append((task_name, tuple(args)))
             cond.notify_all()
 
-    monkeypatch.setattr(nudge_module, "_send_all", lambda items: [record(*item) for item in items])
+    monkeypatch.setattr(nudge_module, "_send", record)
     monkeypatch.setattr(nudge_module, "_last", {})
     monkeypatch.setattr(nudge_module, "_trailing", {})
 
@@ -131,30 +131,3 @@ def test_the_flag_of_a_lost_task_expires(settings, broker):
         time.sleep(0.05)  # wait for the flag's own expiry (what is tested)
     nudge_module.nudge(TASK, "rel_00", debounce_s=0)
     assert broker() == 2
-
-
-def test_many_nudges_claim_their_flags_in_one_round_trip_and_fold_as_one_after_the_other(broker):
-    """Issue 34 §2: a publish nudges every consumer of every partition it wrote, and a sweep every partition with
-    work; their flags go in one pipelined round trip, in order, so a repeated (task, args) folds as it would have
-    one call after the other."""
-    items = [(TASK, ("rel_00",)), (TASK, ("rel_00",)), (TASK, ("rel_01",))]
-    assert nudge_module.send_many_unless_pending(items) == 2
-    assert broker() == 2
-    assert nudge_module.send_many_unless_pending(items) == 0  # both copies still wait
-    assert broker() == 2
-
-
-def test_a_broker_error_clears_the_flags_claimed_and_not_sent(broker, monkeypatch):
-    sent: list = []
-
-    def flaky(task_name, args=None, retry=True):
-        if sent:
-            raise ConnectionError("the broker went away")
-        sent.append(args)
-
-    monkeypatch.setattr(nudge_module.app, "send_task", flaky)
-    with pytest.raises(ConnectionError):
-        nudge_module.send_many_unless_pending([(TASK, (a,)) for a in ("rel_00", "rel_01", "rel_02")])
-    flags = [bool(nudge_module.stream_redis().exists(nudge_module.pending_key(TASK, (a,))))
-             for a in ("rel_00", "rel_01", "rel_02")]
-    assert flags == [True, False, False]  # the next nudge of the unsent ones is not folded into nothing

@@ -36,8 +36,7 @@ def _write(partition: int) -> str:
 @pytest.fixture
 def sent(monkeypatch):
     calls: list[tuple] = []
-    monkeypatch.setattr(consumer, "send_many_unless_pending",
-                        lambda items: calls.extend((name, tuple(args)) for name, args in items))
+    monkeypatch.setattr(consumer, "send_unless_pending", lambda name, args: calls.append((name, tuple(args))))
     return calls
 
 

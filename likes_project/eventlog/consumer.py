@@ -34,7 +34,7 @@ from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, De
 from likes_project.eventlog.registry import CONSUMERS
 from likes_project.eventlog.retry import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry, entry_id_key
-from likes_project.nudge import nudge, send_many_unless_pending
+from likes_project.nudge import nudge, send_unless_pending
 from likes_project.switches import switch_keys_set
 
 logger = logging.getLogger(__name__)
@@ -391,8 +391,8 @@ def consumer_tasks(projector: Callable[[], Projector], *, name: str, sweep_name:
             partitions = partitions_with_work(consumer)  # D139: no pass where nothing waits
         except Exception:  # noqa: BLE001 - the log or the checkpoints cannot be read: every pass finds out for itself
             partitions = streams.all_partitions()
-        # Nothing where a pass already waits (D89); every partition's flag in one round trip.
-        send_many_unless_pending([(name, (partition,)) for partition in partitions])
+        for partition in partitions:
+            send_unless_pending(name, (partition,))  # nothing where a pass already waits (D89)
 
     pass_task.__doc__ = f"One bounded pass of the {consumer} projector over one stream partition."
     sweep_task.__doc__ = f"Beat sweeper: one {consumer} projector pass per stream partition with work (D139)."
