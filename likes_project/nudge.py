@@ -27,7 +27,7 @@ import threading
 import time
 
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from likes_project import metrics
 from likes_project.redis_client import stream_redis
@@ -128,7 +128,7 @@ def _claim(task_name: str, args: tuple) -> bool:
         return True
     try:
         return bool(stream_redis().set(pending_key(task_name, args), "1", nx=True, px=ttl_ms))
-    except RedisError:
+    except (RedisError, RedisClusterException):  # the Cluster's slot errors are not RedisErrors (a node restarting)
         return True
 
 

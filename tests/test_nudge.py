@@ -131,3 +131,19 @@ def test_the_flag_of_a_lost_task_expires(settings, broker):
         time.sleep(0.05)  # wait for the flag's own expiry (what is tested)
     nudge_module.nudge(TASK, "rel_00", debounce_s=0)
     assert broker() == 2
+
+
+def test_a_flag_the_cluster_cannot_set_sends_the_nudge(broker, monkeypatch):
+    """A Redis Cluster node restarting answers with slot errors that are not RedisErrors (`SlotNotCoveredError`):
+    Redis could not say whether a copy waits, so the nudge is sent (a send too many is harmless), rather than the
+    error ending a sweep before its other partitions."""
+    from redis.exceptions import SlotNotCoveredError
+
+    class Down:
+        def set(self, *args, **kwargs):
+            raise SlotNotCoveredError("slot 1234 is not covered by the cluster")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(nudge_module, "stream_redis", lambda: Down())
+        assert nudge_module.send_unless_pending(TASK, ("rel_00",)) is True
+    assert broker() == 1
