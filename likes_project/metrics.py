@@ -144,6 +144,15 @@ def render(gauges: Iterable[tuple[str, str, list[tuple[dict[str, str], float]]]]
     return generate_latest(registry).decode()
 
 
+def counter_samples(names: Iterable[str], *, path: str | None = None) -> list[tuple[str, dict[str, str], float]]:
+    """(sample name, labels, value) of the counters `names` (their `_total` samples), summed over every process whose
+    files are in `path` (default: this host's directory): what a scrape would show, without rendering it."""
+    wanted, registry = set(names), CollectorRegistry()
+    _multiprocess.MultiProcessCollector(registry, path=path or MULTIPROC_DIR)
+    return [(sample.name, dict(sample.labels), float(sample.value)) for family in registry.collect()
+            for sample in family.samples if sample.name in wanted]
+
+
 def mark_process_dead(pid: int) -> None:
     """Drop an exited process's live gauges (its counters and histograms stay in the sums)."""
     _multiprocess.mark_process_dead(pid, path=MULTIPROC_DIR)

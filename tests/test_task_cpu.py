@@ -39,3 +39,13 @@ def test_an_end_without_its_start_counts_nothing():
     signals.task_postrun.send(sender=_Task, task_id="never-started", task=_Task, args=(), kwargs={}, retval=None,
                               state="SUCCESS")
     assert _counted() == before
+
+
+def test_the_counters_read_back_summed_from_the_metric_files():
+    """What `bench/run.sh convergence` reads from the worker's files (`metrics.counter_samples`)."""
+    signals.task_prerun.send(sender=_Task, task_id="cpu-2", task=_Task, args=(), kwargs={})
+    signals.task_postrun.send(sender=_Task, task_id="cpu-2", task=_Task, args=(), kwargs={}, retval=None,
+                              state="SUCCESS")
+    runs = [v for name, labels, v in metrics.counter_samples(["likes_task_runs_total"])
+            if labels.get("task") == _Task.name]
+    assert runs and runs[0] >= 1

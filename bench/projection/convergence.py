@@ -52,19 +52,15 @@ def broker_purge() -> None:
 
 def task_cpu(prom_dir: Path) -> dict[str, tuple[float, float]]:
     """Per task name, from the worker's own metric files: (CPU seconds, runs) (`likes_task_cpu_seconds_total`)."""
-    from prometheus_client import CollectorRegistry
-    from prometheus_client import multiprocess as prom_multiprocess
+    from likes_project.metrics import counter_samples
 
-    registry, out = CollectorRegistry(), {}
+    out: dict[str, tuple[float, float]] = {}
     if not prom_dir.is_dir():
         return out
-    prom_multiprocess.MultiProcessCollector(registry, path=str(prom_dir))
-    for family in registry.collect():
-        for sample in family.samples:
-            if sample.name in ("likes_task_cpu_seconds_total", "likes_task_runs_total"):
-                cpu, runs = out.get(sample.labels["task"], (0.0, 0.0))
-                out[sample.labels["task"]] = ((cpu + sample.value, runs) if sample.name.startswith("likes_task_cpu")
-                                              else (cpu, runs + sample.value))
+    for name, labels, value in counter_samples(("likes_task_cpu_seconds_total", "likes_task_runs_total"),
+                                               path=str(prom_dir)):
+        cpu, runs = out.get(labels["task"], (0.0, 0.0))
+        out[labels["task"]] = (cpu + value, runs) if name.startswith("likes_task_cpu") else (cpu, runs + value)
     return out
 
 
