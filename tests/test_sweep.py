@@ -17,14 +17,17 @@ from likes_project.redis_client import stream_redis
 pytestmark = [pytest.mark.topology, pytest.mark.django_db(databases=["default"])]
 CONSUMER = "count"
 SWEEP = "counting.project_all"
+GROUP = ("count", "relcache", "reverse")  # count's pass group (D143): its sweeper sweeps for the three
 
 
 def _caught_up() -> dict[int, str]:
-    """Every partition's checkpoint at the end of its stream as it is now: nothing waits anywhere."""
+    """Every partition's checkpoint at the end of its stream as it is now, for each consumer of the group: nothing
+    waits anywhere."""
     written = streams.last_generated_ids(streams.all_partitions())
     for partition, last in written.items():
-        ConsumerCheckpoint.objects.update_or_create(consumer=CONSUMER, partition=partition,
-                                                    defaults={"last_done_id": last, "blocked_attempts": 0})
+        for name in GROUP:
+            ConsumerCheckpoint.objects.update_or_create(consumer=name, partition=partition,
+                                                        defaults={"last_done_id": last, "blocked_attempts": 0})
     return written
 
 
@@ -69,3 +72,22 @@ def test_a_sweep_that_cannot_read_the_log_starts_a_pass_everywhere(sent, monkeyp
     monkeypatch.setattr(streams, "last_generated_ids", refused)
     app.tasks[SWEEP].run()
     assert sent == [("counting.project_partition", (p,)) for p in streams.all_partitions()]
+
+
+def test_the_leaders_sweep_covers_its_group_and_a_members_own_sweep_sends_nothing(sent, settings):
+    """D143: a partition where only the reverse index has work gets the group's task from count's sweeper; the
+    reverse index's sweeper, a member's, sends nothing. With no groups, each sweeps for itself again."""
+    first, *_ = streams.all_partitions()
+    _caught_up()
+    _write(first)
+    ConsumerCheckpoint.objects.filter(partition=first).exclude(consumer="reverse").update(
+        last_done_id=streams.last_generated_id(first))
+    app.tasks["counting.project_reverse_all"].run()
+    assert sent == []
+    app.tasks[SWEEP].run()
+    assert sent == [("counting.project_partition", (first,))]
+    sent.clear()
+    settings.CONSUMER_PASS_GROUPS = ()
+    app.tasks[SWEEP].run()
+    app.tasks["counting.project_reverse_all"].run()
+    assert sent == [("counting.project_reverse", (first,))]

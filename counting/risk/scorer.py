@@ -61,7 +61,8 @@ def level_for(score: int) -> str:
 
 
 class RiskScorer:
-    """Consumer `risk` (`riskscore.project_partition` per stream partition, on the Celery queue `risk`)."""
+    """Consumer `risk` (`riskscore.project_partition` per stream partition, on the Celery queue `risk`; in the
+    default pass groups its passes run in the notifications' task, on the queue `notify`, D143)."""
 
     name = RISK_CONSUMER
 

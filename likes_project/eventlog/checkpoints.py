@@ -15,17 +15,18 @@ def checkpoints_get(consumer: str) -> dict[int, str]:
     return dict(ConsumerCheckpoint.objects.filter(consumer=consumer).values_list("partition", "last_done_id"))
 
 
-def partitions_with_work(consumer: str) -> list[int]:
-    """The stream partitions where a pass of `consumer` has something to do: the log holds an entry past its
-    checkpoint, or the checkpoint records a blocked head (to retry it, or to clear it once the entry is gone). One
-    query and one pipelined round trip; what a sweeper starts passes on (D139), where it once started one on every
-    partition every second whether or not anything had been written there."""
-    rows = {p: (streams.entry_id_key(last), blocked) for p, last, blocked in ConsumerCheckpoint.objects.filter(
-        consumer=consumer).values_list("partition", "last_done_id", "blocked_attempts")}
+def partitions_with_work(*consumers: str) -> list[int]:
+    """The stream partitions where a pass of one of `consumers` (a pass group's, D143) has something to do: the log
+    holds an entry past its checkpoint, or the checkpoint records a blocked head (to retry it, or to clear it once
+    the entry is gone). One query and one pipelined round trip; what a sweeper starts passes on (D139), where it once
+    started one on every partition every second whether or not anything had been written there."""
+    rows = {(c, p): (streams.entry_id_key(last), blocked) for c, p, last, blocked in ConsumerCheckpoint.objects.filter(
+        consumer__in=consumers).values_list("consumer", "partition", "last_done_id", "blocked_attempts")}
     partitions = streams.all_partitions()
     written = streams.last_generated_ids(partitions)
     never_read = ((0, 0), 0)
-    return [p for p in partitions if (done := rows.get(p, never_read))[1] or streams.entry_id_key(written[p]) > done[0]]
+    return [p for p in partitions if any((done := rows.get((c, p), never_read))[1]
+                                         or streams.entry_id_key(written[p]) > done[0] for c in consumers)]
 
 
 def lowest_by_partition() -> dict[int, str]:

@@ -28,10 +28,10 @@ from django.db import connection
 from django.utils import timezone
 
 from likes_project import leases, logs, metrics
-from likes_project.eventlog import retry, streams
+from likes_project.eventlog import registry, retry, streams
 from likes_project.eventlog.checkpoints import partitions_with_work
 from likes_project.eventlog.models import ConsumerCheckpoint, ConsumerSwitch, DeadLetter
-from likes_project.eventlog.registry import CONSUMERS
+from likes_project.eventlog.registry import CONSUMERS, pass_members
 from likes_project.eventlog.retry import NonRetryable, Retryable
 from likes_project.eventlog.streams import StreamEntry, entry_id_key
 from likes_project.nudge import nudge, send_unless_pending
@@ -61,7 +61,8 @@ class Projector(Protocol):
         """Raise NonRetryable when the event cannot be applied; must have no side effects."""
 
     def apply(self, entries: list[StreamEntry], *, consumer: str, partition: int, token: int) -> ApplyResult:
-        """Apply the entries (in order) idempotently; never raise for one bad entry."""
+        """Apply the entries (in order) idempotently; never raise for one bad entry. Never change an entry: the
+        consumers of a pass group are given the same ones (D143)."""
 
 
 def contiguous_prefix_end(dispatched: list[str], done: set[str]) -> str | None:
@@ -221,10 +222,11 @@ def holder_id() -> str:
 def consume_partition(projector: Projector, *, partition: int, batch_size: int = 200, max_batches: int = 10,
                       lease_ttl_s: float | None = None, holder: str | None = None,
                       grant: leases.LeaseGrant | None = None,
-                      ignore_backoff: bool = False) -> ConsumeReport:
+                      ignore_backoff: bool = False, read: streams.Reader | None = None) -> ConsumeReport:
     """Run one bounded pass of `projector` over one partition. A second concurrent copy is harmless:
     it does not get the lease and returns `busy`. A partition whose head is waiting out its backoff
-    returns `backoff` without touching the stream (`ignore_backoff` retries it now)."""
+    returns `backoff` without touching the stream (`ignore_backoff` retries it now). `read`: how the pass reads the
+    stream (a pass group's `streams.SharedRead`; `streams.read_after` by default)."""
     consumer = projector.name
     if consumer_is_paused(consumer, partition):
         return ConsumeReport(consumer, partition, "paused")
@@ -241,7 +243,8 @@ def consume_partition(projector: Projector, *, partition: int, batch_size: int =
             return ConsumeReport(consumer, partition, "backoff")
         with logs.bound(consumer=consumer, partition=partition):
             return _consume(projector, grant, cp, partition=partition, batch_size=batch_size,
-                            max_batches=max_batches, lease_ttl_s=lease_ttl_s, released=released)
+                            max_batches=max_batches, lease_ttl_s=lease_ttl_s, released=released,
+                            read=read or streams.read_after)
     except Exception as exc:  # noqa: BLE001 - the stream, the checkpoint or a dead letter could not be reached
         # Not about any one event: the whole partition waits its backoff and is retried (issue 9 §1).
         logger.warning("%s[%s] pass failed (%s): it will be retried", consumer, partition, exc.__class__.__name__)
@@ -274,7 +277,8 @@ def _batch_log_fields(entries: list[StreamEntry]) -> dict:
 
 
 def _consume(projector: Projector, grant: leases.LeaseGrant, cp: ConsumerCheckpoint, *, partition: int,
-             batch_size: int, max_batches: int, lease_ttl_s: float, released: list[bool]) -> ConsumeReport:
+             batch_size: int, max_batches: int, lease_ttl_s: float, released: list[bool],
+             read: streams.Reader) -> ConsumeReport:
     consumer = projector.name
     totals = {"dispatched": 0, "applied": 0, "duplicates": 0, "stale": 0, "dead": 0, "held": 0}
     advanced_to = None
@@ -286,9 +290,11 @@ def _consume(projector: Projector, grant: leases.LeaseGrant, cp: ConsumerCheckpo
     for batch in range(max_batches):
         if consumer_is_paused(consumer, partition):
             return report("paused")
-        entries = streams.read_after(partition, cp.last_done_id, batch_size)
+        entries = read(partition, cp.last_done_id, batch_size)
         if not entries:
-            if cp.blocked_attempts:  # the blocked head is gone (trimmed, or the log was lost): clear it
+            # The blocked head is gone (trimmed, or the log was lost): clear it. Asked of the log itself: a shared
+            # read may predate the head that another pass found blocked (D143).
+            if cp.blocked_attempts and not streams.read_after(partition, cp.last_done_id, 1):
                 _set_blocked(consumer, partition, grant, Blocked())
             break
         totals["dispatched"] += len(entries)
@@ -359,13 +365,45 @@ def projector_get(consumer: str) -> Projector:
     return CONSUMERS[consumer].projector()
 
 
-def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_batches: int = 10) -> ConsumeReport:
-    """One bounded pass of a projector over one partition, as every consumer task runs it; the task is
-    nudged again while a pass filled all its batches (more is waiting)."""
-    report = consume_partition(projector, partition=int(partition), batch_size=batch_size, max_batches=max_batches)
+@dataclass(frozen=True)
+class PassConfig:
+    """How a consumer's passes run (what `consumer_tasks` was given): its projector, its batch size, the hook
+    run after each pass."""
+
+    projector: Callable[[], Projector]
+    batch_size: Callable[[], int]
+    after: Callable[[ConsumeReport], None] | None = None
+
+
+_PASSES: dict[str, PassConfig] = {}  # consumer -> how its passes run, as its app's tasks module defined them
+
+
+def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_batches: int = 10,
+                 read: streams.Reader | None = None) -> ConsumeReport:
+    """One bounded pass of a projector over one partition, as every consumer task runs it; the task that runs
+    the consumer's passes is nudged again while a pass filled all its batches (more is waiting)."""
+    report = consume_partition(projector, partition=int(partition), batch_size=batch_size, max_batches=max_batches,
+                               read=read)
     if report.dispatched >= batch_size * max_batches:
-        nudge(CONSUMERS[projector.name].task, int(partition), debounce_s=0.0)
+        nudge(registry.pass_task(projector.name), int(partition), debounce_s=0.0)
     return report
+
+
+def group_pass(consumer: str, *, partition: int) -> list[ConsumeReport]:
+    """What one run of `consumer`'s pass task does: a pass of each consumer of its group (`registry.pass_members`),
+    in the group's order, over `partition`, all reading the stream through one `streams.SharedRead` (D143). Each
+    pass keeps its own lease, checkpoint, backoff, pause switch and hook: one that fails, waits or is paused
+    holds up none of the others."""
+    configs = [(name, _PASSES[name]) for name in pass_members(consumer) if name in _PASSES]
+    sizes = {name: config.batch_size() for name, config in configs}
+    read = streams.SharedRead(partition, prefetch=max(sizes.values())) if len(configs) > 1 else None
+    reports = []
+    for name, config in configs:
+        report = consume_pass(config.projector(), partition=partition, batch_size=sizes[name], read=read)
+        if config.after is not None:
+            config.after(report)
+        reports.append(report)
+    return reports
 
 
 def consumer_tasks(projector: Callable[[], Projector], *, name: str, sweep_name: str,
@@ -373,27 +411,31 @@ def consumer_tasks(projector: Callable[[], Projector], *, name: str, sweep_name:
     """The two Celery tasks of a projector: one bounded pass over one partition (the task `name`, which
     the app registers as its consumer's task; lease-owned, so a duplicate run returns `busy`), and the beat
     sweeper that starts a pass per stream partition. `after(report)` runs after each pass (e.g. nudge the
-    snapshot job)."""
+    snapshot job). The pass task of a group's leader runs the whole group (`group_pass`, D143)."""
     from celery import shared_task
+
+    consumer = projector().name
+    _PASSES[consumer] = PassConfig(projector, batch_size, after)
 
     @shared_task(name=name, acks_late=True, ignore_result=True)
     def pass_task(partition: int) -> dict:
-        report = consume_pass(projector(), partition=int(partition), batch_size=batch_size())
-        if after is not None:
-            after(report)
-        return {"status": report.status, "applied": report.applied, "dead": report.dead_lettered}
-
-    consumer = projector().name
+        first, *others = group_pass(consumer, partition=int(partition))
+        return {"status": first.status, "applied": first.applied, "dead": first.dead_lettered,
+                **({"group": {r.consumer: r.status for r in others}} if others else {})}
 
     @shared_task(name=sweep_name, ignore_result=True)
     def sweep_task() -> None:
+        if registry.pass_task(consumer) != name:
+            return  # a member of another consumer's pass group: the leader's sweeper sweeps for the group (D143)
         try:
-            partitions = partitions_with_work(consumer)  # D139: no pass where nothing waits
+            partitions = partitions_with_work(*pass_members(consumer))  # D139: no pass where nothing waits
         except Exception:  # noqa: BLE001 - the log or the checkpoints cannot be read: every pass finds out for itself
             partitions = streams.all_partitions()
         for partition in partitions:
             send_unless_pending(name, (partition,))  # nothing where a pass already waits (D89)
 
-    pass_task.__doc__ = f"One bounded pass of the {consumer} projector over one stream partition."
-    sweep_task.__doc__ = f"Beat sweeper: one {consumer} projector pass per stream partition with work (D139)."
+    pass_task.__doc__ = (f"One bounded pass of the {consumer} projector over one stream partition, and of the rest "
+                         f"of its pass group when it leads one (D143).")
+    sweep_task.__doc__ = (f"Beat sweeper: one {consumer} projector pass per stream partition with work (D139), for "
+                          f"its pass group when it leads one; nothing when it is another's member (D143).")
     return pass_task, sweep_task

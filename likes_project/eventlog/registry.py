@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -36,6 +37,42 @@ def consumer_register(name: str, *, task: str, projector: Callable[[], object]) 
     _CONSUMERS.clear()
     _CONSUMERS.update(ordered)
     return _CONSUMERS[name]
+
+
+def pass_groups_problems() -> list[str]:
+    """What is wrong with CONSUMER_PASS_GROUPS (the `eventlog` system check says it at startup)."""
+    problems, seen = [], set()
+    for group in settings.CONSUMER_PASS_GROUPS:
+        for name in group:
+            if name not in _CONSUMERS:
+                problems.append(f"{name!r} is not a consumer (the consumers: {', '.join(_CONSUMERS)})")
+            if name in seen:
+                problems.append(f"{name!r} is in two groups")
+            seen.add(name)
+    return problems
+
+
+def _group_of(consumer: str) -> tuple[str, ...]:
+    """The registered consumers of `consumer`'s pass group, leader first; (consumer,) when it is in none."""
+    for group in settings.CONSUMER_PASS_GROUPS:
+        if consumer in group:
+            members = tuple(name for name in group if name in _CONSUMERS)
+            return members if consumer in members else (consumer,)
+    return (consumer,)
+
+
+def pass_task(consumer: str) -> str:
+    """The Celery task whose run makes `consumer`'s next pass over a partition: its group leader's pass task,
+    which runs the whole group with one stream read (D143), or its own. What the publisher, the sweepers and a
+    full pass nudge."""
+    return _CONSUMERS[_group_of(consumer)[0]].task
+
+
+def pass_members(consumer: str) -> tuple[str, ...]:
+    """The consumers one run of `consumer`'s pass task makes a pass of, in order: its group when it leads one,
+    else itself alone (a member's own task, sent by hand or by an older sweep, runs that member only)."""
+    members = _group_of(consumer)
+    return members if members[0] == consumer else (consumer,)
 
 
 @dataclass(frozen=True)

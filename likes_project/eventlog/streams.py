@@ -7,7 +7,9 @@ stay in one partition in publish order (consumers still converge by version, OUT
 
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -119,6 +121,46 @@ def read_after(partition: int, after_id: str, count: int) -> list[StreamEntry]:
             event = {"_undecodable": raw.decode("utf-8", "replace")}
         out.append(StreamEntry(partition, key, eid, event if isinstance(event, dict) else {"_invalid": event}))
     return out
+
+
+Reader = Callable[[int, str, int], list[StreamEntry]]  # read_after's shape: (partition, after_id, count) -> entries
+
+
+class SharedRead:
+    """`read_after` for the consumers of one pass group over one partition (issue 34 §2, D143): a read is
+    answered from the last window read when the window holds the answer, else the log is read (`prefetch`
+    entries at least) and the window replaced. Consumers that are level read the log once between them.
+
+    The window is every entry the partition held in (its `after`, its last id] when it was read, since ids only
+    grow. A read past its end is answered from it only when the log held nothing more then (the window came
+    back short): entries appended since are another pass's, which their own nudge queues, since the pass task's
+    nudge flag was cleared before the window was read. Answers are the window's own entries, not copies:
+    projectors must not change them."""
+
+    def __init__(self, partition: int, *, prefetch: int):
+        self.partition, self.prefetch, self.reads = partition, prefetch, 0
+        self._after: tuple[int, int] | None = None
+        self._entries: list[StreamEntry] = []
+        self._complete = False  # the window reached the end of the log when it was read
+
+    def __call__(self, partition: int, after_id: str, count: int) -> list[StreamEntry]:
+        if partition == self.partition:
+            served = self._served(entry_id_key(after_id), count)
+            if served is not None:
+                return served
+        want = max(count, self.prefetch)
+        entries = read_after(partition, after_id, want)
+        self.reads += 1
+        if partition == self.partition:
+            self._after, self._entries, self._complete = entry_id_key(after_id), entries, len(entries) < want
+        return entries[:count]
+
+    def _served(self, after: tuple[int, int], count: int) -> list[StreamEntry] | None:
+        if self._after is None or after < self._after:
+            return None
+        keys = [e.sort_key for e in self._entries]
+        rest = self._entries[bisect.bisect_right(keys, after):]
+        return rest[:count] if len(rest) >= count or self._complete else None
 
 
 def entry_ids_between(partition: int, first_id: str, last_id: str, *, page: int = 1000) -> set[str]:

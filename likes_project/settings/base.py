@@ -192,6 +192,13 @@ REDRIVE_LEASE_S = env_float("REDRIVE_LEASE_S", 30.0)  # a dead-letter redrive ho
 # A consumer pass holds its partition's lease this long, renewed after every batch: a killed worker's
 # partitions wait out at most this much before another worker takes them over.
 CONSUMER_LEASE_TTL_S = env_float("CONSUMER_LEASE_TTL_S", 30.0)
+# Pass groups (issue 34 §2, D143): the consumers of a group run in one task, in this order, one pass each over a
+# partition from one stream read; the first one's pass task runs them (on its queue). `;` between groups, `,`
+# between consumers; a consumer in no group runs alone. Empty: every consumer alone, as before. The default keeps
+# the notifications and the risk scorer out of the counts' task and queue (DEG-2).
+CONSUMER_PASS_GROUPS = tuple(tuple(n.strip() for n in group.split(",") if n.strip())
+                             for group in os.environ.get("CONSUMER_PASS_GROUPS", "count,relcache,reverse;notify,risk")
+                             .split(";") if group.strip())
 # Runtime switches (issue 14 §3, likes_project/switches.py): every process re-reads them at most this often,
 # so a change takes effect everywhere within SWITCH_CACHE_S (at once in the process that made it). A like
 # command refused by read-only mode says Retry-After READ_ONLY_RETRY_AFTER_S.
