@@ -6,7 +6,8 @@ bench/results/profiles/SCENARIO.txt); --flame: py-spy samples a third run into S
 the WSGI application), projector (the count consumer, per event of a 20,000-event backlog), reverse, relcache, notify
 and risk (each of the other consumers the same way), snapshot (display_snapshot_refresh after 50 videos were made
 dirty), passes and passes_1 (one pass of each of the five consumers over one partition holding 50 new entries, or one:
-what a pass costs beyond its events, D142). --cpu: cProfile on the process's CPU clock (waits drop out)."""
+what a pass costs beyond its events, D142), groups and groups_1 (the same passes as the worker runs them, one run of
+each pass group's leader, D143). --cpu: cProfile on the process's CPU clock (waits drop out)."""
 
 from __future__ import annotations
 
@@ -166,6 +167,27 @@ def passes(rng, events: int = 50):
     return unit, 1
 
 
+def groups(rng, events: int = 50):
+    """`passes`, the way the worker runs them now (D143): one run of each pass group's leader over one partition,
+    the group's consumers reading the log once between them."""
+    from bench.harness.phases import backlog_events, publish
+    from likes_project.eventlog import streams
+    from likes_project.eventlog.consumer import group_pass
+    from likes_project.eventlog.registry import CONSUMERS, pass_task
+    partitions = streams.all_partitions()
+    leaders = [name for name, spec in CONSUMERS.items() if pass_task(name) == spec.task]
+    publish(backlog_events(seed=rng.randrange(10**6), events=events * len(partitions) * 400, users=200_000,
+                           videos=5000, kind="uniform", rnd=0, video_prefix="pjg-", user_base=8_000_000_000))
+    turn = [0]
+
+    def unit() -> None:
+        partition = partitions[turn[0] % len(partitions)]
+        turn[0] += 1
+        for leader in leaders:
+            group_pass(leader, partition=partition, batch_size=events, max_batches=1)
+    return unit, 1
+
+
 def snapshot(rng):
     from counting.services.snapshots import display_snapshot_refresh
     from likes_project.eventlog import streams
@@ -190,7 +212,8 @@ def snapshot(rng):
 SCENARIOS = {"command": command, "http": http, "batch": batch, "batch_http": batch_http, "projector": projector,
              **{name: functools.partial(projector, consumer=name)
                 for name in ("reverse", "relcache", "notify", "risk")},
-             "snapshot": snapshot, "passes": passes, "passes_1": functools.partial(passes, events=1)}
+             "snapshot": snapshot, "passes": passes, "passes_1": functools.partial(passes, events=1),
+             "groups": groups, "groups_1": functools.partial(groups, events=1)}
 
 
 def clean() -> None:

@@ -389,17 +389,19 @@ def consume_pass(projector: Projector, *, partition: int, batch_size: int, max_b
     return report
 
 
-def group_pass(consumer: str, *, partition: int) -> list[ConsumeReport]:
+def group_pass(consumer: str, *, partition: int, batch_size: int | None = None,
+               max_batches: int = 10) -> list[ConsumeReport]:
     """What one run of `consumer`'s pass task does: a pass of each consumer of its group (`registry.pass_members`),
     in the group's order, over `partition`, all reading the stream through one `streams.SharedRead` (D143). Each
     pass keeps its own lease, checkpoint, backoff, pause switch and hook: one that fails, waits or is paused
-    holds up none of the others."""
+    holds up none of the others. `batch_size`: every member's, instead of its own (a benchmark's)."""
     configs = [(name, _PASSES[name]) for name in pass_members(consumer) if name in _PASSES]
-    sizes = {name: config.batch_size() for name, config in configs}
+    sizes = {name: batch_size or config.batch_size() for name, config in configs}
     read = streams.SharedRead(partition, prefetch=max(sizes.values())) if len(configs) > 1 else None
     reports = []
     for name, config in configs:
-        report = consume_pass(config.projector(), partition=partition, batch_size=sizes[name], read=read)
+        report = consume_pass(config.projector(), partition=partition, batch_size=sizes[name],
+                              max_batches=max_batches, read=read)
         if config.after is not None:
             config.after(report)
         reports.append(report)
