@@ -5,9 +5,10 @@ bench/results/profiles/SCENARIO.txt); --flame: py-spy samples a third run into S
 (PUT .../like-relation through Django's handler), batch (feed_page_read of 20 ids, warm), batch_http (the same through
 the WSGI application), projector (the count consumer, per event of a 20,000-event backlog), reverse, relcache, notify
 and risk (each of the other consumers the same way), snapshot (display_snapshot_refresh after 50 videos were made
-dirty), passes and passes_1 (one pass of each of the five consumers over one partition holding 50 new entries, or one:
-what a pass costs beyond its events, D142), groups and groups_1 (the same passes as the worker runs them, one run of
-each pass group's leader, D143). --cpu: cProfile on the process's CPU clock (waits drop out)."""
+dirty; snapshot_5 after 5), passes and passes_1 (one pass of each of the five consumers over one partition holding
+50 new entries, or one: what a pass costs beyond its events, D142), groups and groups_1 (the same passes as the
+worker runs them, one run of each pass group's leader, D143). --cpu: cProfile on the process's CPU clock (waits
+drop out)."""
 
 from __future__ import annotations
 
@@ -188,7 +189,7 @@ def groups(rng, events: int = 50):
     return unit, 1
 
 
-def snapshot(rng):
+def snapshot(rng, dirty: int = 50):
     from counting.services.snapshots import display_snapshot_refresh
     from likes_project.eventlog import streams
     from likes_project.eventlog.consumer import consume_partition, projector_get
@@ -198,7 +199,7 @@ def snapshot(rng):
     users, videos = prepare(users=5000, videos=2000)
 
     def unit() -> None:
-        for v in rng.sample(videos, 50):
+        for v in rng.sample(videos, dirty):
             relation_set_state(user_id=rng.choice(users)[0], video_id=v, desired_state="LIKED",
                                operation_id=uuid.uuid4().hex)
         for alias in routing.all_aliases():
@@ -213,7 +214,8 @@ SCENARIOS = {"command": command, "http": http, "batch": batch, "batch_http": bat
              **{name: functools.partial(projector, consumer=name)
                 for name in ("reverse", "relcache", "notify", "risk")},
              "snapshot": snapshot, "passes": passes, "passes_1": functools.partial(passes, events=1),
-             "groups": groups, "groups_1": functools.partial(groups, events=1)}
+             "groups": groups, "groups_1": functools.partial(groups, events=1),
+             "snapshot_5": functools.partial(snapshot, dirty=5)}
 
 
 def clean() -> None:

@@ -13,7 +13,7 @@ reconciliation alike. Both are cached in-process and re-checked every few second
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
@@ -49,9 +49,18 @@ class GenerationRoutes:
     space: BucketSpace
     manifest_id: int
     routes: tuple[Route, ...]  # index = virtual bucket
+    _arrays: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def buckets_on(self, alias: str) -> list[int]:
         return [vb for vb, r in enumerate(self.routes) if r.partition == alias]
+
+    def buckets_array(self, alias: str) -> str:
+        """`buckets_on(alias)` as a PostgreSQL array literal, for a `%s::int[]` parameter: one string to send, where
+        a list of the partition's hundreds of bucket ids is adapted id by id on every statement (1.4 against 0.1 ms
+        of CPU for three such parameters, issue 34 §2). Made once per generation's routes."""
+        if alias not in self._arrays:
+            self._arrays[alias] = "{" + ",".join(map(str, self.buckets_on(alias))) + "}"
+        return self._arrays[alias]
 
 
 class NoActiveGeneration(RuntimeError):

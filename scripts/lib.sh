@@ -282,9 +282,18 @@ apply_topology() {
 
 # What the service needs, for run.sh and manage.sh: the service's packages, PostgreSQL, Redis. No test-only
 # package and no browser.
+# Bytecode for the checkout's own modules, written once: where PYTHONDONTWRITEBYTECODE is set, every process the
+# service and the suite start (gunicorn and Celery workers, beat, the CLI tests' runs) would otherwise compile about
+# 260 modules again, half a second of CPU each time. Up-to-date files are skipped; a stale one is simply not used.
+compile_sources() {
+  "$VENV/bin/python" -m compileall -q -j 0 "$ROOT/manage.py" "$ROOT/likes_project" "$ROOT/relations" \
+    "$ROOT/counting" "$ROOT/reconciliation" "$ROOT/opsconsole" "$ROOT/tests" "$ROOT/bench" > /dev/null || true
+}
+
 setup_service() {
   cd "$ROOT"
   ensure_venv runtime
+  compile_sources
   ensure_postgres
   ensure_redis
 }
@@ -294,6 +303,7 @@ setup_service() {
 setup_all() {
   cd "$ROOT"
   ensure_venv
+  compile_sources
   ensure_postgres
   ensure_redis
   ensure_chromium

@@ -48,6 +48,18 @@ class SnapshotReport:
     status: str = "ok"  # ok | busy (another run holds the lease) | lease_lost | views_failed
 
 
+def _rows(alias: str, sql: str, params: list) -> list[tuple]:
+    """One plain statement's rows: the snapshot's fixed reads, a run every few hundred milliseconds under load, cost
+    more as ORM querysets than the sums they prepare (issue 34 §2)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _one_row(alias: str, sql: str, params: list) -> tuple:
+    return _rows(alias, sql, params)[0]
+
+
 def _next_snapshot_id() -> int:
     # A time-ordered id is enough: snapshots are per video and only compared for recency.
     return int(timezone.now().timestamp() * 1_000_000)
@@ -61,7 +73,8 @@ def display_snapshot_refresh(*, limit: int | None = None, holder: str | None = N
     it leaves are the next run's. With no dirty mark on any partition (of any generation) it returns at once,
     without the lease: an idle beat's run every second cost two commits for nothing (D139).
     """
-    if not any(DirtyVideo.objects.using(alias).exists() for alias in settings.COUNT_PARTITION_ALIASES):
+    if not any(_one_row(alias, f"SELECT EXISTS (SELECT FROM {DirtyVideo._meta.db_table})", [])[0]
+               for alias in settings.COUNT_PARTITION_ALIASES):
         return SnapshotReport()  # nothing to refresh: no lease taken, no commit (D139)
     grant = leases.lease_acquire(resource=SNAPSHOT_LEASE, holder=holder or holder_id(),
                                  ttl_s=settings.COUNT_SNAPSHOT_LEASE_S)
@@ -98,8 +111,9 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     seq_total: dict[str, int] = defaultdict(int)
     first_dirty: dict[str, dt.datetime] = {}
     for alias in settings.COUNT_PARTITION_ALIASES:
-        rows = (DirtyVideo.objects.using(alias).filter(generation=gen.generation).order_by("first_dirty_at")
-                .values_list("video_id", "source_partition", "dirty_seq", "first_dirty_at")[:limit])
+        rows = _rows(alias, f"SELECT video_id, source_partition, dirty_seq, first_dirty_at FROM "
+                            f"{DirtyVideo._meta.db_table} WHERE generation = %s ORDER BY first_dirty_at LIMIT %s",
+                     [gen.generation, limit])
         for video_id, source_partition, seq, dirty_at in rows:
             marks[video_id][alias].append((source_partition, seq))
             seq_total[video_id] += seq
@@ -107,9 +121,10 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     if not marks:
         return report
     now = timezone.now()
-    paused = set(CountRefreshSwitch.objects.filter(video_id__in=list(marks), paused=True)
-                 .values_list("video_id", flat=True))
-    last = dict(VideoDisplayCount.objects.filter(video_id__in=list(marks)).values_list("video_id", "generated_at"))
+    paused = {v for (v,) in _rows("default", f"SELECT video_id FROM {CountRefreshSwitch._meta.db_table} "
+                                             "WHERE video_id = ANY(%s) AND paused", [list(marks)])}
+    last = dict(_rows("default", f"SELECT video_id, generated_at FROM {VideoDisplayCount._meta.db_table} "
+                                 "WHERE video_id = ANY(%s)", [list(marks)]))
     chosen, busiest = [], _hot_videos()
     for video_id in itertools.islice(marks, limit):
         if video_id in paused:
@@ -134,19 +149,19 @@ def _refresh(grant: leases.LeaseGrant, *, limit: int | None) -> SnapshotReport:
     policy_users = privacy.policy_hidden_user_ids()
     projection = LikeCountProjection._meta.db_table
     for alias in settings.COUNT_PARTITION_ALIASES:
-        buckets = gen.buckets_on(alias)
+        buckets = gen.buckets_array(alias)
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 f"WITH b AS (SELECT video_id, SUM(active_count) AS n FROM {VideoLikeCountVbucket._meta.db_table} "
-                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s) GROUP BY video_id), "
+                "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s::int[]) GROUP BY video_id), "
                 "risk AS (SELECT * FROM unnest(%s::bigint[], %s::text[]) AS r(user_id, video_id)), "
                 f"h AS (SELECT video_id, count(*) AS n FROM {projection} "
                 "WHERE generation = %s AND (user_id, video_id) IN (SELECT user_id, video_id FROM risk) "
-                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id), "
+                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s::int[]) GROUP BY video_id), "
                 f"p AS (SELECT video_id, count(*) AS n FROM {projection} "
                 "WHERE generation = %s AND video_id = ANY(%s) AND user_id = ANY(%s::bigint[]) "
                 "AND (user_id, video_id) NOT IN (SELECT user_id, video_id FROM risk) "
-                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s) GROUP BY video_id) "
+                "AND projected_state = 'LIKED' AND virtual_bucket + 0 = ANY(%s::int[]) GROUP BY video_id) "
                 "SELECT video_id, COALESCE(b.n, 0), COALESCE(h.n, 0), COALESCE(p.n, 0) "
                 "FROM b FULL JOIN h USING (video_id) FULL JOIN p USING (video_id)",
                 [gen.generation, chosen, buckets, hidden_users, hidden_videos, gen.generation, buckets,

@@ -293,3 +293,19 @@ def test_t22_a_scale_in_crashed_at_any_step_resumes_to_one_authority_and_exact_c
     assert _gen().buckets_on(source) == []
     assert _authorities(moving) == {vb: [target] for vb in moving}
     _exact_everywhere(videos)
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_each_partitions_bucket_array_is_exactly_its_routed_buckets():
+    """The snapshot's sums and the bucket layer's refresh read a partition's buckets through one array literal
+    (`GenerationRoutes.buckets_array`, issue 34 §2): PostgreSQL must read back exactly `buckets_on`, every bucket
+    routed once over all partitions."""
+    gen = count_routing.active()
+    seen = []
+    for alias in settings.COUNT_PARTITION_ALIASES:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT COALESCE(array_agg(b ORDER BY b), '{}') FROM unnest(%s::int[]) AS b",
+                           [gen.buckets_array(alias)])
+            assert cursor.fetchone()[0] == gen.buckets_on(alias)
+        seen += gen.buckets_on(alias)
+    assert sorted(seen) == list(range(len(gen.routes)))

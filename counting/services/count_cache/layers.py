@@ -151,11 +151,12 @@ def count_cache_buckets_refresh(*, video_ids: list[str], generation: int | None 
     videos, table = sorted(set(video_ids)), VideoLikeCountVbucket._meta.db_table
     for alias in settings.COUNT_PARTITION_ALIASES:
         # Array parameters, not IN lists: the partition's share of the 1,024 buckets is hundreds of ids, which the
-        # ORM compiled and adapted one by one on every snapshot run (half of its CPU, issue 34 §2).
+        # ORM compiled and adapted one by one on every snapshot run (half of its CPU, issue 34 §2); the buckets as
+        # one array literal, not a list psycopg adapts id by id (`buckets_array`).
         with connections[alias].cursor() as cursor:
             cursor.execute(f"SELECT video_id, virtual_bucket, active_count, bucket_version FROM {table} "
-                           "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s)",
-                           [gen.generation, videos, gen.buckets_on(alias)])
+                           "WHERE generation = %s AND video_id = ANY(%s) AND virtual_bucket = ANY(%s::int[])",
+                           [gen.generation, videos, gen.buckets_array(alias)])
             rows += [(v, vb, c, ver, gen.routes[vb].epoch) for v, vb, c, ver in cursor.fetchall()]
     report.rows = len(rows)
     for target in targets:
