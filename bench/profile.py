@@ -148,45 +148,45 @@ def projector(rng, consumer: str = "count"):
     return unit, 20_000
 
 
-def passes(rng, events: int = 50):
-    """One pass of each of the five consumers over one partition that holds `events` new entries (a Celery pass
-    under load: tens of events, not a backlog's 500): what a pass costs beyond its events."""
+def _partition_passes(rng, events: int, prefix: str, run_passes):
+    """A unit that runs `run_passes(partition)` over the next partition in turn, after publishing enough events for
+    every unit of the loop to find `events` new entries there."""
     from bench.harness.phases import backlog_events, publish
     from likes_project.eventlog import streams
-    from likes_project.eventlog.consumer import consume_partition, projector_get
-    from likes_project.eventlog.registry import CONSUMERS
     partitions = streams.all_partitions()
     publish(backlog_events(seed=rng.randrange(10**6), events=events * len(partitions) * 400, users=200_000,
-                           videos=5000, kind="uniform", rnd=0, video_prefix="pjp-", user_base=8_000_000_000))
+                           videos=5000, kind="uniform", rnd=0, video_prefix=prefix, user_base=8_000_000_000))
     turn = [0]
 
     def unit() -> None:
-        partition = partitions[turn[0] % len(partitions)]
         turn[0] += 1
+        run_passes(partitions[(turn[0] - 1) % len(partitions)])
+    return unit, 1
+
+
+def passes(rng, events: int = 50):
+    """One pass of each of the five consumers over one partition that holds `events` new entries (a Celery pass
+    under load: tens of events, not a backlog's 500): what a pass costs beyond its events."""
+    from likes_project.eventlog.consumer import consume_partition, projector_get
+    from likes_project.eventlog.registry import CONSUMERS
+
+    def run_passes(partition: int) -> None:
         for consumer in CONSUMERS:
             consume_partition(projector_get(consumer), partition=partition, batch_size=events, max_batches=1)
-    return unit, 1
+    return _partition_passes(rng, events, "pjp-", run_passes)
 
 
 def groups(rng, events: int = 50):
     """`passes`, the way the worker runs them now (D143): one run of each pass group's leader over one partition,
     the group's consumers reading the log once between them."""
-    from bench.harness.phases import backlog_events, publish
-    from likes_project.eventlog import streams
     from likes_project.eventlog.consumer import group_pass
     from likes_project.eventlog.registry import CONSUMERS, pass_task
-    partitions = streams.all_partitions()
     leaders = [name for name, spec in CONSUMERS.items() if pass_task(name) == spec.task]
-    publish(backlog_events(seed=rng.randrange(10**6), events=events * len(partitions) * 400, users=200_000,
-                           videos=5000, kind="uniform", rnd=0, video_prefix="pjg-", user_base=8_000_000_000))
-    turn = [0]
 
-    def unit() -> None:
-        partition = partitions[turn[0] % len(partitions)]
-        turn[0] += 1
+    def run_passes(partition: int) -> None:
         for leader in leaders:
             group_pass(leader, partition=partition, batch_size=events, max_batches=1)
-    return unit, 1
+    return _partition_passes(rng, events, "pjg-", run_passes)
 
 
 def snapshot(rng, dirty: int = 50):
