@@ -10,7 +10,7 @@ from django.conf import settings
 from likes_project import leases
 from likes_project.audit.services import system_actor
 from likes_project.eventlog.consumer import consumer_tasks, holder_id
-from likes_project.eventlog.registry import CONSUMERS, pass_task
+from likes_project.eventlog.registry import pass_tasks
 from likes_project.eventlog.services import streams_trim
 from likes_project.nudge import nudge, send_unless_pending
 from relations import routing
@@ -48,7 +48,7 @@ def publish_outbox_task(alias: str) -> dict:
             leases.lease_renew(grant, ttl_s=30)
     finally:
         leases.lease_release(grant)
-    tasks = sorted({pass_task(name) for name in CONSUMERS})  # every projector of the stream, by its group (D143)
+    tasks = pass_tasks()  # every projector of the stream, by its pass group (D143)
     for partition in sorted(partitions):
         for task in tasks:
             nudge(task, partition, debounce_s=0.0)

@@ -280,8 +280,6 @@ apply_topology() {
   export LIKES_TOPOLOGY
 }
 
-# What the service needs, for run.sh and manage.sh: the service's packages, PostgreSQL, Redis. No test-only
-# package and no browser.
 # Bytecode for the checkout's own modules, written once: where PYTHONDONTWRITEBYTECODE is set, every process the
 # service and the suite start (gunicorn and Celery workers, beat, the CLI tests' runs) would otherwise compile about
 # 260 modules again, half a second of CPU each time. Up-to-date files are skipped; a stale one is simply not used.
@@ -290,6 +288,8 @@ compile_sources() {
     "$ROOT/counting" "$ROOT/reconciliation" "$ROOT/opsconsole" "$ROOT/tests" "$ROOT/bench" > /dev/null || true
 }
 
+# What the service needs, for run.sh and manage.sh: the service's packages, PostgreSQL, Redis. No test-only
+# package and no browser.
 setup_service() {
   cd "$ROOT"
   ensure_venv runtime

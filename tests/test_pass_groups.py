@@ -132,6 +132,7 @@ def test_the_publisher_and_the_sweepers_nudge_the_groups_task(settings):
         "count": LEADER, "relcache": LEADER, "reverse": LEADER,
         "notify": "notifications.project_partition", "risk": "notifications.project_partition"}
     assert registry.pass_members("count") == GROUP and registry.pass_members("reverse") == ("reverse",)
+    assert registry.pass_tasks() == [LEADER, "notifications.project_partition"]  # what a publish nudges
     settings.CONSUMER_PASS_GROUPS = ()
     assert registry.pass_task("reverse") == "counting.project_reverse" and registry.pass_members("count") == ("count",)
     settings.CONSUMER_PASS_GROUPS = (("risk", "count", "nobody"), ("count",))

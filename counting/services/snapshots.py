@@ -56,10 +56,6 @@ def _rows(alias: str, sql: str, params: list) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _one_row(alias: str, sql: str, params: list) -> tuple:
-    return _rows(alias, sql, params)[0]
-
-
 def _next_snapshot_id() -> int:
     # A time-ordered id is enough: snapshots are per video and only compared for recency.
     return int(timezone.now().timestamp() * 1_000_000)
@@ -73,7 +69,7 @@ def display_snapshot_refresh(*, limit: int | None = None, holder: str | None = N
     it leaves are the next run's. With no dirty mark on any partition (of any generation) it returns at once,
     without the lease: an idle beat's run every second cost two commits for nothing (D139).
     """
-    if not any(_one_row(alias, f"SELECT EXISTS (SELECT FROM {DirtyVideo._meta.db_table})", [])[0]
+    if not any(_rows(alias, f"SELECT EXISTS (SELECT FROM {DirtyVideo._meta.db_table})", [])[0][0]
                for alias in settings.COUNT_PARTITION_ALIASES):
         return SnapshotReport()  # nothing to refresh: no lease taken, no commit (D139)
     grant = leases.lease_acquire(resource=SNAPSHOT_LEASE, holder=holder or holder_id(),

@@ -68,6 +68,12 @@ def pass_task(consumer: str) -> str:
     return _CONSUMERS[_group_of(consumer)[0]].task
 
 
+def pass_tasks() -> list[str]:
+    """Every task that makes passes over a partition, one per pass group and one per consumer in none: what a
+    publish of new entries nudges for each partition it wrote."""
+    return sorted({pass_task(name) for name in _CONSUMERS})
+
+
 def pass_members(consumer: str) -> tuple[str, ...]:
     """The consumers one run of `consumer`'s pass task makes a pass of, in order: its group when it leads one,
     else itself alone (a member's own task, sent by hand or by an older sweep, runs that member only)."""

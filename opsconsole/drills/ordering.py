@@ -172,7 +172,7 @@ class OutOfOrderEvents(Drill):
         """XADD the phase's events in the case's order (the publisher's own call), nudge every consumer of the
         partitions written (as the publisher's task does), then wait until count and reverse receipted each."""
         from likes_project.eventlog import streams
-        from likes_project.eventlog.registry import CONSUMERS, pass_task
+        from likes_project.eventlog.registry import pass_tasks
         from likes_project.nudge import nudge
 
         sent = [(rel, v) for rel in self.relations for v in getattr(rel.case, phase)]
@@ -180,7 +180,7 @@ class OutOfOrderEvents(Drill):
         for (rel, v), (key, entry_id) in zip(sent, positions, strict=True):
             rel.delivered[v] = (streams.partition_of(key), entry_id)
         for partition in sorted({streams.partition_of(key) for key, _ in positions}):
-            for task in sorted({pass_task(name) for name in CONSUMERS}):
+            for task in pass_tasks():
                 nudge(task, partition, debounce_s=0.0)
         if not wait_until(lambda: self._receipts(sent), timeout_s=CONSUMED_WAIT_S, poll_s=0.2):
             missing = [f"{c} {self.relations[i].case.label} v{v}" for (i, v, c), o in self.verdicts.items()
