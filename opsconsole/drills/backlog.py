@@ -6,10 +6,11 @@ once the fault is undone (the runner's comparison)."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.utils import timezone
 
 from likes_project.eventlog import streams
 from likes_project.redis_client import stream_redis
-from opsconsole.drills.checks import backlog_sample
+from opsconsole.drills.checks import backlog_sample, retries_get
 from opsconsole.drills.faults import DrillRefused
 from opsconsole.drills.scenarios import Context, Drill
 from relations import routing as relation_routing
@@ -54,6 +55,9 @@ class PublisherPaused(Drill):
         self.seen["rows"] = max(self.seen.get("rows", 0), waiting)
         return OutboxPublisherSwitch.objects.filter(pk=ctx.alias, paused=True).exists()
 
+    def shown(self, ctx: Context) -> bool:
+        return bool(self.seen.get("rows"))
+
     def recover(self, ctx: Context) -> str:
         from likes_project.observability import gauges_refresh
         from opsconsole.dashboard import front_page
@@ -97,6 +101,7 @@ class EventlogPartitionDown(Drill):
         self.key = streams.stream_key(self.partition)
         self.aside = f"{self.key}:drill-aside"  # the same hash tag: the same Cluster slot, RENAME works
         self.worst: dict = {}
+        self.since = timezone.now()
 
     def inject(self, ctx: Context) -> str:
         r = stream_redis()
@@ -114,6 +119,11 @@ class EventlogPartitionDown(Drill):
             self.worst[name] = max(self.worst.get(name, 0), value)
         return stream_redis().type(self.key) in (b"string", "string")
 
+    def shown(self, ctx: Context) -> bool:
+        """A publish of the downed partition's rows has failed and been counted for a retry."""
+        self.worst["failed_publishes"] = retries_get(ctx.traffic.population, since=self.since).outbox_retries
+        return self.worst["failed_publishes"] > 0
+
     def recover(self, ctx: Context) -> str:
         r = stream_redis()
         pipe = r.pipeline(transaction=True)
@@ -122,5 +132,12 @@ class EventlogPartitionDown(Drill):
             pipe.rename(self.aside, self.key)
         pipe.execute()
         return (f"event-log partition {self.partition} back with its entries; during the fault the outbox held up "
-                f"to {self.worst.get('outbox', 0)} rows")
+                f"to {self.worst.get('outbox', 0)} rows and {self.worst.get('failed_publishes', 0)} publishes "
+                "had failed")
+
+    def judge(self, ctx: Context, fault) -> list[str]:
+        failures = super().judge(ctx, fault)
+        if not self.worst.get("failed_publishes"):
+            failures.append(f"no publish to event-log partition {self.partition} failed while it was unavailable")
+        return failures
 

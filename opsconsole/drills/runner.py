@@ -25,6 +25,7 @@ from opsconsole.drills.traffic import Ack, Traffic
 from opsconsole.drills.verdict import Verdict
 
 BASELINE_TIMEOUT_S = 60.0
+SHOW_MAX_S = 30.0  # how much longer than fault_s a fault is held for its effect to show (Drill.shown)
 POLL_S = 1.0
 
 
@@ -108,13 +109,17 @@ def _run(drill, ctx, population, traffic, *, started_at, heal_timeout_s, say) ->
         say(f"injected: {verdict.injected[-1]}")
         held_from = time.monotonic()
         ticker = threading.Event()
-        while time.monotonic() - held_from < ctx.fault_s:
+        while True:
             fault_samples.append(backlog_sample())
             effect = drill.in_effect(ctx)
             if effect is not None:
                 confirmed.append(effect)
-            # The fault lasts fault_s by definition (the drill's length, not a measurement).
-            ticker.wait(min(POLL_S, max(0.0, ctx.fault_s - (time.monotonic() - held_from))))
+            held = time.monotonic() - held_from
+            # The fault lasts fault_s by definition (the drill's length, not a measurement), and longer, bounded,
+            # until what it is there to show has happened.
+            if held >= ctx.fault_s and (drill.shown(ctx) or held >= ctx.fault_s + SHOW_MAX_S):
+                break
+            ticker.wait(min(POLL_S, ctx.fault_s - held) if held < ctx.fault_s else POLL_S)
         verdict.fault_s = round(time.monotonic() - held_from, 1)
     finally:
         if drill.pause_at_switch:

@@ -46,6 +46,12 @@ class Drill:
         """Whether the fault holds right now (None: not observable)."""
         return None
 
+    def shown(self, ctx: Context) -> bool:
+        """Whether what the fault is there to show has happened yet (a row waiting, a publish that failed). The
+        runner holds the fault past fault_s until it has, for at most SHOW_MAX_S more: on a busy machine the
+        worker may not have reached the downed part within a fixed window."""
+        return True
+
     def recover(self, ctx: Context) -> str:
         raise NotImplementedError  # every drill undoes what it injected
 
