@@ -95,8 +95,13 @@ def _check_abandon(job, actor: Actor, reason: str) -> None:
 def _repair_slice(ctx: SliceContext) -> bool:
     from reconciliation.services.recovery import restore
 
-    with restore.in_job(ctx):  # a repair from a snapshot is a restore: it renews this job's lease as it goes
-        done = repair.repair_execute(int(ctx.params["repairId"]), say=ctx.say)
+    try:
+        with restore.in_job(ctx):  # a repair from a snapshot is a restore: it renews this job's lease as it goes
+            done = repair.repair_execute(int(ctx.params["repairId"]), say=ctx.say, wait=ctx.transient_wait)
+    except Exception as exc:
+        # The job fails; its repair must not stay RUNNING (nobody will go on with it: it is requested again).
+        _repair_abandon(ctx.job, ctx.actor, f"{exc.__class__.__name__}: {exc}")
+        raise
     ctx.result = {"repairId": done.pk, "status": done.status}
     ctx.job.message = f"repair {done.pk}: {done.status}"
     return True

@@ -30,6 +30,7 @@ from likes_project.approvals import Approval, ApprovalVoid, params_hash
 from likes_project.audit.services import Actor, audit_record, system_actor
 from likes_project.errors import InvalidInput
 from likes_project.eventlog import streams
+from likes_project.opsjobs.services import TRANSIENT
 from reconciliation.models import (
     CheckDiff,
     CheckRun,
@@ -197,9 +198,11 @@ def _rebuild_from_facts(gen: routing.GenerationRoutes, videos: list[str], say) -
             "bucketsChanged": {v: {str(vb): list(c) for vb, c in b.items()} for v, b in report.buckets_changed.items()}}
 
 
-def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
+def repair_execute(repair_id: int, *, say=lambda _m: None, wait=None) -> RepairRequest:
     """Run an approved repair (the job's one slice): refuse it (VOID) if its parameters no longer hash
-    to the approval; per video rebuild the broken layer only; verify with an exact run.
+    to the approval; per video rebuild the broken layer only; verify with an exact run. `wait(exc, what=)`
+    (the job's `SliceContext.transient_wait`): a store refusing for a moment is waited out and a repair from
+    the facts runs again, rather than failing for a new request and a second approval.
 
     ROUTE-7: a repair holds route switching paused while it runs (a bucket migration's cutover waits for
     it), and a repair never runs while a bucket migration copies: its writes bypass the route fences the
@@ -210,7 +213,7 @@ def repair_execute(repair_id: int, *, say=lambda _m: None) -> RepairRequest:
             return _repair_refuse(repair_id, f"bucket migration {moving[0].pk} is {moving[0].state}; request the "
                                              "repair again once it has cut over")
         started = time.monotonic()
-        repair = _repair_execute(repair_id, say=say)
+        repair = _repair_execute(repair_id, say=say, wait=wait)
         if repair.finished:  # M14: how long a repair took, by its outcome and source
             metrics.observe("likes_repair_duration_seconds", time.monotonic() - started, status=repair.status,
                             source=str(repair.params.get("source", "facts")).split(":", 1)[0])
@@ -227,7 +230,7 @@ def _repair_refuse(repair_id: int, why: str) -> RepairRequest:
     return repair_get(repair_id)
 
 
-def _repair_execute(repair_id: int, *, say) -> RepairRequest:
+def _repair_execute(repair_id: int, *, say, wait=None) -> RepairRequest:
     actor = system_actor(EXECUTOR)
     with transaction.atomic(using="default", durable=True):
         repair = RepairRequest.objects.select_for_update().get(pk=repair_id)
@@ -243,11 +246,46 @@ def _repair_execute(repair_id: int, *, say) -> RepairRequest:
         RepairRequest.objects.filter(pk=repair.pk).update(status=RepairStatus.RUNNING)
     if repair.params.get("source", "").startswith(SNAPSHOT_SOURCE):
         return _restore_execute(repair, actor=actor, say=say)
+    first: dict = {}  # the evidence read before the first attempt changed anything
+    while True:
+        try:
+            result, status, error, verify, after, wm_after = _repair_from_facts(repair, first, actor=actor, say=say)
+            break
+        except TRANSIENT as exc:
+            # A shard or partition refusing for a moment: every step is idempotent (the rebuild writes from the
+            # facts under versions, the recount and the display refresh recompute, the verify run it held was
+            # refused), so the whole repair goes again after the job's wait, with the same approval.
+            if wait is None or not wait(exc, what=f"repair {repair.pk}"):
+                raise
+    before, wm_before, videos = first["before"], first["watermarks"], repair.video_ids
+    with transaction.atomic(using="default", durable=True):
+        RepairRequest.objects.filter(pk=repair.pk).update(
+            status=status, before=before, after=after, watermarks_before=wm_before,
+            watermarks_after=wm_after, result=result, error=error, finished_at=timezone.now(),
+            verify_run_id=verify.pk if verify else None)
+        if status == RepairStatus.SUCCEEDED:
+            # Its own diffs, and every other open diff of the repaired videos: the exact run passed on them.
+            reason = f"repair {repair.pk} succeeded (exact run {verify.pk} passed)"
+            for d in CheckDiff.objects.filter(Q(repair_id=repair.pk) | Q(video_id__in=videos),
+                                              status__in=[DiffStatus.NEW, DiffStatus.FIXING]).order_by("pk"):
+                diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=reason)
+        audit_record(actor=actor, action="repair.execute", target_type="repair", target_id=str(repair.pk),
+                     outcome=status.lower(), params={"videos": videos[:50], "layers": result.get("layers"),
+                                                     "error": error[:500]})
+    return repair_get(repair.pk)
+
+
+def _repair_from_facts(repair: RepairRequest, first: dict, *, actor: Actor, say) -> tuple:
+    """One attempt at a repair from the facts: (result, status, error, verify run, layer values after, watermarks
+    after). `first` keeps the layer values and watermarks of the first attempt that read them."""
     gen = routing.load_generation()
     videos = repair.video_ids
-    before = _layer_values(gen, videos)
-    wm_before = evidence.watermarks(gen)
+    if "before" not in first:
+        first["before"] = _layer_values(gen, videos)
+    if "watermarks" not in first:
+        first["watermarks"] = evidence.watermarks(gen)
     result: dict = {"layers": {}}
+    verify = None
     try:
         coverage = checks.coverage_chunk(gen, videos)
         # A projection an exact run found differing at the cut can pass online coverage on its outbox
@@ -275,23 +313,8 @@ def _repair_execute(repair_id: int, *, say) -> RepairRequest:
         why = verify.refused_because or f"{verify.diffs_found} diffs"
         error = "" if status == RepairStatus.SUCCEEDED else f"the exact check afterwards was {verify.status}: {why}"
     except CutRefused as exc:
-        status, error, verify = RepairStatus.FAILED, f"the cut was refused: {exc}", None
-    after = _layer_values(gen, videos)
-    with transaction.atomic(using="default", durable=True):
-        RepairRequest.objects.filter(pk=repair.pk).update(
-            status=status, before=before, after=after, watermarks_before=wm_before,
-            watermarks_after=evidence.watermarks(gen), result=result, error=error, finished_at=timezone.now(),
-            verify_run_id=verify.pk if verify else None)
-        if status == RepairStatus.SUCCEEDED:
-            # Its own diffs, and every other open diff of the repaired videos: the exact run passed on them.
-            reason = f"repair {repair.pk} succeeded (exact run {verify.pk} passed)"
-            for d in CheckDiff.objects.filter(Q(repair_id=repair.pk) | Q(video_id__in=videos),
-                                              status__in=[DiffStatus.NEW, DiffStatus.FIXING]).order_by("pk"):
-                diffs.diff_transition(d, to=DiffStatus.FIXED, actor=actor, reason=reason)
-        audit_record(actor=actor, action="repair.execute", target_type="repair", target_id=str(repair.pk),
-                     outcome=status.lower(), params={"videos": videos[:50], "layers": result.get("layers"),
-                                                     "error": error[:500]})
-    return repair_get(repair.pk)
+        status, error = RepairStatus.FAILED, f"the cut was refused: {exc}"
+    return result, status, error, verify, _layer_values(gen, videos), evidence.watermarks(gen)
 
 
 def _restore_execute(repair: RepairRequest, *, actor: Actor, say) -> RepairRequest:
@@ -344,7 +367,14 @@ def exact_verify(videos: list[str], *, repair_id: int | None, actor: Actor,
     with transaction.atomic(using="default", durable=True):
         run = checks.check_run_create(mode=RunMode.EXACT, scope=scope, actor=actor,
                                       kind=kind, repair_id=repair_id)
-    return exact_run_execute(run)
+    try:
+        return exact_run_execute(run)
+    except Exception as exc:
+        run.refresh_from_db()
+        if not run.finished:  # never left RUNNING: nothing was proven, and whoever retries makes a new run
+            checks.check_run_finish(run, status="REFUSED",
+                                    refused_because=f"it failed: {exc.__class__.__name__}: {exc}"[:512])
+        raise
 
 
 def repair_report(repair: RepairRequest) -> dict:

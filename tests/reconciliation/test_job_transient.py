@@ -14,8 +14,8 @@ from likes_project.opsjobs.models import JobStatus, OpsJob
 from likes_project.opsjobs.services import job_run_inline, job_start
 from opsconsole.drills.faults import DatabaseRefusal
 from reconciliation.jobs import SNAPSHOT_JOB, job_for_mode
-from reconciliation.models import CheckRun, RunStatus
-from reconciliation.services import checks
+from reconciliation.models import CheckRun, RepairRequest, RunStatus
+from reconciliation.services import checks, repair
 from reconciliation.services.recovery import snapshot
 from tests.reconciliation import helpers as live
 
@@ -79,3 +79,40 @@ def test_a_snapshot_that_meets_a_refusal_is_taken_again_and_seals(api, make_user
     job = _run(SNAPSHOT_JOB, {"reason": "transient, no wait"}, refused=True)
     assert job.status == JobStatus.FAILED and "OperationalError" in job.last_error
     assert not job.params.get("aborted") and snapshot.snapshot_get(job.params["snapshotId"]).status == "FAILED"
+
+
+def _repaired(video_id: str, users, *, refused: bool) -> tuple[OpsJob, RepairRequest]:
+    """A bucket of the video damaged by hand (+3), its repair requested and approved once, its job run while the
+    partition refuses for a moment."""
+    live.bucket_add(users[0].pk, video_id, 3)
+    req = repair.repair_request(actor=live.REQUESTER, source="facts", reason="transient", videos=[video_id])
+    req = repair.repair_approve(repair_id=req.pk, actor=live.APPROVER)
+    undo = _refused_for_a_moment() if refused else None
+    try:
+        job = job_run_inline(req.job_id)
+    finally:
+        if undo is not None:
+            undo.join()
+    req.refresh_from_db()
+    return job, req
+
+
+def test_a_repair_that_meets_a_refusal_waits_it_out_and_succeeds_on_its_one_approval(api, make_user, make_video):
+    _video, users = live.api_liked_video(api, make_user, make_video, "tr-repair", 3)
+    job, req = _repaired("tr-repair", users, refused=True)
+    assert (job.status, req.status) == (JobStatus.SUCCEEDED, "SUCCEEDED"), (job.last_error, req.error)
+    assert job.state["transientTries"] >= 1, job.state
+    assert req.before["tr-repair"]["buckets"] == 6 and req.after["tr-repair"]["buckets"] == 3  # the first reading
+    assert live.displayed("tr-repair") == 3
+    # No run it started was left RUNNING: a verify the refusal broke off says so.
+    runs = CheckRun.objects.filter(repair_id=req.pk)
+    assert all(r.finished for r in runs) and runs.get(pk=req.verify_run_id).status == RunStatus.PASSED
+
+
+def test_with_no_wait_allowed_the_refused_repair_fails_as_before(api, make_user, make_video, settings):
+    """The counter-example: LEDGER_TRANSIENT_RETRIES 0, the same refusal fails the job and its repair."""
+    settings.LEDGER_TRANSIENT_RETRIES = 0
+    _video, users = live.api_liked_video(api, make_user, make_video, "tr-repair-none", 3)
+    job, req = _repaired("tr-repair-none", users, refused=True)
+    assert (job.status, req.status) == (JobStatus.FAILED, "FAILED") and "OperationalError" in job.last_error
+    assert all(r.finished for r in CheckRun.objects.filter(repair_id=req.pk))
