@@ -2,7 +2,7 @@
 consumer framework, judging accounts from the likes they give. Each signal is named, with its threshold in settings:
 
 - `young_account`: the account joined less than RISK_YOUNG_ACCOUNT_S ago;
-- `burst`: it gave more than RISK_BURST_LIKES_PER_MINUTE likes in one minute;
+- `burst`: it gave more than RISK_BURST_LIKES_PER_MINUTE likes in 60 seconds (a sliding window over per-minute counts);
 - `ring`: a device it liked from has carried RISK_RING_MIN_ACCOUNTS accounts or more within RISK_RING_WINDOW_S;
 - `fresh_upload`: it liked a video less than RISK_FRESH_UPLOAD_S after the video was published (the video service's
   `publishedAt`; a video pushed without one never fires it).
@@ -60,6 +60,13 @@ def level_for(score: int) -> str:
     return AccountRiskLevel.NONE
 
 
+def sliding_minute(this_minute: int, minute_before: int, at: float) -> int:
+    """The likes in the 60 seconds up to `at`, from the counts of its calendar minute and the one before: the
+    minute before weighted by how much of it the window still covers (the sliding-window counter). Counting by
+    calendar minute alone let a burst astride a minute's edge pass at twice the threshold."""
+    return this_minute + int(minute_before * (1 - (at % 60) / 60))
+
+
 class RiskScorer:
     """Consumer `risk` (`riskscore.project_partition` per stream partition, on the Celery queue `risk`; in the
     default pass groups its passes run in the notifications' task, on the queue `notify`, D143)."""
@@ -90,24 +97,30 @@ class RiskScorer:
     def _signals(self, likes: list[dict]) -> dict[int, tuple[dict, list[int]]]:
         """user -> ({signal: evidence}, the ring's accounts) for the users of `likes`, windows updated."""
         per_minute: Counter = Counter()
+        latest: dict[tuple[int, int], float] = {}  # (user, minute) -> the batch's last like of it (epoch seconds)
         devices: dict[str, set[int]] = defaultdict(set)
         for ev in likes:
-            at = parse_datetime(ev.get("stateChangedAt") or "") or timezone.now()
-            per_minute[(ev["userId"], int(at.timestamp() // 60))] += 1
+            at = (parse_datetime(ev.get("stateChangedAt") or "") or timezone.now()).timestamp()
+            key = (ev["userId"], int(at // 60))
+            per_minute[key] += 1
+            latest[key] = max(latest.get(key, at), at)
             if ev.get("deviceId"):
                 devices[ev["deviceId"]].add(ev["userId"])
         pipe = cache_redis().pipeline(transaction=False)
         for (user_id, minute), n in per_minute.items():
             pipe.incrby(risk_likes_key(user_id, minute), n)
             pipe.expire(risk_likes_key(user_id, minute), 180)
+        for user_id, minute in per_minute:  # after every count of the batch: the minute before, as it now stands
+            pipe.get(risk_likes_key(user_id, minute - 1))
         for device, users in devices.items():
             pipe.sadd(risk_device_key(device), *users)
             pipe.expire(risk_device_key(device), settings.RISK_RING_WINDOW_S)
             pipe.smembers(risk_device_key(device))
         replies = pipe.execute()
-        bursts = {key: replies[2 * i] for i, key in enumerate(per_minute)}
-        rings = {device: sorted(int(u) for u in replies[2 * len(per_minute) + 3 * i + 2])
-                 for i, device in enumerate(devices)}
+        k = len(per_minute)
+        bursts = {key: sliding_minute(replies[2 * i], int(replies[2 * k + i] or 0), latest[key])
+                  for i, key in enumerate(per_minute)}
+        rings = {device: sorted(int(u) for u in replies[3 * k + 3 * i + 2]) for i, device in enumerate(devices)}
         # A ring is judged whole when it reaches its size: its members seen in earlier batches (or on other
         # partitions) get their verdict now, not only the ones of this batch.
         users = {ev["userId"] for ev in likes} | {

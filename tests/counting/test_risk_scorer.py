@@ -101,8 +101,8 @@ def test_a_burst_from_an_old_account_is_judged_by_its_weight(make_user, make_vid
     author = make_user()
     fast = make_user()
     aged(fast, 400)
-    # The scorer counts likes per calendar minute: 8 likes within seconds fall in at most two minutes, so one of
-    # them holds 4 or more however they straddle a minute's edge (5 once split 3 / 2 and judged nothing).
+    # 8 likes within seconds: in one calendar minute, or astride an edge, where the sliding window still sees
+    # nearly all of them (test_a_burst_astride_a_minutes_edge_is_seen_whole).
     for i in range(8):
         make_video(f"rs-b{i}", author)
         like(fast, f"rs-b{i}")
@@ -111,6 +111,33 @@ def test_a_burst_from_an_old_account_is_judged_by_its_weight(make_user, make_vid
     [v] = RiskVerdict.objects.all()
     assert (v.user_id, v.level, set(v.signals)) == (fast.pk, "downweight", {"burst"})
     assert v.signals["burst"]["likesInOneMinute"] >= 4
+
+
+def _burst_seen(user, seconds: list[float]) -> dict:
+    """The scorer's signals for `user` after likes at these epoch seconds (events as the log carries them)."""
+    likes = [{"userId": user.pk, "videoId": f"rs-w{i}", "absoluteState": "LIKED",
+              "stateChangedAt": dt.datetime.fromtimestamp(at, tz=dt.UTC).isoformat()}
+             for i, at in enumerate(seconds)]
+    return RiskScorer()._signals(likes)[user.pk][0]
+
+
+def test_a_burst_astride_a_minutes_edge_is_seen_whole(make_user, settings):
+    """4 likes in the last 10 s of a minute and 4 in the first 10 s of the next: 8 in 20 s. Counted by calendar
+    minute that was 4 and 4, under a threshold of 5 (the protection removed: `likesInOneMinute` would be 4)."""
+    settings.RISK_BURST_LIKES_PER_MINUTE = 5
+    user = make_user()
+    edge = (int(timezone.now().timestamp()) // 60 - 10) * 60  # ten minutes ago, on a minute's edge
+    signals = _burst_seen(user, [edge - 9, edge - 7, edge - 5, edge - 3, edge + 2, edge + 4, edge + 6, edge + 8])
+    assert signals["burst"] == {"likesInOneMinute": 4 + int(4 * (1 - 8 / 60))}
+
+
+def test_the_same_likes_two_minutes_apart_are_no_burst(make_user, settings):
+    """The counter-example: 4 likes, then 4 more two minutes later: never more than 4 in any 60 seconds."""
+    settings.RISK_BURST_LIKES_PER_MINUTE = 5
+    user = make_user()
+    edge = (int(timezone.now().timestamp()) // 60 - 20) * 60
+    assert "burst" not in _burst_seen(user, [edge - 9, edge - 7, edge - 5, edge - 3,
+                                             edge + 122, edge + 124, edge + 126, edge + 128])
 
 
 def test_the_scorer_switched_off_decides_nothing(scene, settings):
