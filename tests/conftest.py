@@ -111,10 +111,15 @@ def _end_other_sessions() -> None:
     this run left open on them (a live server's threads, probe pools, spawned servers). DROP DATABASE
     waits up to 5 s for them, which the 5 s statement timeout cuts short, leaving the databases behind
     for the next run to trip over."""
-    names = sorted({connections[alias].settings_dict["NAME"] for alias in connections})
-    with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = ANY(%s) AND pid <> pg_backend_pid()", [names])
+    servers: dict[tuple, list[str]] = {}  # on `scaled` the databases live on two servers: each ends its own
+    for alias in connections:
+        conf = connections[alias].settings_dict
+        servers.setdefault((conf["HOST"], str(conf["PORT"])), []).append(alias)
+    for aliases in servers.values():
+        names = sorted({connections[alias].settings_dict["NAME"] for alias in aliases})
+        with connections[aliases[0]].cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = ANY(%s) AND pid <> pg_backend_pid()", [names])
 
 
 @pytest.fixture(autouse=True)
