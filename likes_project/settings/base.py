@@ -310,8 +310,7 @@ BATCH_QUERY_MAX_IDS = env_int("BATCH_QUERY_MAX_IDS", 100)
 # Database fallback reads (Redis down or bypassed) allowed at once per process (DEG-1 step 4).
 DB_FALLBACK_CONCURRENCY = env_int("DB_FALLBACK_CONCURRENCY", 32)
 RELATION_CACHE_SAMPLE_SIZE = env_int("RELATION_CACHE_SAMPLE_SIZE", 200)
-# A rebuild's sample check looks again at a relation its cache lacks for this long: one committed while the check
-# ran is only as far as the projector got (D147).
+# How long a rebuild's sample check waits for a relation its cache lacks (the projector may not be there yet, D147).
 RELATION_CACHE_VERIFY_SETTLE_S = env_float("RELATION_CACHE_VERIFY_SETTLE_S", 10.0)
 # Reader repair hints are coalesced per user in a Redis set (relations.cache.relation_hints_add): at
 # most this many ids wait per user, and a set whose message was lost expires after the TTL.

@@ -312,7 +312,7 @@ def test_the_rebuild_sample_waits_for_a_fact_committed_while_it_checks(make_user
     cmd(user, "rc-settle", "UNLIKED")  # committed, not projected: the cache holds version 1 of 2
     settings.RELATION_CACHE_VERIFY_SETTLE_S = 0.0
     assert _sample_verify(g) == (1, 1)
-    settings.RELATION_CACHE_VERIFY_SETTLE_S = 0.6
+    settings.RELATION_CACHE_VERIFY_SETTLE_S = 0.3
     assert _sample_verify(g) == (1, 1)  # nothing brings it: a mismatch after the wait
     settings.RELATION_CACHE_VERIFY_SETTLE_S = 30.0
     projector = threading.Timer(0.3, lambda: (publish_all(), project_relcache(), connections.close_all()))
