@@ -123,13 +123,20 @@ class RelationShardDown(DatabaseDown):
             return f"{kind} on the downed shard answered {answer.status} {answer.code or '(no envelope)'}, not 503"
         return judged
 
+    @staticmethod
+    def _unseen(commands) -> list[str]:
+        out = []
+        if not any(k.startswith("503") for k in commands):
+            out.append("no command of the downed shard's users was answered 503 during the fault")
+        if commands.get("200", 0) == 0:
+            out.append("no command of the other shard's users succeeded during the fault")
+        return out
+
+    def shown(self, ctx):
+        return ctx.traffic is None or not self._unseen(ctx.traffic.answers("fault"))
+
     def judge(self, ctx, fault):
-        failures = super().judge(ctx, fault)
-        if not any(k.startswith("503") for k in fault.commands):
-            failures.append("no command of the downed shard's users was answered 503 during the fault")
-        if fault.commands.get("200", 0) == 0:
-            failures.append("no command of the other shard's users succeeded during the fault")
-        return failures
+        return super().judge(ctx, fault) + self._unseen(fault.commands)
 
 
 class EventlogFlush(Drill):

@@ -134,6 +134,12 @@ class Traffic:
         with self._lock:
             return len(self.frozen) >= len(self.population.users) * len(self.population.videos)
 
+    def answers(self, phase: str) -> dict[str, int]:
+        """A copy of the phase's command answers so far, by label (read while the clients run)."""
+        with self._lock:
+            tally = self.tallies.get(phase)
+            return dict(tally.commands) if tally else {}
+
     def commands_sent(self, phase: str | None = None) -> int:
         with self._lock:
             tallies = [self.tallies[phase]] if phase else list(self.tallies.values())
