@@ -35,19 +35,13 @@ def _check_slice(ctx: SliceContext) -> bool:
         # saves its diffs and checkpoint in one transaction, so nothing is counted twice).
         if ctx.transient_wait(exc, what=f"{run.mode} run {run.pk}"):
             return False
-        _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+        checks.check_run_refuse_unfinished(run, f"its job failed: {exc.__class__.__name__}: {exc}")
         raise
     except Exception as exc:
         # The job fails; its run must not stay RUNNING (nothing was proven, and a schedule would wait
         # for it forever).
-        _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+        checks.check_run_refuse_unfinished(run, f"its job failed: {exc.__class__.__name__}: {exc}")
         raise
-
-
-def _run_refuse(run: CheckRun, reason: str) -> None:
-    run.refresh_from_db()
-    if not run.finished:
-        checks.check_run_finish(run, status="REFUSED", refused_because=reason[:512])
 
 
 def _check_chunks(ctx: SliceContext, run: CheckRun) -> bool:
@@ -76,10 +70,10 @@ def _exact_slice(ctx: SliceContext) -> bool:
             # The cut ended with the error and nothing of it was saved: the same run is cut again after the wait.
             if ctx.transient_wait(exc, what=f"exact run {run.pk}"):
                 return False
-            _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+            checks.check_run_refuse_unfinished(run, f"its job failed: {exc.__class__.__name__}: {exc}")
             raise
         except Exception as exc:
-            _run_refuse(run, f"its job failed: {exc.__class__.__name__}: {exc}")
+            checks.check_run_refuse_unfinished(run, f"its job failed: {exc.__class__.__name__}: {exc}")
             raise
     ctx.result = {"runId": run.pk, "status": run.status, "diffs": run.diffs_found}
     ctx.job.message = f"exact run {run.pk}: {run.status}" + (f" ({run.refused_because})" if run.refused_because else "")

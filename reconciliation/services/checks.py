@@ -370,6 +370,14 @@ def check_run_chunk(run: CheckRun, gen: routing.GenerationRoutes) -> bool:
     return False
 
 
+def check_run_refuse_unfinished(run: CheckRun, reason: str) -> None:
+    """A run whose work broke off: REFUSED with `reason` unless it finished meanwhile (it must never stay RUNNING:
+    nothing was proven, and a schedule or a retry would wait for it)."""
+    run.refresh_from_db()
+    if not run.finished:
+        check_run_finish(run, status="REFUSED", refused_because=reason[:512])
+
+
 def check_run_finish(run: CheckRun, *, status: str | None = None, refused_because: str = "",
                      actor: Actor | None = None) -> CheckRun:
     """PASSED when no diff was found, FAILED otherwise, or the given status (REFUSED), audited."""

@@ -369,11 +369,8 @@ def exact_verify(videos: list[str], *, repair_id: int | None, actor: Actor,
                                       kind=kind, repair_id=repair_id)
     try:
         return exact_run_execute(run)
-    except Exception as exc:
-        run.refresh_from_db()
-        if not run.finished:  # never left RUNNING: nothing was proven, and whoever retries makes a new run
-            checks.check_run_finish(run, status="REFUSED",
-                                    refused_because=f"it failed: {exc.__class__.__name__}: {exc}"[:512])
+    except Exception as exc:  # whoever retries makes a new run
+        checks.check_run_refuse_unfinished(run, f"it failed: {exc.__class__.__name__}: {exc}")
         raise
 
 

@@ -81,25 +81,24 @@ def test_a_snapshot_that_meets_a_refusal_is_taken_again_and_seals(api, make_user
     assert not job.params.get("aborted") and snapshot.snapshot_get(job.params["snapshotId"]).status == "FAILED"
 
 
-def _repaired(video_id: str, users, *, refused: bool) -> tuple[OpsJob, RepairRequest]:
+def _repaired(video_id: str, users) -> tuple[OpsJob, RepairRequest]:
     """A bucket of the video damaged by hand (+3), its repair requested and approved once, its job run while the
     partition refuses for a moment."""
     live.bucket_add(users[0].pk, video_id, 3)
     req = repair.repair_request(actor=live.REQUESTER, source="facts", reason="transient", videos=[video_id])
     req = repair.repair_approve(repair_id=req.pk, actor=live.APPROVER)
-    undo = _refused_for_a_moment() if refused else None
+    undo = _refused_for_a_moment()
     try:
         job = job_run_inline(req.job_id)
     finally:
-        if undo is not None:
-            undo.join()
+        undo.join()
     req.refresh_from_db()
     return job, req
 
 
 def test_a_repair_that_meets_a_refusal_waits_it_out_and_succeeds_on_its_one_approval(api, make_user, make_video):
     _video, users = live.api_liked_video(api, make_user, make_video, "tr-repair", 3)
-    job, req = _repaired("tr-repair", users, refused=True)
+    job, req = _repaired("tr-repair", users)
     assert (job.status, req.status) == (JobStatus.SUCCEEDED, "SUCCEEDED"), (job.last_error, req.error)
     assert job.state["transientTries"] >= 1, job.state
     assert req.before["tr-repair"]["buckets"] == 6 and req.after["tr-repair"]["buckets"] == 3  # the first reading
@@ -113,6 +112,6 @@ def test_with_no_wait_allowed_the_refused_repair_fails_as_before(api, make_user,
     """The counter-example: LEDGER_TRANSIENT_RETRIES 0, the same refusal fails the job and its repair."""
     settings.LEDGER_TRANSIENT_RETRIES = 0
     _video, users = live.api_liked_video(api, make_user, make_video, "tr-repair-none", 3)
-    job, req = _repaired("tr-repair-none", users, refused=True)
+    job, req = _repaired("tr-repair-none", users)
     assert (job.status, req.status) == (JobStatus.FAILED, "FAILED") and "OperationalError" in job.last_error
     assert all(r.finished for r in CheckRun.objects.filter(repair_id=req.pk))
