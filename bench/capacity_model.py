@@ -14,6 +14,9 @@ REDIS_NODE_GIB = 25  # memory a Redis node is planned with (keys + streams), bef
 DB_SERVER_CORES = 16  # a PostgreSQL server's cores
 STREAM_RETENTION_H = 72  # OUTBOX_RETENTION_HOURS: the event log keeps what the outbox keeps (streams_trim)
 TIERS = ("app", "postgres", "redis")
+SERIAL_GROUP = ("consumer count", "consumer relcache", "consumer reverse")  # CONSUMER_PASS_GROUPS' first group
+PASS_GROUPS = 2  # CONSUMER_PASS_GROUPS' default: count,relcache,reverse; notify,risk
+POOL_PER_INSTANCE = 4  # the Procfile worker's CELERY_CONCURRENCY default
 
 
 def _pipeline(result: dict) -> dict[str, dict]:
@@ -27,6 +30,14 @@ def _total(unit: dict) -> float:
 def headline_ms(result: dict) -> float:
     """P10 from units: the command over HTTP plus every pipeline step, CPU of all tiers, per command."""
     return _total(result["units"]["http command"]) + sum(_total(u) for u in _pipeline(result).values())
+
+
+def p8_bound(result: dict) -> float:
+    """The share of their own rate the service-layer commands keep on one shared host while the pipeline keeps up, when
+    every command is a change (as in `convergence`): the units' costs with no overhead and no contention, so issue
+    34's P8 cannot exceed it."""
+    command = _total(result["units"]["command"])
+    return command / (command + sum(_per_event(result, t) for t in TIERS))
 
 
 def _per_event(result: dict, tier: str) -> float:
@@ -76,6 +87,18 @@ def plan(result: dict) -> dict:
     log["nodes_for_memory"] = math.ceil(log["gib_at_retention"] / REDIS_NODE_GIB)
     log["events_per_s_in_cpu_nodes"] = (out["Redis"]["instances"] * REDIS_NODE_GIB * 2**30
                                         / (mem * STREAM_RETENTION_H * 3600)) if mem else None
+    # One partition's passes of a group run one at a time (a lease per consumer and partition): its first group's cost
+    # per event bounds what one partition carries; each partition keeps PASS_GROUPS pool processes busy at once.
+    share = result["pipeline"]["changed"] / max(1, result["pipeline"]["commands"])
+    units = result["units"]
+    group_ms = sum(_total(units[u]) for u in SERIAL_GROUP) / max(share, 1e-9)
+    group_app_ms = sum(units[u]["app_ms"] or 0.0 for u in SERIAL_GROUP) / max(share, 1e-9)
+    per_partition = 1000 / group_ms * m["utilization"] if group_ms else None
+    needed = math.ceil(e * catchup / per_partition) if per_partition else None
+    out["stream"] = {"group_ms": group_ms, "per_partition": per_partition, "events_per_s": e * catchup,
+                     "needed": needed, "processes": needed * PASS_GROUPS if needed else None,
+                     "app_share": group_app_ms / group_ms if group_ms else None,
+                     "per_instance": math.ceil(needed * PASS_GROUPS / out["workers"]["instances"]) if needed else None}
     hot, changes = result["pgbench"].get("hot_row", {}).get("tps"), TARGETS["hot_video_changes_per_s"]
     out["hot"] = {"row_ceiling": hot, "per_bucket": changes / m["virtual_buckets"],
                   "rows_needed": math.ceil(changes / (hot * m["utilization"])) if hot else None}
@@ -93,6 +116,9 @@ def model_tables(result: dict) -> list[str]:
         + md_table(["tier", "cores busy", "cores planned", "instances", "busy cores by load"], rows),
         f"**Event log at {fmt(log['events_per_s'], 0)} events/s:** {fmt(log['gib_per_minute'], 2)} GiB a minute, "
         f"{fmt(log['gib_at_retention'], 0)} GiB over the {STREAM_RETENTION_H} h retention.",
+        f"**Stream partitions:** at least {p['stream']['needed']}; the workers' pool at least "
+        f"{p['stream']['processes']} processes (`CELERY_CONCURRENCY` {p['stream']['per_instance']} on each of "
+        f"{p['workers']['instances']} instances).",
         f"**One hot video at {TARGETS['hot_video_changes_per_s']:,} changes/s:** {fmt(hot['per_bucket'], 1)} a "
         f"bucket row a second over V = {result['meta']['virtual_buckets']}; one row takes "
         f"{fmt(hot['row_ceiling'], 0)}.",
@@ -105,7 +131,7 @@ def document(result: dict) -> str:
     rows = [[step, fmt(u["app_ms"], 3), fmt(u["postgres_ms"], 3), fmt(u["redis_ms"], 3), fmt(_total(u), 3)]
             for step, u in units.items()]
     per_event = [fmt(_per_event(result, t), 3) for t in TIERS]
-    pg, log, hot = result["pgbench"], p["event_log"], p["hot"]
+    pg, log, hot, st = result["pgbench"], p["event_log"], p["hot"], p["stream"]
     cs = result["pipeline"]["changed"] / max(1, result["pipeline"]["commands"])
     tiers = [[t, fmt(r["raw"], 1), fmt(r["busy_with_catchup"], 1), fmt(r["planned"], 1), f"{r['instances']:,}"]
              for t, r in p.items() if t in ("web", "workers", "PostgreSQL", "Redis")]
@@ -141,7 +167,10 @@ def document(result: dict) -> str:
         "",
         f"Per event (per changed command), the whole pipeline costs {per_event[0]} ms of worker CPU, {per_event[1]} "
         f"ms of PostgreSQL and {per_event[2]} ms of Redis. The whole chain per command (the HTTP command plus every "
-        f"pipeline step at this run's change share; issue 34's P10): **{fmt(headline_ms(result), 2)} ms**.",
+        f"pipeline step at this run's change share; issue 34's P10): **{fmt(headline_ms(result), 2)} ms**. When every "
+        "command is a change (as in `bench/run.sh convergence`), the commands of the service layer and the pipeline "
+        f"on one shared host leave the commands at most **{fmt(p8_bound(result), 2)}** of their own rate: the units' "
+        "costs, without a pass's fixed cost, the Celery tasks or contention, so issue 34's P8 cannot exceed it.",
         "",
         pg_line,
         "",
@@ -182,6 +211,19 @@ def document(result: dict) -> str:
         f"servers of {DB_SERVER_CORES} cores, each with its replica, not counted.",
         "- **Redis**: the caches, the event log and the broker; instances are Cluster primaries for CPU. Memory is "
         "the next section's question.",
+        f"- **Stream partitions** (`STREAM_PARTITIONS`, fixed when a deployment is bootstrapped: another P is a new "
+        "stream contract and a drain, not built): the passes of one group over one partition run one at a time, and "
+        f"the first group (count, relation cache, reverse index) costs {fmt(st['group_ms'], 3)} ms of all tiers an "
+        f"event, so one partition carries at most {fmt(1000 / st['group_ms'], 0)} events/s (CPU only, a lower "
+        f"bound of a pass's wall time), {fmt(st['per_partition'], 0)} at the planned utilization. "
+        f"{fmt(st['events_per_s'], 0)} events/s with catch-up need **at least {st['needed']} partitions**. Their "
+        f"passes, {PASS_GROUPS} groups a partition, keep {st['processes']:,} pool processes busy at once: the "
+        f"{p['workers']['instances']} worker instances run **`CELERY_CONCURRENCY` {st['per_instance']}** each (the "
+        f"Procfile's default is {POOL_PER_INSTANCE}), more processes than cores, since a pass is on the worker's CPU "
+        f"for {fmt(st['app_share'] * 100, 0)} % of its cost and waits on PostgreSQL and Redis for the rest. More "
+        "partitions than pool "
+        f"processes ÷ {PASS_GROUPS} only queue passes behind each other: each one adds a pass's fixed cost and its "
+        "wait for a free process (docs/benchmarks.md, \"Stream partitions\", measures it on one host).",
         "",
         "## 4. The event log: where Redis Streams stop being the right log",
         "",

@@ -45,7 +45,8 @@ esac
 
 # Settings a benchmark needs before anything reads them (its own shard or partition layout).
 case "$name" in
-  convergence) export PATH="$BENCH/../.venv/bin:$PATH" ;;  # the Procfile's `celery`
+  convergence)  # the Procfile's `celery`; the stream sized to its one worker (4 processes, 2 pass groups; capacity.md)
+    export PATH="$BENCH/../.venv/bin:$PATH" STREAM_PARTITIONS="${STREAM_PARTITIONS:-2}" ;;
   traffic)  # the Procfile's `celery`; three count partitions, the manifest over two: cnt_02 just added, empty, so
     # a hot spot's suggested move has somewhere to go; 0.45 of the writes is 1.35 times the mean of three partitions
     export PATH="$BENCH/../.venv/bin:$PATH" COUNT_PARTITIONS=3 COUNT_BOOTSTRAP_PARTITIONS="cnt_00,cnt_01" \
@@ -83,11 +84,25 @@ print(urlunsplit((pg.scheme, pg.netloc, "/likes_bench", pg.query, "")),
 PYEOF
 )
 [ -n "${DATABASE_URL:-}" ] || die "could not derive the bench database URL"
-if [ -n "$own_db" ]; then  # a fresh bootstrap every run: only the exact names own_db, own_db_(rel|cnt)_NN;
-  DATABASE_URL="${DATABASE_URL%/*}/$own_db"  # dropdb refuses a database someone is connected to: the run stops
-  for db in $(psql "${DATABASE_URL%/*}/postgres" -Atc "SELECT datname FROM pg_database WHERE datname ~ '^${own_db}(_(rel|cnt)_[0-9]{2})?\$'"); do
+# drop_dbs NAME: the databases NAME and NAME_(rel|cnt)_NN, those exact names only (dropdb refuses a database someone
+# is connected to: the run stops); the driver bootstraps them again.
+drop_dbs() {
+  for db in $(psql "${DATABASE_URL%/*}/postgres" -Atc "SELECT datname FROM pg_database WHERE datname ~ '^$1(_(rel|cnt)_[0-9]{2})?\$'"); do
     dropdb --maintenance-db="${DATABASE_URL%/*}/postgres" "$db"
   done
+}
+if [ -n "$own_db" ]; then  # a fresh bootstrap every run
+  DATABASE_URL="${DATABASE_URL%/*}/$own_db"
+  drop_dbs "$own_db"
+else
+  # The shared bench databases keep the stream contract of their first bootstrap (P is never edited in place):
+  # a run with another STREAM_PARTITIONS (unset: settings.base's 8) starts them afresh.
+  export STREAM_PARTITIONS="${STREAM_PARTITIONS:-8}"
+  have=$(psql "$DATABASE_URL" -Atc "SELECT partitions FROM eventlog_streamcontract WHERE is_active" 2>/dev/null || true)
+  if [ -n "$have" ] && [ "$have" != "$STREAM_PARTITIONS" ]; then
+    echo "[bench] the bench databases' stream has $have partitions, not $STREAM_PARTITIONS: recreating them" >&2
+    drop_dbs likes_bench
+  fi
 fi
 export DATABASE_URL REDIS_URL
 # Shard and stream URLs derive from the two above; never inherit ones that point at other databases.

@@ -170,7 +170,13 @@ def report(result: dict) -> list[str]:
     ratio = p8(rows)
     p8_line = (f"**P8 (issue 34):** the Celery pipeline keeps up with {fmt(ratio[0])} commands/s; the same commands "
                f"with no pipeline run at {fmt(ratio[1])}: **{fmt(ratio[2], 2)}** (goal ≥ 0.60)." if ratio else "")
-    return [table, "**Goal: commit → displayCount p99 ≤ 2,000 ms at the target load**\n\n" + "\n".join(goals), p8_line,
+    meta = result["meta"]
+    layout = (f"**The event log** has {meta['stream_partitions']} stream partition"
+              f"{'' if meta['stream_partitions'] == 1 else 's'} (`STREAM_PARTITIONS` when the bench databases were "
+              f"bootstrapped); the worker's pool {meta['pool_processes']} processes."
+              if "stream_partitions" in meta else "")
+    return [table, layout, "**Goal: commit → displayCount p99 ≤ 2,000 ms at the target load**\n\n"
+            + "\n".join(goals), p8_line,
             resources_table((f"{r['path']} {r['phase']}", r.get("resources")) for r in rows),
             f"**What the Celery worker ran** (`{result['meta']['procfile'].get('worker')}`, over the whole phase):\n\n"
             + tasks if any(r.get("worker_tasks") for r in rows) else ""]
@@ -217,7 +223,10 @@ def main(argv=None) -> int:
     finally:
         reset_workload()
         shutil.rmtree(workdir, ignore_errors=True)
+    from likes_project.eventlog import streams
     result = {"rows": rows, "meta": {"mix": args.mix_shares, "procfile": procfile_lines(),
+                                     "stream_partitions": streams.active_contract().partitions,
+                                     "pool_processes": int(os.environ.get("CELERY_CONCURRENCY", "4")),
                                      "count_l1_ttl_s": settings.COUNT_L1_TTL_S,
                                      "nudge_debounce_s": settings.NUDGE_DEBOUNCE_S}}
     exact = all(r["exact"] and r["drained"] for r in rows if r["path"] != "none")
