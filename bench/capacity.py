@@ -196,7 +196,7 @@ def measure(args) -> dict:
 
 
 def report(result: dict) -> list[str]:
-    from bench.capacity_model import headline_ms, model_tables
+    from bench.capacity_model import headline_ms, model_tables, p8_bound
     units = result["units"]
     rows = [[step, f"{u['units']:,}", fmt(u["wall_ms"], 3), fmt(u["app_ms"], 3), fmt(u["postgres_ms"], 3),
              fmt(u["redis_ms"], 3), fmt(sum(u[k] or 0 for k in ("app_ms", "postgres_ms", "redis_ms")), 3)]
@@ -213,7 +213,8 @@ def report(result: dict) -> list[str]:
         blocks.append(f"**PostgreSQL ceiling (pgbench, {result['meta']['clients']} clients):** the command's "
                       f"transaction {fmt(pg['command_tx']['tps'])} tps, {fmt(pg['command_tx']['postgres_ms'], 3)} ms "
                       f"of PostgreSQL CPU each; one hot counter row {fmt(pg['hot_row']['tps'])} updates/s.")
-    blocks.append(f"**Whole chain, CPU per command** (P10, from the units above): {fmt(headline_ms(result), 2)} ms.")
+    blocks.append(f"**Whole chain, CPU per command** (P10, from the units above): {fmt(headline_ms(result), 2)} ms. "
+                  f"**P8's ceiling** (every command a change, the units alone): {fmt(p8_bound(result), 2)}.")
     return blocks + model_tables(result)
 
 
