@@ -10,11 +10,13 @@ from counting import routing as count_routing
 from counting.models import BucketMigration, CountBucketSpace, CountProjectionGeneration
 from counting.services.migration import ledger
 from likes_project.errors import DomainError
+from likes_project.eventlog import streams
 from likes_project.opsjobs.models import OpsJob
 from likes_project.opsjobs.services import job_run_inline, job_start
 from reconciliation.jobs import BUCKET_SPACE_JOB
 from reconciliation.services.recovery import bucket_space
-from tests.counting.helpers import drain
+from reconciliation.services.recovery import generation as recovery_generation
+from tests.counting.helpers import drain, publish_all
 from tests.reconciliation import helpers as live
 
 pytestmark = [pytest.mark.topology, pytest.mark.schema, *live.LIVE_STORES]
@@ -51,6 +53,50 @@ def test_a_bucket_space_switch_under_live_load_gives_the_same_counts_in_both_gen
     drain()
     assert sum(len(live.facts_liked(v)) for v in videos) == 4 * 5 + len(users) - 1  # every acknowledged like
     live.counts_match_the_facts(videos)
+
+
+def test_the_switch_barrier_holds_while_the_live_consumer_lags_the_stream(api, make_user, make_video, monkeypatch):
+    """The shadow generation is replayed up to the live consumer's checkpoints, never past them. A like published
+    after the drain and not yet consumed live is in neither generation at the barrier, and reaches the new one through
+    the live consumer after the switch. Before, the replay read to the stream head: the shadow counted a like the live
+    generation had not yet, and the barrier refused a correct change (drill 10's "sometimes refused")."""
+    live.api_liked_video(api, make_user, make_video, "bs-lag", 3)
+    late, replay = make_user(), recovery_generation._replay
+
+    def replay_after_a_late_like(gen, positions, **kw):
+        if not late.liked:
+            late.liked = live.api_like(api, late, "bs-lag").status_code == 200
+            publish_all()  # in the stream; no live count pass runs in this test until the exact run's drain
+        return replay(gen, positions, **kw)
+
+    late.liked = False
+    monkeypatch.setattr(recovery_generation, "_replay", replay_after_a_late_like)
+    job = job_run_inline(job_start(kind=BUCKET_SPACE_JOB, actor=live.OPERATOR, params={"virtualBuckets": 256}).pk)
+    assert late.liked
+    assert job.status == "SUCCEEDED", job.last_error
+    assert job.result["exactRun"]["status"] == "PASSED", job.result["exactRun"]
+    assert count_routing.load_generation().space.virtual_buckets == 256
+    drain()
+    assert len(live.facts_liked("bs-lag")) == 4
+    live.counts_match_the_facts(["bs-lag"])
+
+
+def test_a_switch_refuses_a_barrier_check_when_the_new_generation_is_past_the_live_consumer(api, make_user,
+                                                                                           make_video):
+    """The guard behind the test above: a caller that replayed past the live checkpoints gets a refusal that names the
+    cause, before any check or write, and the count leases are given back."""
+    live.api_liked_video(api, make_user, make_video, "bs-ahead", 1)
+    assert live.api_like(api, make_user(), "bs-ahead").status_code == 200
+    publish_all()  # in the stream, not consumed live
+    active = count_routing.load_generation()
+    heads = {p: streams.last_generated_id(p) for p in streams.all_partitions()}
+    checked = []
+    with pytest.raises(recovery_generation.RestoreFailed, match="past the live consumer"):
+        recovery_generation.generation_switch(active, active, heads, token=1, say=print, what="test",
+                                              at_barrier=checked.append)
+    assert checked == [] and count_routing.load_generation().generation == active.generation
+    drain()  # the leases were released: the live consumer passes again
+    live.counts_match_the_facts(["bs-ahead"])
 
 
 @pytest.mark.parametrize("params,code", [({"virtualBuckets": 0}, "invalid_vbuckets"),

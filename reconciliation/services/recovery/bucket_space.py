@@ -8,7 +8,8 @@ is (`generation.generation_switch`). Bucket space v1 is never edited (a database
            published after S[p], so the replay covers it; one already in the facts is absorbed by version)
   build:   each relation shard's facts in key order -> the projection rows of G+1 on the partitions its
            manifest routes them to; the buckets counted from those rows; every video marked dirty
-  catch up: the stream replayed from S[p] through the projector's own group transaction (`live=False`)
+  catch up: the stream replayed from S[p] through the projector's own group transaction (`live=False`), up to the
+           live consumer's checkpoints and never past them (the barrier compares both generations there)
   verify:  identity over the whole generation and online coverage against the facts; then at the switch
            barrier (the live consumer's leases held, both generations at exactly T[p]) every video's count
            in G+1 must equal its count in G, else nothing is switched
@@ -197,9 +198,12 @@ def bucket_space_change(*, virtual_buckets: int, seed: str | None, actor: Actor,
             # comparison: both generations then hold the same versions at the same stream positions.
             report["drainedTo"] = {str(p): o for p, o in published_and_consumed(
                 time.monotonic() + settings.RECONCILE_DRAIN_MAX_S).items()}
-            replayed = recovery_generation._replay(new, positions, until=None, token=lease.token)
-            while recovery_generation._behind(positions) > settings.SNAPSHOT_REPLAY_FENCE_LAG:
-                replayed += recovery_generation._replay(new, positions, until=None, token=lease.token)
+            # The shadow chases the live consumer, never passes it: at the barrier both must be at its checkpoints T
+            # (replayed to the stream heads it could be past T, and the counts would differ by what lies between).
+            live = recovery_generation.live_checkpoints
+            replayed = recovery_generation._replay(new, positions, until=live(positions), token=lease.token)
+            while recovery_generation._behind(positions, live(positions)) > settings.SNAPSHOT_REPLAY_FENCE_LAG:
+                replayed += recovery_generation._replay(new, positions, until=live(positions), token=lease.token)
             report["replayed"] = replayed
             identity = recovery_generation.identity_problems(new)
             coverage, checked = recovery_generation.coverage_problems(new, positions, say)

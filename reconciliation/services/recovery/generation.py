@@ -153,12 +153,22 @@ def _replay(gen: routing.GenerationRoutes, positions: dict[int, str], *, until: 
     return applied
 
 
-def _behind(positions: dict[int, str]) -> int:
-    """Entries the stream heads are ahead of `positions`, summed (the replay's lag)."""
+def _behind(positions: dict[int, str], until: dict[int, str] | None = None) -> int:
+    """Entries the stream heads (or `until`, included) are ahead of `positions`, summed (the replay's lag)."""
     total = 0
     for p, pos in positions.items():
-        total += len(streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1))
+        entries = streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1)
+        if until is not None:
+            end = streams.entry_id_key(until[p])
+            entries = [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
+        total += len(entries)
     return total
+
+
+def live_checkpoints(partitions) -> dict[int, str]:
+    """The live count consumer's checkpoint of each partition (how far the ACTIVE generation has consumed)."""
+    done = checkpoints_get(COUNT_CONSUMER)
+    return {p: done.get(p, "0-0") for p in partitions}
 
 
 # --- checks ------------------------------------------------------------------------------------------
@@ -254,7 +264,11 @@ def generation_switch(old: routing.GenerationRoutes, new: routing.GenerationRout
     grants = count_leases_take(time.monotonic() + settings.RECONCILE_DRAIN_MAX_S, holder_prefix="restore",
                                ttl_s=120.0)
     try:
-        target = {p: checkpoints_get(COUNT_CONSUMER).get(p, "0-0") for p in positions}
+        target = live_checkpoints(positions)
+        ahead = sorted(p for p in positions if streams.entry_id_key(positions[p]) > streams.entry_id_key(target[p]))
+        if ahead and at_barrier is not None:  # the caller replayed past T: the barrier would compare two positions
+            raise RestoreFailed(f"the new generation is past the live consumer on partitions {ahead}: its barrier "
+                                "needs both at the live checkpoints")
         short = {p: t for p, t in target.items() if streams.entry_id_key(positions[p]) < streams.entry_id_key(t)}
         final = _replay(new, {p: positions[p] for p in short}, until=short, token=token, tick=tick) if short else 0
         positions.update({p: max(positions[p], target[p], key=streams.entry_id_key) for p in positions})
