@@ -40,11 +40,15 @@ def p8_bound(result: dict) -> float:
     return command / (command + sum(_per_event(result, t) for t in TIERS))
 
 
+def _change_share(result: dict) -> float:
+    """The share of the pipeline rounds' commands that changed a relation (made an event), never 0."""
+    p = result["pipeline"]
+    return max(p["changed"] / p["commands"] if p["commands"] else 1.0, 1e-9)
+
+
 def _per_event(result: dict, tier: str) -> float:
     """ms of `tier` the pipeline spends per event (per changed command)."""
-    p = result["pipeline"]
-    share = p["changed"] / p["commands"] if p["commands"] else 1.0
-    return sum(u[f"{tier}_ms"] or 0.0 for u in _pipeline(result).values()) / max(share, 1e-9)
+    return sum(u[f"{tier}_ms"] or 0.0 for u in _pipeline(result).values()) / _change_share(result)
 
 
 def plan(result: dict) -> dict:
@@ -89,10 +93,9 @@ def plan(result: dict) -> dict:
                                         / (mem * STREAM_RETENTION_H * 3600)) if mem else None
     # One partition's passes of a group run one at a time (a lease per consumer and partition): its first group's cost
     # per event bounds what one partition carries; each partition keeps PASS_GROUPS pool processes busy at once.
-    share = result["pipeline"]["changed"] / max(1, result["pipeline"]["commands"])
-    units = result["units"]
-    group_ms = sum(_total(units[u]) for u in SERIAL_GROUP) / max(share, 1e-9)
-    group_app_ms = sum(units[u]["app_ms"] or 0.0 for u in SERIAL_GROUP) / max(share, 1e-9)
+    units, share = result["units"], _change_share(result)
+    group_ms = sum(_total(units[u]) for u in SERIAL_GROUP) / share
+    group_app_ms = sum(units[u]["app_ms"] or 0.0 for u in SERIAL_GROUP) / share
     per_partition = 1000 / group_ms * m["utilization"] if group_ms else None
     needed = math.ceil(e * catchup / per_partition) if per_partition else None
     out["stream"] = {"group_ms": group_ms, "per_partition": per_partition, "events_per_s": e * catchup,

@@ -200,10 +200,13 @@ def bucket_space_change(*, virtual_buckets: int, seed: str | None, actor: Actor,
                 time.monotonic() + settings.RECONCILE_DRAIN_MAX_S).items()}
             # The shadow chases the live consumer, never passes it: at the barrier both must be at its checkpoints T
             # (replayed to the stream heads it could be past T, and the counts would differ by what lies between).
-            live = recovery_generation.live_checkpoints
-            replayed = recovery_generation._replay(new, positions, until=live(positions), token=lease.token)
-            while recovery_generation._behind(positions, live(positions)) > settings.SNAPSHOT_REPLAY_FENCE_LAG:
-                replayed += recovery_generation._replay(new, positions, until=live(positions), token=lease.token)
+            replayed = 0
+            while True:
+                live = recovery_generation.live_checkpoints(positions)  # read again each round: the consumer moves
+                replayed += recovery_generation._replay(new, positions, until=live, token=lease.token)
+                if recovery_generation._behind(positions, recovery_generation.live_checkpoints(positions)) \
+                        <= settings.SNAPSHOT_REPLAY_FENCE_LAG:
+                    break
             report["replayed"] = replayed
             identity = recovery_generation.identity_problems(new)
             coverage, checked = recovery_generation.coverage_problems(new, positions, say)

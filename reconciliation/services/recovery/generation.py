@@ -106,19 +106,24 @@ def _analyze() -> None:
 # --- replay ------------------------------------------------------------------------------------------
 
 
+def _through(entries: list, until: str | None) -> list:
+    """The entries up to `until` included (all of them when it is None)."""
+    if until is None:
+        return entries
+    end = streams.entry_id_key(until)
+    return [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
+
+
 def _replay_partition(gen: routing.GenerationRoutes, p: int, after: str, *, until: str | None,
                       token: int, tick: Tick = None) -> tuple[str, int]:
     """Apply partition p's entries after `after` (up to `until` included, else to the head) to `gen`;
     returns the new position and how many entries were applied. Poison entries are passed over, as the
     live consumer dead-letters them."""
     applied = 0
-    end = streams.entry_id_key(until) if until is not None else None
     while True:
         if tick is not None:
             tick()
-        entries = streams.read_after(p, after, _REPLAY_BATCH)
-        if end is not None:
-            entries = [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
+        entries = _through(streams.read_after(p, after, _REPLAY_BATCH), until)
         if not entries:
             return after, applied
         valid = []
@@ -157,11 +162,8 @@ def _behind(positions: dict[int, str], until: dict[int, str] | None = None) -> i
     """Entries the stream heads (or `until`, included) are ahead of `positions`, summed (the replay's lag)."""
     total = 0
     for p, pos in positions.items():
-        entries = streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1)
-        if until is not None:
-            end = streams.entry_id_key(until[p])
-            entries = [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
-        total += len(entries)
+        total += len(_through(streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1),
+                              None if until is None else until[p]))
     return total
 
 
