@@ -106,24 +106,19 @@ def _analyze() -> None:
 # --- replay ------------------------------------------------------------------------------------------
 
 
-def _through(entries: list, until: str | None) -> list:
-    """The entries up to `until` included (all of them when it is None)."""
-    if until is None:
-        return entries
-    end = streams.entry_id_key(until)
-    return [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
-
-
 def _replay_partition(gen: routing.GenerationRoutes, p: int, after: str, *, until: str | None,
                       token: int, tick: Tick = None) -> tuple[str, int]:
     """Apply partition p's entries after `after` (up to `until` included, else to the head) to `gen`;
     returns the new position and how many entries were applied. Poison entries are passed over, as the
     live consumer dead-letters them."""
     applied = 0
+    end = streams.entry_id_key(until) if until is not None else None
     while True:
         if tick is not None:
             tick()
-        entries = _through(streams.read_after(p, after, _REPLAY_BATCH), until)
+        entries = streams.read_after(p, after, _REPLAY_BATCH)
+        if end is not None:
+            entries = [e for e in entries if streams.entry_id_key(e.entry_id) <= end]
         if not entries:
             return after, applied
         valid = []
@@ -158,12 +153,11 @@ def _replay(gen: routing.GenerationRoutes, positions: dict[int, str], *, until: 
     return applied
 
 
-def _behind(positions: dict[int, str], until: dict[int, str] | None = None) -> int:
-    """Entries the stream heads (or `until`, included) are ahead of `positions`, summed (the replay's lag)."""
+def _behind(positions: dict[int, str]) -> int:
+    """Entries the stream heads are ahead of `positions`, summed (the replay's lag)."""
     total = 0
     for p, pos in positions.items():
-        total += len(_through(streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1),
-                              None if until is None else until[p]))
+        total += len(streams.read_after(p, pos, settings.SNAPSHOT_REPLAY_FENCE_LAG + 1))
     return total
 
 
